@@ -1,0 +1,3 @@
+module github.com/saturation-adapter/saturation-adapter
+
+go 1.26.0
