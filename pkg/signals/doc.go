@@ -1,0 +1,50 @@
+// Package signals turns one LLM engine's Prometheus /metrics body into canonical
+// saturation signals and fuses them into a saturation score. It knows nothing of
+// Kubernetes: the input is bytes, the output is numbers with their provenance.
+//
+// # Signals
+//
+// For every supported engine dialect (see [Dialects]) the package extracts, per
+// engine and then per pod (one /metrics body):
+//
+//   - queue depth: requests waiting for admission to the batch (vLLM
+//     vllm:num_requests_waiting). Unit: requests.
+//   - running: requests in the running batch (vllm:num_requests_running). Unit: requests.
+//   - KV-cache usage: fraction of KV-cache blocks in use, 0..1 (vllm:kv_cache_usage_perc,
+//     before vLLM 0.10 vllm:gpu_cache_usage_perc). Unit: ratio.
+//   - preemptions: cumulative count of sequences preempted for lack of KV blocks
+//     (vllm:num_preemptions_total). Unit: count, a counter.
+//
+// # Series identity
+//
+// A dialect names one engine label (vLLM: "engine", the data-parallel rank; SGLang:
+// "dp_rank"). Series with the same metric name and the same engine label value are
+// the same signal, whatever their other labels say (model_name, pid, tp_rank, a
+// scrape job's relabelling): they collapse to their maximum, which is independent of
+// order, never their sum and never the last one read. When such duplicates disagree a
+// warning says so. The maximum is chosen because it errs towards "more saturated",
+// the safe direction for an autoscaler.
+//
+// Engines of one pod fold into the pod's value by this rule:
+//
+//   - queue depth and running add up: every engine's queue is work the pod has not
+//     started, every engine's batch is work it is doing;
+//   - KV-cache usage is the mean over engines: data-parallel engines of one pod are
+//     started with the same cache configuration, so the mean is the fraction of the
+//     pod's KV blocks in use. The busiest engine's usage is kept as KVCacheUsageMax;
+//   - preemptions add up.
+//
+// # Validity
+//
+// Each series is checked before any arithmetic. NaN, +Inf and -Inf, negative values
+// and ratios above 1 are rejected for that series alone, counted by [Reason] and
+// reported as warnings; the term then drops out for that engine. A term with no valid
+// series in any engine is absent (nil) for the pod. A pod with neither queue depth nor
+// KV-cache usage is unknown: its saturation is nil, never 0.
+//
+// # Fusion
+//
+// Saturation of one pod = max over the present terms of value / target, with
+// defaults of 5 waiting requests and 0.8 KV-cache usage (see [DefaultTargets]). 1.0
+// means the pod is at its set point; 2.0 means twice the load it should carry.
+package signals
