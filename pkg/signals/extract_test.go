@@ -235,8 +235,8 @@ vllm:kv_cache_usage_perc{engine="0"} 1.5
 vllm:kv_cache_usage_perc{engine="1"} 0.5
 `,
 			want: want{
-				Dialect: "vllm-v1",
-				Sources: map[string]string{"queueDepth": "vllm:num_requests_waiting", "running": "vllm:num_requests_running", "kvCacheUsage": "vllm:kv_cache_usage_perc"},
+				Dialect:    "vllm-v1",
+				Sources:    map[string]string{"queueDepth": "vllm:num_requests_waiting", "running": "vllm:num_requests_running", "kvCacheUsage": "vllm:kv_cache_usage_perc"},
 				EngineIDs:  []string{"0", "1"},
 				QueueDepth: ptr(2), Running: ptr(1), KVCacheUsage: ptr(0.5), KVCacheUsageMax: ptr(0.5),
 				Invalid: map[Reason]int{ReasonNaN: 1, ReasonInf: 1, ReasonAboveRange: 1},
