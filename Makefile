@@ -12,6 +12,7 @@ all: build
 
 build:
 	$(GO) build -trimpath -o $(BIN)/adapter ./cmd/adapter
+	$(GO) build -trimpath -o $(BIN)/emulator ./cmd/emulator
 
 test: test-unit test-e2e
 

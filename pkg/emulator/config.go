@@ -1,0 +1,126 @@
+package emulator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the shape of one engine (one vLLM EngineCore, one data-parallel rank).
+// The field names follow vLLM's engine arguments.
+type Config struct {
+	// MaxNumSeqs is vLLM's --max-num-seqs: the most requests running at once.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is vLLM's --max-num-batched-tokens: the token budget of
+	// one step, shared by prefill chunks and decodes.
+	MaxNumBatchedTokens int
+	// BlockSize is vLLM's --block-size: tokens per KV-cache block.
+	BlockSize int
+	// NumBlocks is the number of KV-cache blocks, vLLM's num_gpu_blocks (reported
+	// in vllm:cache_config_info), including the reserved null block.
+	NumBlocks int
+	// MaxModelLen is vLLM's --max-model-len: the longest prompt + output, in
+	// tokens. Requests longer than that are rejected.
+	MaxModelLen int
+	// StepTime gives the duration of one step.
+	StepTime StepTimeModel
+}
+
+// StepTimeModel is a linear model of the duration of one engine step (one forward
+// pass over the scheduled batch):
+//
+//	Base + PerSeq × scheduled requests + PerPrefillToken × prefill tokens
+//
+// Prefill tokens are all scheduled tokens of requests that are not decoding (new
+// prompts, prompt chunks, and recomputation after a preemption).
+type StepTimeModel struct {
+	// Base is the fixed cost of a step: reading the weights once, scheduling,
+	// sampling, kernel launches.
+	Base time.Duration
+	// PerSeq is the added cost of each scheduled request (its KV reads in attention
+	// and its share of the compute).
+	PerSeq time.Duration
+	// PerPrefillToken is the added cost of each prefill token (compute-bound).
+	PerPrefillToken time.Duration
+}
+
+// Duration returns the time of a step that schedules seqs requests, prefillTokens
+// of whose tokens are prefill tokens. It is 0 for an empty step.
+func (m StepTimeModel) Duration(seqs, prefillTokens int) time.Duration {
+	if seqs == 0 {
+		return 0
+	}
+	return m.Base + time.Duration(seqs)*m.PerSeq + time.Duration(prefillTokens)*m.PerPrefillToken
+}
+
+// DefaultConfig returns an engine roughly like Llama-3.1-8B-Instruct (bf16) on one
+// H100 SXM 80 GB under `vllm serve` with default arguments:
+//
+//   - MaxNumSeqs 1024 and MaxNumBatchedTokens 8192: vLLM's defaults for the
+//     OpenAI-compatible server on GPUs with >= 70 GiB that are not A100
+//     (EngineArgs.get_batch_defaults in vllm/engine/arg_utils.py).
+//   - BlockSize 16: vLLM's default --block-size on CUDA.
+//   - NumBlocks 27000 (432,000 tokens): 80 GB × 0.9 (--gpu-memory-utilization
+//     default) ≈ 72 GB, minus ≈ 16 GB of bf16 weights (8.03 B parameters × 2 bytes)
+//     and ≈ 3 GB of activations and CUDA graphs, leaves ≈ 53 GB; Llama-3.1-8B keeps
+//     2 (K, V) × 32 layers × 8 KV heads × 128 dims × 2 bytes = 128 KiB per token,
+//     so ≈ 430 k tokens, ≈ 27 k blocks of 16.
+//   - MaxModelLen 131072: Llama-3.1's context length (fits the KV cache above).
+//   - StepTime.Base 6 ms: a decode step must stream the 16 GB of weights through
+//     HBM3 at 3.35 TB/s (H100 SXM datasheet) = 4.8 ms, plus ≈ 1 ms of scheduling,
+//     sampling and launch overhead.
+//   - StepTime.PerSeq 60 µs: reading one request's KV cache at ≈ 1 k tokens of
+//     context (128 MiB at 3.35 TB/s ≈ 40 µs) plus its share of the matmuls
+//     (16 GFLOP per token at ≈ 500 TFLOP/s ≈ 32 µs, partly overlapped). This puts
+//     inter-token latency at ≈ 10 ms for 64 concurrent requests and ≈ 21 ms for
+//     256, in the range public vLLM benchmarks of 8B models on H100 report.
+//   - StepTime.PerPrefillToken 35 µs: prefill is compute-bound; 2 × 8.03 B FLOP
+//     per token at ≈ 50 % of the H100's 989 dense bf16 TFLOP/s ≈ 33 µs, rounded
+//     up for attention. A 1,000-token prompt alone thus has a TTFT of ≈ 41 ms.
+//
+// These are estimates from public datasheets and vLLM's source, not
+// measurements; every field can be overridden.
+func DefaultConfig() Config {
+	return Config{
+		MaxNumSeqs:          1024,
+		MaxNumBatchedTokens: 8192,
+		BlockSize:           16,
+		NumBlocks:           27000,
+		MaxModelLen:         131072,
+		StepTime: StepTimeModel{
+			Base:            6 * time.Millisecond,
+			PerSeq:          60 * time.Microsecond,
+			PerPrefillToken: 35 * time.Microsecond,
+		},
+	}
+}
+
+// Validate reports every invalid field of c at once. Besides positivity it
+// requires, like vLLM at start-up, that a request of MaxModelLen tokens fits in
+// the KV cache (NumBlocks - 1 usable blocks), and a positive step time so that
+// a simulation always advances.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", name, v))
+		}
+	}
+	positive("max-num-seqs", c.MaxNumSeqs)
+	positive("max-num-batched-tokens", c.MaxNumBatchedTokens)
+	positive("block-size", c.BlockSize)
+	positive("max-model-len", c.MaxModelLen)
+	if c.NumBlocks < 2 {
+		errs = append(errs, fmt.Errorf("num-gpu-blocks must be >= 2 (one is the reserved null block), got %d", c.NumBlocks))
+	} else if c.BlockSize > 0 && c.MaxModelLen > (c.NumBlocks-1)*c.BlockSize {
+		errs = append(errs, fmt.Errorf("max-model-len %d is larger than the KV cache holds (%d usable blocks of %d tokens = %d tokens)",
+			c.MaxModelLen, c.NumBlocks-1, c.BlockSize, (c.NumBlocks-1)*c.BlockSize))
+	}
+	st := c.StepTime
+	if st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 {
+		errs = append(errs, fmt.Errorf("step time coefficients must be >= 0, got %+v", st))
+	} else if st.Duration(1, 0) <= 0 {
+		errs = append(errs, errors.New("step time of a one-request decode step must be > 0"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,361 @@
+package emulator
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Dialect selects which generation of vLLM's metric names [Metrics] serves.
+type Dialect string
+
+const (
+	// DialectV1 is vLLM V1 after the KV-cache rename (0.11 on):
+	// vllm:kv_cache_usage_perc and vllm:inter_token_latency_seconds, labels
+	// model_name and engine, with the _created series Python's prometheus_client
+	// adds to every counter and histogram.
+	DialectV1 Dialect = "v1"
+	// DialectV1RenameWindow is vLLM V1 0.9.2–0.11, like the 0.10 dump in testdata:
+	// DialectV1 plus the deprecated vllm:gpu_cache_usage_perc (same value) and
+	// vllm:time_per_output_token_seconds (same observations as
+	// vllm:inter_token_latency_seconds).
+	DialectV1RenameWindow Dialect = "v1-rename-window"
+	// DialectV0 is vLLM V0 (<= 0.8, names of 0.6): vllm:gpu_cache_usage_perc,
+	// vllm:num_requests_swapped (always 0), vllm:time_per_output_token_seconds,
+	// model_name as the only label, shorter histogram buckets, no _created series
+	// (V0 disabled them). One engine only.
+	DialectV0 Dialect = "v0"
+)
+
+// Dialects returns every Dialect.
+func Dialects() []Dialect { return []Dialect{DialectV1, DialectV1RenameWindow, DialectV0} }
+
+// ParseDialect returns the Dialect named s.
+func ParseDialect(s string) (Dialect, error) {
+	for _, d := range Dialects() {
+		if string(d) == s {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("unknown metrics dialect %q, want one of %v", s, Dialects())
+}
+
+// MetricsOptions configures [NewMetrics].
+type MetricsOptions struct {
+	// ModelName is the model_name label value (vLLM's served model name).
+	ModelName string
+	// Dialect selects the metric names; default DialectV1.
+	Dialect Dialect
+	// Engines is the number of data-parallel engines, labelled engine="0".."N-1";
+	// default 1. DialectV0 allows only 1.
+	Engines int
+	// MaxModelLen sets the bounds of the token-count histograms
+	// (vllm:request_prompt_tokens, vllm:request_generation_tokens) the way vLLM's
+	// build_1_2_5_buckets(max_model_len) does: 1, 2, 5, 10, ... up to it.
+	MaxModelLen int
+	// CreatedAt is the value of every _created series, in Unix seconds.
+	CreatedAt time.Time
+}
+
+// Bucket bounds, copied from vLLM: V1 from vllm/v1/metrics/loggers.py (and
+// identical in the 0.10 dump in testdata), V0 from vllm/engine/metrics.py (0.6).
+var (
+	bucketsTTFTV1 = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+	bucketsITLV1 = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+	bucketsRequestV1 = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+		30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+	bucketsIteration = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+
+	bucketsTTFTV0 = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0}
+	bucketsTPOTV0    = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}
+	bucketsRequestV0 = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0}
+)
+
+// build125Buckets is vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... <= max.
+func build125Buckets(max int) []float64 {
+	var b []float64
+	for exp := 1; ; exp *= 10 {
+		for _, m := range []int{1, 2, 5} {
+			if m*exp > max {
+				return b
+			}
+			b = append(b, float64(m*exp))
+		}
+	}
+}
+
+// histKind is what a histogram observes.
+type histKind int
+
+const (
+	histTTFT histKind = iota
+	histITL
+	histTPOT
+	histE2E
+	histQueue
+	histPrefill
+	histDecode
+	histInference
+	histPromptTokens
+	histGenerationTokens
+	histIterationTokens
+	numHistKinds
+)
+
+type gaugeFamily struct {
+	desc  *prometheus.Desc
+	value func(Snapshot) float64
+}
+
+type counterFamily struct {
+	desc, created *prometheus.Desc
+	value         func(Snapshot) float64
+}
+
+type histFamily struct {
+	kind    histKind
+	vec     *prometheus.HistogramVec
+	created *prometheus.Desc
+}
+
+// Metrics is a prometheus.Collector that serves engines' state and latencies
+// under vLLM's metric names (see [Dialect]). Gauges and counters are read from
+// the engines' snapshots at scrape time; histograms are fed by [Metrics.Observe].
+// Register it on a registry the caller owns.
+type Metrics struct {
+	opts     MetricsOptions
+	snapshot func(engine int) Snapshot
+	labels   [][]string // per engine label values (model_name[, engine])
+	gauges   []gaugeFamily
+	counters []counterFamily
+	success  counterFamily
+	hists    []histFamily
+	obs      [][numHistKinds]prometheus.Observer // per engine; nil where not served
+	created  float64
+}
+
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// NewMetrics returns the metrics of opts.Engines engines; snapshot(i) must return
+// engine i's current state and be safe to call from scrapes concurrently with the
+// engines' work. It fails on an unknown dialect or engine count, or a V0 dialect
+// with more than one engine.
+func NewMetrics(opts MetricsOptions, snapshot func(engine int) Snapshot) (*Metrics, error) {
+	if opts.Dialect == "" {
+		opts.Dialect = DialectV1
+	}
+	if _, err := ParseDialect(string(opts.Dialect)); err != nil {
+		return nil, err
+	}
+	if opts.Engines == 0 {
+		opts.Engines = 1
+	}
+	if opts.Engines < 0 {
+		return nil, fmt.Errorf("engines must be >= 1, got %d", opts.Engines)
+	}
+	if opts.Dialect == DialectV0 && opts.Engines != 1 {
+		return nil, errors.New("the v0 metrics dialect has no engine label: it allows one engine only")
+	}
+	if opts.MaxModelLen <= 0 {
+		return nil, fmt.Errorf("max model len must be > 0, got %d", opts.MaxModelLen)
+	}
+	if snapshot == nil {
+		return nil, errors.New("snapshot func is nil")
+	}
+	m := &Metrics{opts: opts, snapshot: snapshot, created: float64(opts.CreatedAt.UnixNano()) / 1e9}
+	v0 := opts.Dialect == DialectV0
+	labelNames := []string{"model_name", "engine"}
+	if v0 {
+		labelNames = labelNames[:1]
+	}
+	for i := 0; i < opts.Engines; i++ {
+		lv := []string{opts.ModelName, strconv.Itoa(i)}
+		m.labels = append(m.labels, lv[:len(labelNames)])
+	}
+
+	newDesc := func(name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(append([]string{}, labelNames...), extra...), nil)
+	}
+	createdDesc := func(base, help string, extra ...string) *prometheus.Desc {
+		if v0 {
+			return nil
+		}
+		return newDesc(base+"_created", help, extra...)
+	}
+	gauge := func(name, help string, value func(Snapshot) float64) {
+		m.gauges = append(m.gauges, gaugeFamily{desc: newDesc(name, help), value: value})
+	}
+	counter := func(base, help string, value func(Snapshot) float64) {
+		m.counters = append(m.counters, counterFamily{
+			desc: newDesc(base+"_total", help), created: createdDesc(base, help), value: value,
+		})
+	}
+	hist := func(kind histKind, name, help string, buckets []float64) {
+		m.hists = append(m.hists, histFamily{
+			kind: kind,
+			vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name: name, Help: help, Buckets: buckets,
+			}, labelNames),
+			created: createdDesc(name, help),
+		})
+	}
+
+	// Scheduler state.
+	runningHelp := "Number of requests in model execution batches."
+	if v0 {
+		runningHelp = "Number of requests currently running on GPU."
+	}
+	gauge("vllm:num_requests_running", runningHelp, func(s Snapshot) float64 { return float64(s.Running) })
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+		func(s Snapshot) float64 { return float64(s.Waiting) })
+	kv := func(s Snapshot) float64 { return s.KVCacheUsage }
+	switch opts.Dialect {
+	case DialectV0:
+		gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU.", func(Snapshot) float64 { return 0 })
+		gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", kv)
+	case DialectV1RenameWindow:
+		gauge("vllm:gpu_cache_usage_perc",
+			"GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.", kv)
+		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+	default:
+		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+	}
+
+	// Counters.
+	counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+		func(s Snapshot) float64 { return float64(s.Preemptions) })
+	counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+		func(s Snapshot) float64 { return float64(s.PromptTokens) })
+	counter("vllm:generation_tokens", "Number of generation tokens processed.",
+		func(s Snapshot) float64 { return float64(s.GenerationTokens) })
+	successHelp := "Count of successfully processed requests."
+	m.success = counterFamily{
+		desc:    newDesc("vllm:request_success_total", successHelp, "finished_reason"),
+		created: createdDesc("vllm:request_success", successHelp, "finished_reason"),
+	}
+
+	// Histograms.
+	tokenBuckets := build125Buckets(opts.MaxModelLen)
+	hist(histPromptTokens, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokenBuckets)
+	hist(histGenerationTokens, "vllm:request_generation_tokens", "Number of generation tokens processed.", tokenBuckets)
+	if v0 {
+		hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV0)
+		hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsTPOTV0)
+		hist(histE2E, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", bucketsRequestV0)
+		hist(histQueue, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", bucketsRequestV0)
+	} else {
+		hist(histIterationTokens, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", bucketsIteration)
+		hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV1)
+		if opts.Dialect == DialectV1RenameWindow {
+			hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsITLV1)
+		}
+		hist(histITL, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", bucketsITLV1)
+		hist(histE2E, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", bucketsRequestV1)
+		hist(histQueue, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", bucketsRequestV1)
+		hist(histInference, "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", bucketsRequestV1)
+		hist(histPrefill, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", bucketsRequestV1)
+		hist(histDecode, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", bucketsRequestV1)
+	}
+
+	// Create every histogram series up front, as vLLM's make_per_engine does, so
+	// that they are served (empty) before the first request.
+	m.obs = make([][numHistKinds]prometheus.Observer, opts.Engines)
+	for i := range m.obs {
+		for _, h := range m.hists {
+			m.obs[i][h.kind] = h.vec.WithLabelValues(m.labels[i]...)
+		}
+	}
+	return m, nil
+}
+
+// Observe feeds the histograms of engine with one step's result.
+func (m *Metrics) Observe(engine int, res *StepResult) {
+	if engine < 0 || engine >= len(m.obs) {
+		return
+	}
+	o := &m.obs[engine]
+	observe := func(k histKind, v float64) {
+		if o[k] != nil {
+			o[k].Observe(v)
+		}
+	}
+	if res.Scheduled > 0 {
+		observe(histIterationTokens, float64(res.ScheduledTokens))
+	}
+	for _, t := range res.Tokens {
+		if t.Index == 0 {
+			observe(histTTFT, t.Latency.Seconds())
+			continue
+		}
+		observe(histITL, t.Latency.Seconds())
+		observe(histTPOT, t.Latency.Seconds())
+	}
+	for _, f := range res.Finished {
+		if f.Reason == FinishAbort {
+			continue
+		}
+		observe(histE2E, f.E2E.Seconds())
+		observe(histQueue, f.Queue.Seconds())
+		observe(histPrefill, f.Prefill.Seconds())
+		observe(histDecode, f.Decode.Seconds())
+		observe(histInference, f.Inference.Seconds())
+		observe(histPromptTokens, float64(f.PromptTokens))
+		observe(histGenerationTokens, float64(f.OutputTokens))
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, g := range m.gauges {
+		ch <- g.desc
+	}
+	for _, c := range append(m.counters, m.success) {
+		ch <- c.desc
+		if c.created != nil {
+			ch <- c.created
+		}
+	}
+	for _, h := range m.hists {
+		h.vec.Describe(ch)
+		if h.created != nil {
+			ch <- h.created
+		}
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for i, lv := range m.labels {
+		s := m.snapshot(i)
+		for _, g := range m.gauges {
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(s), lv...)
+		}
+		for _, c := range m.counters {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, c.value(s), lv...)
+			if c.created != nil {
+				ch <- prometheus.MustNewConstMetric(c.created, prometheus.GaugeValue, m.created, lv...)
+			}
+		}
+		for r, reason := range FinishReasons() {
+			lvr := append(append([]string{}, lv...), string(reason))
+			ch <- prometheus.MustNewConstMetric(m.success.desc, prometheus.CounterValue, float64(s.Finished[r]), lvr...)
+			if m.success.created != nil {
+				ch <- prometheus.MustNewConstMetric(m.success.created, prometheus.GaugeValue, m.created, lvr...)
+			}
+		}
+		for _, h := range m.hists {
+			if h.created != nil {
+				ch <- prometheus.MustNewConstMetric(h.created, prometheus.GaugeValue, m.created, lv...)
+			}
+		}
+	}
+	for _, h := range m.hists {
+		h.vec.Collect(ch)
+	}
+}
