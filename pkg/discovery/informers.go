@@ -1,0 +1,109 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+// Informers holds the shared informers for pods and HorizontalPodAutoscalers of
+// the watched namespaces: one factory for all namespaces, or one per namespace
+// when a list is given, so that the adapter needs RBAC only there.
+type Informers struct {
+	all        bool
+	namespaces []string
+	factories  map[string]informers.SharedInformerFactory
+}
+
+// NewInformers creates (but does not start) the informers. An empty namespaces
+// list watches every namespace.
+func NewInformers(client kubernetes.Interface, namespaces []string) *Informers {
+	i := &Informers{all: len(namespaces) == 0, namespaces: namespaces, factories: map[string]informers.SharedInformerFactory{}}
+	if i.all {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		// No resync: the caches are read on demand, there are no handlers to replay.
+		f := informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithNamespace(ns),
+			informers.WithTransform(stripManagedFields))
+		// Register the informers now so that Start starts them.
+		f.Core().V1().Pods().Informer()
+		f.Autoscaling().V2().HorizontalPodAutoscalers().Informer()
+		i.factories[ns] = f
+	}
+	return i
+}
+
+// Start starts the informers and waits until their caches are filled or ctx ends.
+func (i *Informers) Start(ctx context.Context) error {
+	for _, f := range i.factories {
+		f.Start(ctx.Done())
+	}
+	for ns, f := range i.factories {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v in namespace %q did not sync", typ, ns)
+			}
+		}
+	}
+	return nil
+}
+
+// Pods returns a PodLister over the watched namespaces.
+func (i *Informers) Pods() PodLister { return podLister{i} }
+
+// HPAs returns an HPALister over the watched namespaces.
+func (i *Informers) HPAs() HPALister { return hpaLister{i} }
+
+type podLister struct{ i *Informers }
+
+func (l podLister) List(namespace string, selector labels.Selector) ([]*corev1.Pod, error) {
+	f, ok := l.i.factories[namespace]
+	if l.i.all {
+		f, ok = l.i.factories[metav1.NamespaceAll], true
+	}
+	if !ok {
+		return nil, fmt.Errorf("namespace %q is not watched by the adapter (--namespaces=%s)", namespace, strings.Join(l.i.namespaces, ","))
+	}
+	return corelisters.NewPodLister(f.Core().V1().Pods().Informer().GetIndexer()).Pods(namespace).List(selector)
+}
+
+type hpaLister struct{ i *Informers }
+
+func (l hpaLister) List() ([]*autoscalingv2.HorizontalPodAutoscaler, error) {
+	var out []*autoscalingv2.HorizontalPodAutoscaler
+	keys := make([]string, 0, len(l.i.factories))
+	for ns := range l.i.factories {
+		keys = append(keys, ns)
+	}
+	slices.Sort(keys)
+	for _, ns := range keys {
+		hpas, err := l.i.factories[ns].Autoscaling().V2().HorizontalPodAutoscalers().Lister().List(labels.Everything())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, hpas...)
+	}
+	return out, nil
+}
+
+// stripManagedFields drops managedFields from cached objects: the adapter reads
+// labels, phase, conditions, IP and annotations only, and managedFields are often
+// the largest part of a pod.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
