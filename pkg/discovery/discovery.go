@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -34,6 +35,8 @@ const (
 // PodLister lists pods from a cache. Errors name a namespace that is not watched.
 type PodLister interface {
 	List(namespace string, selector labels.Selector) ([]*corev1.Pod, error)
+	// Generation changes whenever a pod of namespace changes in the cache.
+	Generation(namespace string) uint64
 }
 
 // HPALister lists HorizontalPodAutoscalers from a cache, across watched namespaces.
@@ -65,6 +68,17 @@ type Discovery struct {
 
 	mu    sync.Mutex
 	asked map[string]*interest
+
+	// matches caches the pods of each (namespace, selector) until a pod of the
+	// namespace changes: listing a namespace index and matching every pod's labels
+	// was most of the cost of an HPA request (BenchmarkGetExternalMetric1000Pods).
+	matchMu sync.Mutex
+	matches map[string]podMatch
+}
+
+type podMatch struct {
+	generation uint64
+	pods       []*corev1.Pod
 }
 
 type interest struct {
@@ -75,13 +89,18 @@ type interest struct {
 
 // New returns a Discovery. hpas may be nil, then only requests declare interest.
 func New(opts Options, pods PodLister, hpas HPALister, clk clock.PassiveClock) *Discovery {
-	return &Discovery{opts: opts, pods: pods, hpas: hpas, clock: clk, asked: map[string]*interest{}}
+	return &Discovery{opts: opts, pods: pods, hpas: hpas, clock: clk, asked: map[string]*interest{}, matches: map[string]podMatch{}}
 }
 
-// Touch records that a request asked about selector in namespace, keyed by
-// (namespace, canonical selector): two namespaces never share an entry.
+// interestKey keys request state by (namespace, canonical selector), so two
+// namespaces never share an entry. labels.Selector.String sorts requirements.
+func interestKey(namespace string, selector labels.Selector) string {
+	return namespace + "\x00" + selector.String()
+}
+
+// Touch records that a request asked about selector in namespace.
 func (d *Discovery) Touch(namespace string, selector labels.Selector) {
-	key := namespace + "\x00" + selector.String()
+	key := interestKey(namespace, selector)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if in, ok := d.asked[key]; ok {
@@ -91,13 +110,24 @@ func (d *Discovery) Touch(namespace string, selector labels.Selector) {
 	d.asked[key] = &interest{namespace: namespace, selector: selector, lastAsked: d.clock.Now()}
 }
 
-// Pods lists the pods of namespace matched by selector, sorted by name.
+// Pods lists the pods of namespace matched by selector, in no particular order.
+// The slice and the pods are shared: callers must not modify them.
 func (d *Discovery) Pods(namespace string, selector labels.Selector) ([]*corev1.Pod, error) {
+	key := interestKey(namespace, selector)
+	gen := d.pods.Generation(namespace)
+	d.matchMu.Lock()
+	m, ok := d.matches[key]
+	d.matchMu.Unlock()
+	if ok && m.generation == gen {
+		return m.pods, nil
+	}
 	pods, err := d.pods.List(namespace, selector)
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	d.matchMu.Lock()
+	d.matches[key] = podMatch{generation: gen, pods: pods}
+	d.matchMu.Unlock()
 	return pods, nil
 }
 
@@ -106,7 +136,7 @@ func (d *Discovery) Pods(namespace string, selector labels.Selector) ([]*corev1.
 // drops selectors idle for longer than the timeout.
 func (d *Discovery) Targets() []scrape.Target {
 	interests := d.interests()
-	seen := map[string]struct{}{}
+	seen := map[types.NamespacedName]struct{}{}
 	var out []scrape.Target
 	for _, in := range interests {
 		pods, err := d.pods.List(in.namespace, in.selector)
@@ -141,6 +171,9 @@ func (d *Discovery) interests() []interest {
 	for k, in := range d.asked {
 		if now.Sub(in.lastAsked) > d.opts.IdleTimeout {
 			delete(d.asked, k)
+			d.matchMu.Lock()
+			delete(d.matches, k)
+			d.matchMu.Unlock()
 			continue
 		}
 		out = append(out, *in)
@@ -197,8 +230,10 @@ func Counted(p *corev1.Pod) bool {
 	return false
 }
 
-// Key returns "namespace/name", the key of a pod's scrape results.
-func Key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+// Key returns the key of a pod's scrape results.
+func Key(p *corev1.Pod) types.NamespacedName {
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+}
 
 // TargetFor builds a pod's scrape target from its IP and the prometheus.io
 // annotations, else the configured defaults. The URL never comes from a request.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Informers holds the shared informers for pods and HorizontalPodAutoscalers of
@@ -23,6 +27,10 @@ type Informers struct {
 	all        bool
 	namespaces []string
 	factories  map[string]informers.SharedInformerFactory
+	// generations counts pod changes per namespace (*atomic.Uint64 values), so
+	// that Discovery can reuse a selector's pod list until a pod of its namespace
+	// changes.
+	generations sync.Map
 }
 
 // NewInformers creates (but does not start) the informers. An empty namespaces
@@ -38,7 +46,22 @@ func NewInformers(client kubernetes.Interface, namespaces []string) *Informers {
 			informers.WithNamespace(ns),
 			informers.WithTransform(stripManagedFields))
 		// Register the informers now so that Start starts them.
-		f.Core().V1().Pods().Informer()
+		bump := func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, err := meta.Accessor(obj); err == nil {
+				i.generation(m.GetNamespace()).Add(1)
+			}
+		}
+		if _, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    bump,
+			UpdateFunc: func(_, obj any) { bump(obj) },
+			DeleteFunc: bump,
+		}); err != nil {
+			// Only a stopped informer refuses handlers, and this one has not started.
+			klog.ErrorS(err, "watching pod changes")
+		}
 		f.Autoscaling().V2().HorizontalPodAutoscalers().Informer()
 		i.factories[ns] = f
 	}
@@ -60,6 +83,11 @@ func (i *Informers) Start(ctx context.Context) error {
 	return nil
 }
 
+func (i *Informers) generation(namespace string) *atomic.Uint64 {
+	g, _ := i.generations.LoadOrStore(namespace, new(atomic.Uint64))
+	return g.(*atomic.Uint64)
+}
+
 // Pods returns a PodLister over the watched namespaces.
 func (i *Informers) Pods() PodLister { return podLister{i} }
 
@@ -67,6 +95,10 @@ func (i *Informers) Pods() PodLister { return podLister{i} }
 func (i *Informers) HPAs() HPALister { return hpaLister{i} }
 
 type podLister struct{ i *Informers }
+
+// Generation returns a number that changes whenever a pod of namespace is added,
+// updated or deleted in the cache.
+func (l podLister) Generation(namespace string) uint64 { return l.i.generation(namespace).Load() }
 
 func (l podLister) List(namespace string, selector labels.Selector) ([]*corev1.Pod, error) {
 	f, ok := l.i.factories[namespace]

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/metrics/pkg/apis/external_metrics"
 	"k8s.io/utils/clock"
@@ -62,14 +64,12 @@ type Pods interface {
 
 // Readings gives the latest scrape result of pods and scrapes on demand.
 type Readings interface {
-	Latest(key string) (scrape.Result, bool)
+	Latest(key types.NamespacedName) (*scrape.Result, bool)
 	ScrapeAll(ctx context.Context, targets []scrape.Target, prune bool)
 }
 
 // Options configure the provider.
 type Options struct {
-	// Targets are the per-pod set points of the fusion.
-	Targets signals.Targets
 	// UnknownSaturation is the saturation counted for a Ready pod without fresh
 	// data (default 1.0, as the Gateway API inference extension does).
 	UnknownSaturation float64
@@ -91,7 +91,7 @@ type Provider struct {
 
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
-// New returns a Provider. opts.Targets must be valid.
+// New returns a Provider.
 func New(opts Options, pods Pods, readings Readings, clk clock.PassiveClock, metrics *selfmetrics.Metrics) *Provider {
 	return &Provider{opts: opts, pods: pods, readings: readings, clock: clk, metrics: metrics}
 }
@@ -184,12 +184,12 @@ func (p *Provider) compute(ctx context.Context, metric, namespace string, select
 	var oldest time.Time
 	var unknown []string
 	for i, pod := range counted {
-		reading, at, why := p.fresh(pod, now)
-		if reading == nil {
+		res, why, ok := p.fresh(pod, now)
+		if !ok {
 			unknown = append(unknown, pod.Name+": "+why)
 			continue
 		}
-		f := signals.Fuse(reading, p.opts.Targets)
+		reading, f, at := res.Reading, res.Fusion, res.Time
 		if f.Saturation == nil {
 			unknown = append(unknown, pod.Name+": no valid queue depth or KV-cache usage ("+strings.Join(reading.Warnings, "; ")+")")
 			continue
@@ -200,6 +200,7 @@ func (p *Provider) compute(ctx context.Context, metric, namespace string, select
 		}
 	}
 	pool := signals.Aggregate(members, p.opts.UnknownSaturation)
+	slices.Sort(unknown)
 	if pool.Known == 0 {
 		p.metrics.Requests.WithLabelValues(metric, "no_data").Inc()
 		return 0, time.Time{}, pool, apierrors.NewServiceUnavailable(
@@ -231,26 +232,26 @@ func (p *Provider) compute(ctx context.Context, metric, namespace string, select
 	return *v, oldest, pool, nil
 }
 
-// fresh returns a pod's reading if it is younger than MaxAge, else why not.
-func (p *Provider) fresh(pod *corev1.Pod, now time.Time) (*signals.Reading, time.Time, string) {
+// fresh returns a pod's result if its reading is younger than MaxAge, else why not.
+func (p *Provider) fresh(pod *corev1.Pod, now time.Time) (*scrape.Result, string, bool) {
 	res, ok := p.readings.Latest(discovery.Key(pod))
 	if !ok {
-		return nil, time.Time{}, "not scraped yet"
+		return res, "not scraped yet", false
 	}
 	if res.Reading == nil {
 		if res.Err != nil {
-			return nil, time.Time{}, "scrape failing: " + res.Err.Error()
+			return res, "scrape failing: " + res.Err.Error(), false
 		}
-		return nil, time.Time{}, "not scraped yet"
+		return res, "not scraped yet", false
 	}
 	if age := now.Sub(res.Time); age > p.opts.MaxAge {
 		why := fmt.Sprintf("stale: last good scrape %s ago (max age %s)", age.Round(time.Millisecond), p.opts.MaxAge)
 		if res.Err != nil {
 			why += "; last error: " + res.Err.Error()
 		}
-		return nil, time.Time{}, why
+		return res, why, false
 	}
-	return res.Reading, res.Time, ""
+	return res, "", true
 }
 
 // scrapeCold scrapes, within ColdScrapeTimeout, the counted pods that were never

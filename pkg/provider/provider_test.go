@@ -72,7 +72,7 @@ func (e *engine) port() string {
 	return port
 }
 
-func sample(t *testing.T, name string) string {
+func sample(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "signals", "testdata", name))
 	if err != nil {
@@ -146,9 +146,9 @@ func newFixture(t *testing.T, pods ...podSpec) *fixture {
 	}
 	disc := discovery.New(discovery.Options{Port: 1, Path: "/metrics", Scheme: "http", IdleTimeout: time.Minute, Metrics: Catalog()},
 		inf.Pods(), inf.HPAs(), clk)
-	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4},
+	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4, Targets: signals.DefaultTargets()},
 		scrape.NewHTTPClient(2*time.Second), signals.NewExtractor(), clk, m)
-	opts := Options{Targets: signals.DefaultTargets(), UnknownSaturation: 1, MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
+	opts := Options{UnknownSaturation: 1, MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
 	prov := New(opts, disc, sc, clk, m)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, disc: disc, clock: clk, reg: reg, opts: opts}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -22,8 +23,8 @@ import (
 
 // Target is one pod to scrape.
 type Target struct {
-	// Key identifies the pod: "namespace/name".
-	Key string
+	// Key identifies the pod.
+	Key types.NamespacedName
 	// URL is the pod's /metrics address, built from the pod (never from a request).
 	URL string
 }
@@ -32,6 +33,9 @@ type Target struct {
 type Result struct {
 	// Reading is the last successfully extracted reading; nil if none yet.
 	Reading *signals.Reading
+	// Fusion is the saturation of Reading, computed once per scrape with
+	// Options.Targets rather than once per request.
+	Fusion signals.Fusion
 	// Time is when Reading was taken (the response arrived).
 	Time time.Time
 	// Err is the error of the last attempt, nil when it succeeded. A failed
@@ -49,6 +53,8 @@ type Options struct {
 	MaxBodyBytes int64
 	// Concurrency is the number of scrapes in flight at once.
 	Concurrency int
+	// Targets are the fusion set points applied to each reading.
+	Targets signals.Targets
 }
 
 // Scraper scrapes targets and stores their results. It is safe for concurrent use.
@@ -62,7 +68,7 @@ type Scraper struct {
 	bufs sync.Pool // *bytes.Buffer
 
 	mu      sync.RWMutex
-	results map[string]*Result
+	results map[types.NamespacedName]*Result
 }
 
 // New returns a Scraper. client must be safe for concurrent use; NewHTTPClient
@@ -71,7 +77,7 @@ func New(opts Options, client *http.Client, extractor *signals.Extractor, clk cl
 	return &Scraper{
 		opts: opts, client: client, extractor: extractor, clock: clk, metrics: metrics,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
-		results: map[string]*Result{},
+		results: map[types.NamespacedName]*Result{},
 	}
 }
 
@@ -97,15 +103,13 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	}
 }
 
-// Latest returns the stored result for a pod key.
-func (s *Scraper) Latest(key string) (Result, bool) {
+// Latest returns the stored result for a pod key. Results are immutable once
+// stored (a scrape stores a new one), so the pointer may be kept and read freely.
+func (s *Scraper) Latest(key types.NamespacedName) (*Result, bool) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	r, ok := s.results[key]
-	if !ok {
-		return Result{}, false
-	}
-	return *r, true
+	s.mu.RUnlock()
+	return r, ok
 }
 
 // ScrapeAll scrapes every target with at most Options.Concurrency in flight, stores
@@ -129,7 +133,7 @@ func (s *Scraper) ScrapeAll(ctx context.Context, targets []Target, prune bool) {
 	}
 	wg.Wait()
 	if prune {
-		keep := make(map[string]struct{}, len(targets))
+		keep := make(map[types.NamespacedName]struct{}, len(targets))
 		for _, t := range targets {
 			keep[t.Key] = struct{}{}
 		}
@@ -159,39 +163,42 @@ func (s *Scraper) Run(ctx context.Context, interval time.Duration, targets func(
 }
 
 // ScrapeOne scrapes one target, stores and returns its result.
-func (s *Scraper) ScrapeOne(ctx context.Context, t Target) Result {
+func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	start := s.clock.Now()
 	reading, reason, err := s.fetch(ctx, t.URL)
 	now := s.clock.Now()
 
+	var fusion signals.Fusion
+	if err == nil {
+		fusion = signals.Fuse(reading, s.opts.Targets)
+	}
 	s.mu.Lock()
-	r, ok := s.results[t.Key]
-	if !ok {
-		r = &Result{}
-		s.results[t.Key] = r
+	r := &Result{}
+	if prev, ok := s.results[t.Key]; ok {
+		*r = *prev
 	}
 	if err != nil {
 		r.Err, r.ErrTime = err, now
 	} else {
-		r.Reading, r.Time, r.Err = reading, now, nil
+		r.Reading, r.Fusion, r.Time, r.Err = reading, fusion, now, nil
 	}
-	out := *r
+	s.results[t.Key] = r
 	s.mu.Unlock()
 
 	if err != nil {
 		s.metrics.ScrapeDuration.WithLabelValues("error").Observe(now.Sub(start).Seconds())
 		s.metrics.ScrapeErrors.WithLabelValues(reason).Inc()
-		klog.V(4).InfoS("scrape failed", "pod", t.Key, "url", t.URL, "reason", reason, "err", err)
+		klog.V(4).InfoS("scrape failed", "pod", t.Key.String(), "url", t.URL, "reason", reason, "err", err)
 	} else {
 		s.metrics.ScrapeDuration.WithLabelValues("success").Observe(now.Sub(start).Seconds())
 		for why, n := range reading.Invalid {
 			s.metrics.InvalidSamples.WithLabelValues(string(why)).Add(float64(n))
 		}
 		if len(reading.Warnings) > 0 {
-			klog.V(2).InfoS("engine reported unusable series", "pod", t.Key, "warnings", reading.Warnings)
+			klog.V(2).InfoS("engine reported unusable series", "pod", t.Key.String(), "warnings", reading.Warnings)
 		}
 	}
-	return out
+	return r
 }
 
 // fetch GETs one /metrics body and extracts it. On error it returns the reason

@@ -93,9 +93,9 @@ func (o *Options) Run(ctx context.Context) error {
 	}, inf.Pods(), inf.HPAs(), clk)
 	scraper := scrape.New(scrape.Options{
 		Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency,
+		Targets: o.Fusion.Targets(),
 	}, scrape.NewHTTPClient(o.Scrape.Timeout), signals.NewExtractor(), clk, metrics)
 	prov := provider.New(provider.Options{
-		Targets:           o.Fusion.Targets(),
 		UnknownSaturation: o.Fusion.UnknownSaturation,
 		MaxAge:            o.Scrape.MaxSampleAge,
 		ColdScrapeTimeout: o.Scrape.Timeout,
