@@ -1,0 +1,114 @@
+package app
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const samples = "../../../pkg/signals/testdata/samples/"
+
+func defaultFusion() FusionOptions {
+	return FusionOptions{QueueDepthTarget: 5, KVCacheUsageTarget: 0.8, UnknownSaturation: 1}
+}
+
+// explain on every real sample: a documented answer, or a clear error for an engine
+// build that exposes no saturation signal.
+func TestExplainRealSamples(t *testing.T) {
+	tests := []struct {
+		file       string
+		dialect    string
+		saturation float64
+		err        string
+	}{
+		{file: "vllm_v1-0.10-nvcr25.09_single-engine.prom", dialect: "vllm-v1", saturation: 0.0011764705882353343 / 0.8},
+		{file: "vllm_v0-0.6-qwenvl-issue55_excerpt.prom", dialect: "vllm-v0", saturation: 0},
+		{file: "llm-d-inference-sim_v0.10.2_load.prom", dialect: "vllm-v1", saturation: 4.0 / 5},
+		{file: "sglang_v0.4-docs.prom", dialect: "sglang", saturation: 2826.0 / 5},
+		{file: "triton-trtllm_readme.prom", dialect: "triton-trtllm", saturation: 0.4875 / 0.8},
+		{file: "llamacpp_mid2025-pr13196_excerpt.prom", err: "no LLM engine saturation metrics found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join(samples, tt.file)
+			ex, err := Explain([]string{path}, defaultFusion(), nil)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.file) {
+					t.Fatalf("error = %v, want one naming the file and containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ex.Targets[0]
+			if got.Dialect != tt.dialect || got.Source != path {
+				t.Errorf("dialect/source = %s/%s, want %s/%s", got.Dialect, got.Source, tt.dialect, path)
+			}
+			if got.Saturation == nil || math.Abs(*got.Saturation-tt.saturation) > 1e-12 {
+				t.Errorf("saturation = %v, want %g", got.Saturation, tt.saturation)
+			}
+			if ex.Pool.Pods != 1 || ex.Pool.DemandReplicas != *got.Saturation {
+				t.Errorf("pool = %+v, want one pod with demand = saturation", ex.Pool)
+			}
+		})
+	}
+}
+
+// The JSON schema documented in the README: field names and null for absent values.
+func TestExplainJSONSchema(t *testing.T) {
+	cmd := newExplainCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetIn(strings.NewReader("vllm:num_requests_waiting{engine=\"0\"} 10\nvllm:kv_cache_usage_perc{engine=\"0\"} NaN\n"))
+	cmd.SetArgs([]string{"-", filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom"), "--queue-depth-target", "10"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Targets []map[string]json.RawMessage `json:"targets"`
+		Pool    map[string]json.RawMessage   `json:"pool"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, key := range []string{"source", "dialect", "engines", "queueDepth", "running", "kvCacheUsage", "terms", "saturation", "warnings"} {
+		if _, ok := doc.Targets[0][key]; !ok {
+			t.Errorf("targets[0] has no %q", key)
+		}
+	}
+	if got := string(doc.Targets[0]["kvCacheUsage"]); got != "null" {
+		t.Errorf("kvCacheUsage = %s, want null for a rejected NaN", got)
+	}
+	if got := string(doc.Targets[0]["saturation"]); got != "1" {
+		t.Errorf("saturation = %s, want 1 (10 waiting / --queue-depth-target 10)", got)
+	}
+	for _, key := range []string{"pods", "unknown", "saturation", "demandReplicas"} {
+		if _, ok := doc.Pool[key]; !ok {
+			t.Errorf("pool has no %q", key)
+		}
+	}
+}
+
+func TestExplainErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"/nonexistent/metrics.prom"}, "reading /nonexistent/metrics.prom"},
+		{[]string{"testdata/malformed.prom"}, "testdata/malformed.prom: parsing exposition"},
+		{[]string{filepath.Join(samples, "sglang_v0.4-docs.prom"), "--kv-cache-usage-target", "1.5"}, "--kv-cache-usage-target=1.5"},
+	} {
+		cmd := newExplainCommand()
+		cmd.SetOut(new(bytes.Buffer))
+		cmd.SetErr(new(bytes.Buffer))
+		cmd.SetArgs(tt.args)
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("explain %v: error %v, want it to contain %q", tt.args, err, tt.want)
+		}
+	}
+}
