@@ -162,7 +162,7 @@ func newAPIServer(t *testing.T, prov *Provider) *httptest.Server {
 	cfg.ExternalAddress = "127.0.0.1:6443"
 	cfg.LoopbackClientConfig = &rest.Config{Host: "127.0.0.1:1"} // never used: no post-start hooks call back
 	c := &cmapiserver.Config{GenericConfig: &cfg.Config}
-	s, err := c.Complete(nil).New("saturation-adapter-test", nil, prov)
+	s, err := c.Complete(nil).New("saturation-adapter-test", prov, prov)
 	if err != nil {
 		t.Fatalf("building API server: %v", err)
 	}
@@ -455,5 +455,55 @@ func TestMilliQuantity(t *testing.T) {
 		if err == nil && q.String() != tt.want {
 			t.Errorf("MilliQuantity(%g) = %s, want %s", tt.in, q.String(), tt.want)
 		}
+	}
+}
+
+// custom.metrics.k8s.io: one item per counted pod with data, for HPA metrics of
+// type Pods; pods without data are left to the HPA's missing-pod rule.
+func TestPodMetricsThroughHandlers(t *testing.T) {
+	dp := newEngine(t, sample(t, "hazards/BC-06.prom"))
+	broken := newEngine(t, "")
+	broken.set(http.StatusBadGateway, "")
+	f := newFixture(t,
+		podSpec{name: "dp", labels: map[string]string{"app": "vllm"}, engine: dp},
+		podSpec{name: "broken", labels: map[string]string{"app": "vllm"}, engine: broken},
+		podSpec{name: "warming", labels: map[string]string{"app": "vllm"}, notReady: true},
+	)
+	get := func(path string) (int, []byte) {
+		resp, err := http.Get(f.srv.URL + "/apis/custom.metrics.k8s.io/v1beta2/namespaces/llm/" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, body := get("pods/*/llm_saturation?labelSelector=" + url.QueryEscape("app=vllm"))
+	if code != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", code, body)
+	}
+	var list struct {
+		Items []struct {
+			DescribedObject struct{ Kind, Name string } `json:"describedObject"`
+			Value           string                      `json:"value"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].DescribedObject.Name != "dp" || list.Items[0].DescribedObject.Kind != "Pod" || list.Items[0].Value != "7400m" {
+		t.Errorf("items = %+v, want only pod dp at 7400m", list.Items)
+	}
+	if code, body := get("pods/dp/llm_num_requests_waiting"); code != http.StatusOK || !strings.Contains(string(body), `"value":"37"`) {
+		t.Errorf("single pod: HTTP %d %s, want 37", code, body)
+	}
+	if code, body := get("pods/broken/llm_saturation"); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "HTTP 502") {
+		t.Errorf("broken pod: HTTP %d %s, want 503 naming the scrape error", code, body)
+	}
+	if code, _ := get("pods/*/llm_demand_replicas?labelSelector=app%3Dvllm"); code != http.StatusNotFound {
+		t.Errorf("pool-only metric per pod: HTTP %d, want 404", code)
+	}
+	if code, _ := get("pods/*/llm_saturation?labelSelector=app%3Dnone"); code != http.StatusNotFound {
+		t.Errorf("no pods: HTTP %d, want 404", code)
 	}
 }

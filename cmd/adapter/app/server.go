@@ -102,6 +102,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}, disc, scraper, clk, metrics)
 
 	o.Base.WithExternalMetrics(prov)
+	o.Base.WithCustomMetrics(prov)
 	server, err := o.Base.Server()
 	if err != nil {
 		return fmt.Errorf("building API server: %w", err)
