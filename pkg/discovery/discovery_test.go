@@ -1,0 +1,493 @@
+package discovery_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/discovery"
+	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
+)
+
+var defaultOptions = discovery.Options{
+	Port: 8000, Path: "/metrics", Scheme: "http",
+	IdleTimeout: time.Minute,
+	Metrics:     []string{"llm_saturation", "llm_queue_depth"},
+}
+
+// pod returns a Running, Ready pod with an IP.
+func pod(ns, name, ip string, lbls map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: ip,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+func with(p *corev1.Pod, change func(*corev1.Pod)) *corev1.Pod {
+	change(p)
+	return p
+}
+
+func annotated(p *corev1.Pod, kv ...string) *corev1.Pod {
+	p.Annotations = map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		p.Annotations[kv[i]] = kv[i+1]
+	}
+	return p
+}
+
+var vllm = map[string]string{"app": "vllm"}
+
+// cluster is the fixture of the Targets tests: vLLM pods in two namespaces,
+// plus pods that must never become targets.
+func cluster() []runtime.Object {
+	return []runtime.Object{
+		pod("llm", "vllm-0", "10.0.0.1", vllm),
+		pod("llm", "vllm-1", "10.0.0.2", vllm),
+		with(pod("llm", "vllm-pending", "", vllm), func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
+		annotated(pod("llm", "vllm-badport", "10.0.0.3", vllm), discovery.AnnotationPort, "abc"),
+		pod("llm", "sglang-0", "10.0.0.4", map[string]string{"app": "sglang"}),
+		pod("other", "vllm-0", "10.0.1.1", vllm),
+	}
+}
+
+func startInformers(t *testing.T, namespaces []string, objs ...runtime.Object) (*fake.Clientset, *discovery.Informers) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	client := fake.NewClientset(objs...)
+	inf := discovery.NewInformers(client, namespaces)
+	if err := inf.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return client, inf
+}
+
+func newClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+}
+
+// targetNames returns "namespace/name" of each target, sorted: Targets gives
+// no order.
+func targetNames(ts []scrape.Target) []string {
+	out := []string{}
+	for _, t := range ts {
+		out = append(out, t.Key.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestTargetFor(t *testing.T) {
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		want    string
+		wantErr string
+	}{
+		{name: "defaults", pod: pod("llm", "p", "10.0.0.1", nil), want: "http://10.0.0.1:8000/metrics"},
+		{
+			name: "all overridden",
+			pod: annotated(pod("llm", "p", "10.0.0.1", nil),
+				discovery.AnnotationPort, "9090", discovery.AnnotationPath, "/stats/prometheus", discovery.AnnotationScheme, "https"),
+			want: "https://10.0.0.1:9090/stats/prometheus",
+		},
+		{name: "port only", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "65535"), want: "http://10.0.0.1:65535/metrics"},
+		{name: "path with query kept verbatim", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPath, "/metrics?format=text"), want: "http://10.0.0.1:8000/metrics?format=text"},
+		{name: "IPv6 pod IP", pod: pod("llm", "p", "fd00:10::1", nil), want: "http://[fd00:10::1]:8000/metrics"},
+		{name: "IPv6 pod IP with port", pod: annotated(pod("llm", "p", "fd00:10::1", nil), discovery.AnnotationPort, "9090"), want: "http://[fd00:10::1]:9090/metrics"},
+		{name: "port not a number", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "abc"), wantErr: `prometheus.io/port="abc"`},
+		{name: "port 0", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "0"), wantErr: `prometheus.io/port="0"`},
+		{name: "port 70000", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "70000"), wantErr: `prometheus.io/port="70000"`},
+		{name: "port empty", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, ""), wantErr: `prometheus.io/port=""`},
+		{name: "path without leading slash", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPath, "metrics"), wantErr: `prometheus.io/path="metrics"`},
+		{name: "scheme ftp", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationScheme, "ftp"), wantErr: `prometheus.io/scheme="ftp"`},
+		{name: "no IP yet", pod: pod("llm", "p", "", nil), wantErr: "llm/p has no IP"},
+	}
+	d := discovery.New(defaultOptions, nil, nil, newClock())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := d.TargetFor(tt.pod)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("TargetFor() = %+v, %v; want an error containing %q", got, err, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), "llm/p") {
+					t.Errorf("error %q does not name the pod llm/p", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("TargetFor() error: %v", err)
+			}
+			want := scrape.Target{Key: discovery.Key(tt.pod), URL: tt.want}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("TargetFor() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestScrapeableCounted(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	running := func(change func(*corev1.Pod)) *corev1.Pod { return with(pod("llm", "p", "10.0.0.1", nil), change) }
+	tests := []struct {
+		name                      string
+		pod                       *corev1.Pod
+		wantScrapeable, wantCount bool
+	}{
+		{name: "running and ready", pod: running(func(*corev1.Pod) {}), wantScrapeable: true, wantCount: true},
+		{name: "pending", pod: running(func(p *corev1.Pod) { p.Status.Phase, p.Status.PodIP = corev1.PodPending, "" })},
+		{name: "pending with IP", pod: running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending })},
+		{name: "succeeded", pod: running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })},
+		{name: "failed", pod: running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })},
+		{name: "running without IP", pod: running(func(p *corev1.Pod) { p.Status.PodIP = "" })},
+		{name: "terminating", pod: running(func(p *corev1.Pod) { p.DeletionTimestamp = &now })},
+		{
+			name: "ready false", wantScrapeable: true,
+			pod: running(func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }),
+		},
+		{
+			name: "ready unknown", wantScrapeable: true,
+			pod: running(func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionUnknown }),
+		},
+		{
+			name: "no ready condition", wantScrapeable: true,
+			pod: running(func(p *corev1.Pod) {
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}
+			}),
+		},
+		{name: "no conditions", wantScrapeable: true, pod: running(func(p *corev1.Pod) { p.Status.Conditions = nil })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := discovery.Scrapeable(tt.pod); got != tt.wantScrapeable {
+				t.Errorf("Scrapeable() = %v, want %v", got, tt.wantScrapeable)
+			}
+			if got := discovery.Counted(tt.pod); got != tt.wantCount {
+				t.Errorf("Counted() = %v, want %v", got, tt.wantCount)
+			}
+		})
+	}
+}
+
+// TestTouchTargets walks one Discovery through a sequence of requests and clock
+// steps; each step checks the scrape set that results.
+func TestTouchTargets(t *testing.T) {
+	_, inf := startInformers(t, nil, cluster()...)
+	clk := newClock()
+	d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), clk)
+	vllmSel := labels.SelectorFromSet(vllm)
+
+	type touch struct {
+		ns  string
+		sel labels.Selector
+	}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		touch   []touch
+		want    []string
+	}{
+		{name: "nothing asked", want: []string{}},
+		{
+			// Pending and badly annotated pods are left out; the other namespace too.
+			name:  "selector touched in llm",
+			touch: []touch{{"llm", vllmSel}},
+			want:  []string{"llm/vllm-0", "llm/vllm-1"},
+		},
+		{name: "exactly IdleTimeout later", advance: time.Minute, want: []string{"llm/vllm-0", "llm/vllm-1"}},
+		{name: "past IdleTimeout", advance: time.Nanosecond, want: []string{}},
+		{
+			name:  "same selector in two namespaces",
+			touch: []touch{{"llm", vllmSel}, {"other", vllmSel}},
+			want:  []string{"llm/vllm-0", "llm/vllm-1", "other/vllm-0"},
+		},
+		{
+			name:    "other namespace touched again",
+			advance: 40 * time.Second,
+			touch:   []touch{{"other", vllmSel}},
+			want:    []string{"llm/vllm-0", "llm/vllm-1", "other/vllm-0"},
+		},
+		{name: "llm idles out alone", advance: 40 * time.Second, want: []string{"other/vllm-0"}},
+		{
+			// Two selectors matching the same pods give each target once.
+			name:  "overlapping selectors",
+			touch: []touch{{"llm", vllmSel}, {"llm", labels.Everything()}},
+			want:  []string{"llm/sglang-0", "llm/vllm-0", "llm/vllm-1", "other/vllm-0"},
+		},
+		{name: "all idle", advance: 2 * time.Minute, want: []string{}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			clk.Step(s.advance)
+			for _, tc := range s.touch {
+				d.Touch(tc.ns, tc.sel)
+			}
+			if diff := cmp.Diff(s.want, targetNames(d.Targets())); diff != "" {
+				t.Errorf("Targets() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTargetsURL(t *testing.T) {
+	_, inf := startInformers(t, nil, annotated(pod("llm", "vllm-0", "10.0.0.1", vllm), discovery.AnnotationPort, "9000"))
+	d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), newClock())
+	d.Touch("llm", labels.SelectorFromSet(vllm))
+	want := []scrape.Target{{Key: discovery.Key(pod("llm", "vllm-0", "", nil)), URL: "http://10.0.0.1:9000/metrics"}}
+	if diff := cmp.Diff(want, d.Targets()); diff != "" {
+		t.Errorf("Targets() (-want +got):\n%s", diff)
+	}
+}
+
+func hpa(ns, name string, metric autoscalingv2.MetricSpec) *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MaxReplicas:    10,
+			Metrics:        []autoscalingv2.MetricSpec{metric},
+		},
+	}
+}
+
+func external(name string, sel *metav1.LabelSelector) autoscalingv2.MetricSpec {
+	return autoscalingv2.MetricSpec{
+		Type: autoscalingv2.ExternalMetricSourceType,
+		External: &autoscalingv2.ExternalMetricSource{
+			Metric: autoscalingv2.MetricIdentifier{Name: name, Selector: sel},
+			Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: resource.NewMilliQuantity(800, resource.DecimalSI)},
+		},
+	}
+}
+
+func TestHPATargets(t *testing.T) {
+	vllmSel := &metav1.LabelSelector{MatchLabels: vllm}
+	cpu := autoscalingv2.MetricSpec{
+		Type: autoscalingv2.ResourceMetricSourceType,
+		Resource: &autoscalingv2.ResourceMetricSource{
+			Name:   corev1.ResourceCPU,
+			Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: new(int32(80))},
+		},
+	}
+	tests := []struct {
+		name string
+		hpas []runtime.Object
+		want []string
+	}{
+		{name: "our metric", hpas: []runtime.Object{hpa("llm", "h", external("llm_saturation", vllmSel))}, want: []string{"llm/vllm-0", "llm/vllm-1"}},
+		{name: "our metric upper-case", hpas: []runtime.Object{hpa("llm", "h", external("LLM_Saturation", vllmSel))}, want: []string{"llm/vllm-0", "llm/vllm-1"}},
+		{name: "another of our metrics", hpas: []runtime.Object{hpa("llm", "h", external("llm_queue_depth", vllmSel))}, want: []string{"llm/vllm-0", "llm/vllm-1"}},
+		{name: "other metric name", hpas: []runtime.Object{hpa("llm", "h", external("requests_per_second", vllmSel))}, want: []string{}},
+		{name: "resource metric", hpas: []runtime.Object{hpa("llm", "h", cpu)}, want: []string{}},
+		{
+			name: "matchExpressions",
+			hpas: []runtime.Object{hpa("llm", "h", external("llm_saturation", &metav1.LabelSelector{
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"vllm", "sglang"}}},
+			}))},
+			want: []string{"llm/sglang-0", "llm/vllm-0", "llm/vllm-1"},
+		},
+		{
+			name: "invalid selector is skipped",
+			hpas: []runtime.Object{
+				hpa("llm", "bad", external("llm_saturation", &metav1.LabelSelector{
+					MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}},
+				})),
+				hpa("other", "good", external("llm_saturation", vllmSel)),
+			},
+			want: []string{"other/vllm-0"},
+		},
+		{name: "no selector means the whole namespace", hpas: []runtime.Object{hpa("other", "h", external("llm_saturation", nil))}, want: []string{"other/vllm-0"}},
+		{name: "HPA's namespace only", hpas: []runtime.Object{hpa("other", "h", external("llm_saturation", vllmSel))}, want: []string{"other/vllm-0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, inf := startInformers(t, nil, append(cluster(), tt.hpas...)...)
+			clk := newClock()
+			d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), clk)
+			if diff := cmp.Diff(tt.want, targetNames(d.Targets())); diff != "" {
+				t.Errorf("Targets() (-want +got):\n%s", diff)
+			}
+			// HPA interest does not idle out.
+			clk.Step(time.Hour)
+			if diff := cmp.Diff(tt.want, targetNames(d.Targets())); diff != "" {
+				t.Errorf("Targets() an hour later (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func podNames(pods []*corev1.Pod) []string {
+	out := []string{}
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPodsCache checks that Discovery.Pods, which reuses a selector's list until
+// the namespace's informer generation changes, sees pods added and relabelled
+// through the API.
+func TestPodsCache(t *testing.T) {
+	ctx := context.Background()
+	client, inf := startInformers(t, nil, cluster()...)
+	d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), newClock())
+	sel := labels.SelectorFromSet(vllm)
+
+	first, err := d.Pods("llm", sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"vllm-0", "vllm-1", "vllm-badport", "vllm-pending"}, podNames(first)); diff != "" {
+		t.Fatalf("Pods() (-want +got):\n%s", diff)
+	}
+	// The informers deliver the initial adds after the caches report synced, so
+	// the generations may still move for a while: wait until the one pod of
+	// namespace other has been counted, and until two calls in a row reuse the
+	// cached slice.
+	poll := func(cond func() bool) error {
+		return wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+	}
+	if err := poll(func() bool { return inf.Pods().Generation("other") > 0 }); err != nil {
+		t.Fatalf("Generation(other) stayed 0 with a pod in namespace other: %v", err)
+	}
+	if err := poll(func() bool {
+		a, _ := d.Pods("llm", sel)
+		b, _ := d.Pods("llm", sel)
+		return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
+	}); err != nil {
+		t.Errorf("Pods() never reused its cached slice with no pod change: %v", err)
+	}
+
+	gen := inf.Pods().Generation("llm")
+	otherGen := inf.Pods().Generation("other")
+	steps := []struct {
+		name   string
+		change func() error
+		want   []string
+	}{
+		{
+			name: "pod added",
+			change: func() error {
+				_, err := client.CoreV1().Pods("llm").Create(ctx, pod("llm", "vllm-2", "10.0.0.5", vllm), metav1.CreateOptions{})
+				return err
+			},
+			want: []string{"vllm-0", "vllm-1", "vllm-2", "vllm-badport", "vllm-pending"},
+		},
+		{
+			name: "pod relabelled out",
+			change: func() error {
+				_, err := client.CoreV1().Pods("llm").Update(ctx, pod("llm", "vllm-0", "10.0.0.1", map[string]string{"app": "retired"}), metav1.UpdateOptions{})
+				return err
+			},
+			want: []string{"vllm-1", "vllm-2", "vllm-badport", "vllm-pending"},
+		},
+		{
+			name: "pod relabelled in",
+			change: func() error {
+				_, err := client.CoreV1().Pods("llm").Update(ctx, pod("llm", "sglang-0", "10.0.0.4", vllm), metav1.UpdateOptions{})
+				return err
+			},
+			want: []string{"sglang-0", "vllm-1", "vllm-2", "vllm-badport", "vllm-pending"},
+		},
+		{
+			name:   "pod deleted",
+			change: func() error { return client.CoreV1().Pods("llm").Delete(ctx, "vllm-pending", metav1.DeleteOptions{}) },
+			want:   []string{"sglang-0", "vllm-1", "vllm-2", "vllm-badport"},
+		},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if err := s.change(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				pods, err := d.Pods("llm", sel)
+				if err != nil {
+					return false, err
+				}
+				got = podNames(pods)
+				return slices.Equal(got, s.want), nil
+			})
+			if err != nil {
+				t.Errorf("Pods() never became %q, last %q: %v", s.want, got, err)
+			}
+			if g := inf.Pods().Generation("llm"); g == gen {
+				t.Errorf("Generation(llm) = %d, unchanged after a pod change", g)
+			} else {
+				gen = g
+			}
+		})
+	}
+	if g := inf.Pods().Generation("other"); g != otherGen {
+		t.Errorf("Generation(other) = %d, want %d: no pod of namespace other changed", g, otherGen)
+	}
+}
+
+func TestWatchedNamespaces(t *testing.T) {
+	objs := []runtime.Object{
+		pod("a", "vllm-0", "10.0.0.1", vllm),
+		pod("b", "vllm-0", "10.0.1.1", vllm),
+		hpa("a", "h", external("llm_saturation", &metav1.LabelSelector{MatchLabels: vllm})),
+		hpa("b", "h", external("llm_saturation", &metav1.LabelSelector{MatchLabels: vllm})),
+	}
+	_, inf := startInformers(t, []string{"a"}, objs...)
+
+	t.Run("pods of a watched namespace", func(t *testing.T) {
+		pods, err := inf.Pods().List("a", labels.Everything())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"vllm-0"}, podNames(pods)); diff != "" {
+			t.Errorf("List(a) (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("pods of another namespace", func(t *testing.T) {
+		pods, err := inf.Pods().List("b", labels.Everything())
+		if err == nil || !strings.Contains(err.Error(), "not watched") || !strings.Contains(err.Error(), `"b"`) {
+			t.Errorf("List(b) = %d pods, %v; want an error saying namespace \"b\" is not watched", len(pods), err)
+		}
+	})
+	t.Run("HPAs", func(t *testing.T) {
+		hpas, err := inf.HPAs().List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, h := range hpas {
+			got = append(got, h.Namespace+"/"+h.Name)
+		}
+		if diff := cmp.Diff([]string{"a/h"}, got); diff != "" {
+			t.Errorf("HPAs().List() (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("targets", func(t *testing.T) {
+		d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), newClock())
+		d.Touch("b", labels.Everything())
+		if diff := cmp.Diff([]string{"a/vllm-0"}, targetNames(d.Targets())); diff != "" {
+			t.Errorf("Targets() (-want +got):\n%s", diff)
+		}
+		if _, err := d.Pods("b", labels.Everything()); err == nil || !strings.Contains(err.Error(), "not watched") {
+			t.Errorf("Pods(b) error = %v, want one saying it is not watched", err)
+		}
+	})
+}
