@@ -119,6 +119,12 @@ func (s *Scraper) ScrapeAll(ctx context.Context, targets []Target, prune bool) {
 	sem := make(chan struct{}, max(1, s.opts.Concurrency))
 	var wg sync.WaitGroup
 	for _, t := range targets {
+		// select picks at random among ready cases: check cancellation first so a
+		// stopped adapter starts no new scrape (which would be stored as an error).
+		if ctx.Err() != nil {
+			wg.Wait()
+			return
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
