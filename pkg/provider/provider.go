@@ -166,45 +166,21 @@ func (p *Provider) compute(ctx context.Context, metric, namespace string, select
 		return 0, time.Time{}, signals.Pool{}, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound,
 			fmt.Sprintf("%s: no pods match; check the HPA's metric.selector against the pod labels", where))
 	}
-	var counted []*corev1.Pod
-	for _, pod := range pods {
-		if discovery.Counted(pod) {
-			counted = append(counted, pod)
-		}
-	}
-	if len(counted) == 0 {
+	now := p.clock.Now()
+	counted, pool, oldest, unknown, cold := p.fold(pods, now)
+	if counted == 0 {
 		p.metrics.Requests.WithLabelValues(metric, "no_data").Inc()
 		return 0, time.Time{}, signals.Pool{}, apierrors.NewServiceUnavailable(
 			fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, len(pods)))
 	}
-	p.scrapeCold(ctx, counted)
-
-	now := p.clock.Now()
-	members := make([]signals.Member, len(counted))
-	var oldest time.Time
-	var unknown []string
-	for i, pod := range counted {
-		res, why, ok := p.fresh(pod, now)
-		if !ok {
-			unknown = append(unknown, pod.Name+": "+why)
-			continue
-		}
-		reading, f, at := res.Reading, res.Fusion, res.Time
-		if f.Saturation == nil {
-			unknown = append(unknown, pod.Name+": no valid queue depth or KV-cache usage ("+strings.Join(reading.Warnings, "; ")+")")
-			continue
-		}
-		members[i] = signals.Member{Reading: reading, Fusion: f}
-		if oldest.IsZero() || at.Before(oldest) {
-			oldest = at
-		}
+	if cold && p.scrapeCold(ctx, pods) {
+		counted, pool, oldest, unknown, _ = p.fold(pods, p.clock.Now())
 	}
-	pool := signals.Aggregate(members, p.opts.UnknownSaturation)
 	slices.Sort(unknown)
 	if pool.Known == 0 {
 		p.metrics.Requests.WithLabelValues(metric, "no_data").Inc()
 		return 0, time.Time{}, pool, apierrors.NewServiceUnavailable(
-			fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, len(counted), summarize(unknown)))
+			fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, counted, summarize(unknown)))
 	}
 	if len(unknown) > 0 {
 		klog.V(2).InfoS("pods without fresh data count as saturated", "namespace", namespace, "selector", selector.String(),
@@ -232,6 +208,34 @@ func (p *Provider) compute(ctx context.Context, metric, namespace string, select
 	return *v, oldest, pool, nil
 }
 
+// fold aggregates the counted (Running, Ready, not terminating) pods in one pass.
+// It returns how many were counted, the pool, the time of the oldest contributing
+// reading, why the unknown pods are unknown, and whether any counted pod was never
+// scraped.
+func (p *Provider) fold(pods []*corev1.Pod, now time.Time) (counted int, pool signals.Pool, oldest time.Time, unknown []string, cold bool) {
+	b := signals.NewPoolBuilder(p.opts.UnknownSaturation)
+	for _, pod := range pods {
+		if !discovery.Counted(pod) {
+			continue
+		}
+		counted++
+		res, why, ok := p.fresh(pod, now)
+		if !ok {
+			cold = cold || res == nil
+			unknown = append(unknown, pod.Name+": "+why)
+			b.Add(nil, signals.Fusion{})
+			continue
+		}
+		if res.Fusion.Saturation == nil {
+			unknown = append(unknown, pod.Name+": no valid queue depth or KV-cache usage ("+strings.Join(res.Reading.Warnings, "; ")+")")
+		} else if oldest.IsZero() || res.Time.Before(oldest) {
+			oldest = res.Time
+		}
+		b.Add(res.Reading, res.Fusion)
+	}
+	return counted, b.Pool(), oldest, unknown, cold
+}
+
 // fresh returns a pod's result if its reading is younger than MaxAge, else why not.
 func (p *Provider) fresh(pod *corev1.Pod, now time.Time) (*scrape.Result, string, bool) {
 	res, ok := p.readings.Latest(discovery.Key(pod))
@@ -255,13 +259,17 @@ func (p *Provider) fresh(pod *corev1.Pod, now time.Time) (*scrape.Result, string
 }
 
 // scrapeCold scrapes, within ColdScrapeTimeout, the counted pods that were never
-// scraped, so that the first request for a new selector gets an answer.
-func (p *Provider) scrapeCold(ctx context.Context, pods []*corev1.Pod) {
+// scraped, so that the first request for a new selector gets an answer. It
+// reports whether it scraped any.
+func (p *Provider) scrapeCold(ctx context.Context, pods []*corev1.Pod) bool {
 	if p.opts.ColdScrapeTimeout <= 0 {
-		return
+		return false
 	}
 	var cold []scrape.Target
 	for _, pod := range pods {
+		if !discovery.Counted(pod) {
+			continue
+		}
 		if _, ok := p.readings.Latest(discovery.Key(pod)); ok {
 			continue
 		}
@@ -272,11 +280,12 @@ func (p *Provider) scrapeCold(ctx context.Context, pods []*corev1.Pod) {
 		cold = append(cold, t)
 	}
 	if len(cold) == 0 {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ColdScrapeTimeout)
 	defer cancel()
 	p.readings.ScrapeAll(ctx, cold, false)
+	return true
 }
 
 // summarize joins up to five reasons and counts the rest.

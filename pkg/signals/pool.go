@@ -30,48 +30,75 @@ type Pool struct {
 	KVCacheUsage *float64
 }
 
-// Aggregate folds the members into a Pool. A member without a saturation counts as
+// Aggregate folds the members into a Pool; see PoolBuilder.
+func Aggregate(members []Member, unknownSaturation float64) Pool {
+	b := NewPoolBuilder(unknownSaturation)
+	for i := range members {
+		b.Add(members[i].Reading, members[i].Fusion)
+	}
+	return b.Pool()
+}
+
+// PoolBuilder folds pods into a Pool one at a time, so that a caller walking a
+// thousand pods needs no slice of members. A pod without a saturation counts as
 // unknownSaturation in Saturation and DemandReplicas (the Gateway API inference
 // extension counts a pod with stale or missing metrics as saturated, 1.0; see
 // DOMAIN.md §5), so a pool whose engines stop reporting does not look idle.
 // Callers must treat Known == 0 as "no data", never as a value.
-func Aggregate(members []Member, unknownSaturation float64) Pool {
-	p := Pool{Pods: len(members)}
-	var queue, running, kv float64
-	var nQueue, nRunning, nKV int
-	for i := range members {
-		m := &members[i]
-		if !m.known() {
-			p.DemandReplicas += unknownSaturation
-			continue
-		}
-		p.Known++
-		p.DemandReplicas += *m.Fusion.Saturation
-		r := m.Reading
-		if r.QueueDepth != nil {
-			queue += *r.QueueDepth
-			nQueue++
-		}
-		if r.Running != nil {
-			running += *r.Running
-			nRunning++
-		}
-		if r.KVCacheUsage != nil {
-			kv += *r.KVCacheUsage
-			nKV++
-		}
+type PoolBuilder struct {
+	unknownSaturation float64
+	pool              Pool
+	queue, running    float64
+	kv                float64
+	nQueue, nRunning  int
+	nKV               int
+}
+
+// NewPoolBuilder returns an empty builder.
+func NewPoolBuilder(unknownSaturation float64) PoolBuilder {
+	return PoolBuilder{unknownSaturation: unknownSaturation}
+}
+
+// Add counts one pod: its fresh reading and fusion, or a nil reading for a pod
+// without fresh data.
+func (b *PoolBuilder) Add(r *Reading, f Fusion) {
+	b.pool.Pods++
+	if r == nil || f.Saturation == nil {
+		b.pool.DemandReplicas += b.unknownSaturation
+		return
 	}
+	b.pool.Known++
+	b.pool.DemandReplicas += *f.Saturation
+	if r.QueueDepth != nil {
+		b.queue += *r.QueueDepth
+		b.nQueue++
+	}
+	if r.Running != nil {
+		b.running += *r.Running
+		b.nRunning++
+	}
+	if r.KVCacheUsage != nil {
+		b.kv += *r.KVCacheUsage
+		b.nKV++
+	}
+}
+
+// Pool returns the aggregate of the pods added so far.
+func (b *PoolBuilder) Pool() Pool {
+	p := b.pool
 	if p.Pods > 0 {
 		p.Saturation = p.DemandReplicas / float64(p.Pods)
 	}
-	if nQueue > 0 {
-		p.QueueDepth = &queue
+	if b.nQueue > 0 {
+		q := b.queue
+		p.QueueDepth = &q
 	}
-	if nRunning > 0 {
-		p.Running = &running
+	if b.nRunning > 0 {
+		r := b.running
+		p.Running = &r
 	}
-	if nKV > 0 {
-		kv /= float64(nKV)
+	if b.nKV > 0 {
+		kv := b.kv / float64(b.nKV)
 		p.KVCacheUsage = &kv
 	}
 	return p
