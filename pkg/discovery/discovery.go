@@ -56,6 +56,9 @@ type Options struct {
 	// Metrics are the metric names served; an HPA whose External metric has one of
 	// these names puts its selector in the scrape set.
 	Metrics []string
+	// OnIdle, if set, is called with the namespace and canonical selector of each
+	// request interest that expired, e.g. to delete its per-selector self-metrics.
+	OnIdle func(namespace, selector string)
 }
 
 // Discovery tracks the selectors of interest and turns them into scrape targets.
@@ -166,7 +169,7 @@ func (d *Discovery) Targets() []scrape.Target {
 // interests returns the live request interests and the HPA selectors.
 func (d *Discovery) interests() []interest {
 	now := d.clock.Now()
-	var out []interest
+	var out, idle []interest
 	d.mu.Lock()
 	for k, in := range d.asked {
 		if now.Sub(in.lastAsked) > d.opts.IdleTimeout {
@@ -174,11 +177,17 @@ func (d *Discovery) interests() []interest {
 			d.matchMu.Lock()
 			delete(d.matches, k)
 			d.matchMu.Unlock()
+			idle = append(idle, *in)
 			continue
 		}
 		out = append(out, *in)
 	}
 	d.mu.Unlock()
+	if d.opts.OnIdle != nil {
+		for _, in := range idle {
+			d.opts.OnIdle(in.namespace, in.selector.String())
+		}
+	}
 	if d.hpas == nil {
 		return out
 	}

@@ -491,3 +491,25 @@ func TestWatchedNamespaces(t *testing.T) {
 		}
 	})
 }
+
+// An expired interest is reported once, with its namespace and canonical selector,
+// so that its per-selector self-metrics can be deleted.
+func TestOnIdle(t *testing.T) {
+	_, inf := startInformers(t, nil, cluster()...)
+	clk := newClock()
+	var idle []string
+	opts := defaultOptions
+	opts.OnIdle = func(ns, sel string) { idle = append(idle, ns+"|"+sel) }
+	d := discovery.New(opts, inf.Pods(), inf.HPAs(), clk)
+	d.Touch("llm", labels.SelectorFromSet(vllm))
+	d.Targets()
+	if len(idle) != 0 {
+		t.Fatalf("idle = %q before the timeout", idle)
+	}
+	clk.Step(opts.IdleTimeout + time.Second)
+	d.Targets()
+	d.Targets()
+	if want := []string{"llm|" + labels.SelectorFromSet(vllm).String()}; !slices.Equal(idle, want) {
+		t.Errorf("idle = %q, want %q", idle, want)
+	}
+}

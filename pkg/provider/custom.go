@@ -82,7 +82,15 @@ func (p *Provider) podValues(ctx context.Context, metric, namespace string, sele
 	if onlyPod != "" {
 		where = fmt.Sprintf("pods/%s of pod %s/%s", metric, namespace, onlyPod)
 	}
-	p.pods.Touch(namespace, selector)
+	if namespace == "" {
+		return nil, apierrors.NewBadRequest(where + ": a namespace is required")
+	}
+	// A by-name request names one pod; its selector would be "everything" and put
+	// the whole namespace in the scrape set, so it declares no interest and the pod
+	// is scraped on demand.
+	if onlyPod == "" {
+		p.pods.Touch(namespace, selector)
+	}
 	pods, err := p.pods.Pods(namespace, selector)
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))

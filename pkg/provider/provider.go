@@ -155,6 +155,10 @@ func isServed(name string) bool {
 // contributing sample, and the pool it was computed from.
 func (p *Provider) compute(ctx context.Context, metric, namespace string, selector labels.Selector) (float64, time.Time, signals.Pool, error) {
 	where := fmt.Sprintf("%s in namespace %q for selector %q", metric, namespace, selector)
+	if namespace == "" {
+		p.metrics.Requests.WithLabelValues(metric, "error").Inc()
+		return 0, time.Time{}, signals.Pool{}, apierrors.NewBadRequest(where + ": a namespace is required; pools never span namespaces")
+	}
 	p.pods.Touch(namespace, selector)
 	pods, err := p.pods.Pods(namespace, selector)
 	if err != nil {
@@ -227,7 +231,7 @@ func (p *Provider) fold(pods []*corev1.Pod, now time.Time) (counted int, pool si
 			continue
 		}
 		if res.Fusion.Saturation == nil {
-			unknown = append(unknown, pod.Name+": no valid queue depth or KV-cache usage ("+strings.Join(res.Reading.Warnings, "; ")+")")
+			unknown = append(unknown, pod.Name+": no valid queue depth or KV-cache usage"+firstWarnings(res.Reading.Warnings))
 		} else if oldest.IsZero() || res.Time.Before(oldest) {
 			oldest = res.Time
 		}
@@ -240,7 +244,10 @@ func (p *Provider) fold(pods []*corev1.Pod, now time.Time) (counted int, pool si
 func (p *Provider) fresh(pod *corev1.Pod, now time.Time) (*scrape.Result, string, bool) {
 	res, ok := p.readings.Latest(discovery.Key(pod))
 	if !ok {
-		return res, "not scraped yet", false
+		if _, err := p.pods.TargetFor(pod); err != nil {
+			return nil, "cannot be scraped: " + err.Error(), false
+		}
+		return nil, "not scraped yet", false
 	}
 	if res.Reading == nil {
 		if res.Err != nil {
@@ -286,6 +293,17 @@ func (p *Provider) scrapeCold(ctx context.Context, pods []*corev1.Pod) bool {
 	defer cancel()
 	p.readings.ScrapeAll(ctx, cold, false)
 	return true
+}
+
+// firstWarnings renders up to two of a reading's warnings for an error message.
+func firstWarnings(w []string) string {
+	switch {
+	case len(w) == 0:
+		return ""
+	case len(w) <= 2:
+		return " (" + strings.Join(w, "; ") + ")"
+	}
+	return fmt.Sprintf(" (%s; and %d more)", strings.Join(w[:2], "; "), len(w)-2)
 }
 
 // summarize joins up to five reasons and counts the rest.

@@ -87,6 +87,7 @@ type podSpec struct {
 	engine   *engine
 	notReady bool
 	pending  bool
+	annot    map[string]string
 }
 
 func makePod(p podSpec) *corev1.Pod {
@@ -103,6 +104,9 @@ func makePod(p podSpec) *corev1.Pod {
 	}
 	if p.engine != nil {
 		pod.Annotations[discovery.AnnotationPort] = p.engine.port()
+	}
+	for k, v := range p.annot {
+		pod.Annotations[k] = v
 	}
 	if p.notReady {
 		pod.Status.Conditions[0].Status = corev1.ConditionFalse
@@ -301,6 +305,8 @@ func TestMissingDataIsAnErrorNeverZero(t *testing.T) {
 		podSpec{name: "cold", labels: map[string]string{"app": "cold"}, notReady: true},
 		podSpec{name: "pending", labels: map[string]string{"app": "cold"}, pending: true},
 		podSpec{name: "tgi", labels: map[string]string{"app": "tgi"}, engine: newEngine(t, "tgi_queue_size 3\ntgi_batch_current_size 2\n")},
+		podSpec{name: "misannotated", labels: map[string]string{"app": "misannotated"}, annot: map[string]string{discovery.AnnotationPort: "http"}},
+		podSpec{ns: "other", name: "elsewhere", labels: map[string]string{"app": "mixed"}, engine: good},
 	)
 	t.Run("an unknown pod counts as saturated, not idle", func(t *testing.T) {
 		// good: 0, broken: unknown → 1.0; mean 0.5, sum 1.
@@ -326,7 +332,16 @@ func TestMissingDataIsAnErrorNeverZero(t *testing.T) {
 		{"signal no pod exposes", MetricKVCacheUsage, "app=tgi", http.StatusServiceUnavailable,
 			[]string{"none of the 1 pods with fresh data exposes this signal"}},
 		{"unknown metric", "cpu_usage", "app=mixed", http.StatusNotFound, []string{"cpu_usage"}},
+		{"a bad annotation is named, not 'not scraped yet'", MetricSaturation, "app=misannotated", http.StatusServiceUnavailable,
+			[]string{`misannotated: cannot be scraped`, `annotation prometheus.io/port="http" is not a port number`}},
 	}
+	// An empty namespace would otherwise mean "every namespace" to the lister.
+	t.Run("no namespace", func(t *testing.T) {
+		r := f.get(t, "", MetricSaturation, "app=mixed")
+		if r.code != http.StatusBadRequest || !strings.Contains(r.status.Message, "a namespace is required") {
+			t.Errorf("HTTP %d %q, want 400 asking for a namespace", r.code, r.status.Message)
+		}
+	})
 	for _, tt := range errs {
 		t.Run(tt.name, func(t *testing.T) {
 			r := f.get(t, "llm", tt.metric, tt.selector)

@@ -66,6 +66,9 @@ type Scraper struct {
 	metrics   *selfmetrics.Metrics
 
 	bufs sync.Pool // *bytes.Buffer
+	// sem bounds scrapes in flight across every caller (the periodic loop and
+	// on-demand scrapes of requests) to Options.Concurrency.
+	sem chan struct{}
 
 	mu      sync.RWMutex
 	results map[types.NamespacedName]*Result
@@ -77,6 +80,7 @@ func New(opts Options, client *http.Client, extractor *signals.Extractor, clk cl
 	return &Scraper{
 		opts: opts, client: client, extractor: extractor, clock: clk, metrics: metrics,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
+		sem:     make(chan struct{}, max(1, opts.Concurrency)),
 		results: map[types.NamespacedName]*Result{},
 	}
 }
@@ -112,11 +116,11 @@ func (s *Scraper) Latest(key types.NamespacedName) (*Result, bool) {
 	return r, ok
 }
 
-// ScrapeAll scrapes every target with at most Options.Concurrency in flight, stores
-// the results and forgets stored results of pods that are not in targets when
-// prune is true. It returns when every scrape has finished.
+// ScrapeAll scrapes every target, with at most Options.Concurrency scrapes in
+// flight across all callers, and stores the results. With prune, targets is the
+// whole scrape set: results of other pods are forgotten and the scrape-targets
+// gauge is set. It returns when every scrape has finished.
 func (s *Scraper) ScrapeAll(ctx context.Context, targets []Target, prune bool) {
-	sem := make(chan struct{}, max(1, s.opts.Concurrency))
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		// select picks at random among ready cases: check cancellation first so a
@@ -126,14 +130,14 @@ func (s *Scraper) ScrapeAll(ctx context.Context, targets []Target, prune bool) {
 			return
 		}
 		select {
-		case sem <- struct{}{}:
+		case s.sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
 			return
 		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer func() { <-s.sem; wg.Done() }()
 			s.ScrapeOne(ctx, t)
 		}()
 	}
@@ -150,8 +154,8 @@ func (s *Scraper) ScrapeAll(ctx context.Context, targets []Target, prune bool) {
 			}
 		}
 		s.mu.Unlock()
+		s.metrics.ScrapeTargets.Set(float64(len(targets)))
 	}
-	s.metrics.ScrapeTargets.Set(float64(len(targets)))
 }
 
 // Run scrapes the targets returned by targets every interval until ctx is done.
@@ -168,11 +172,18 @@ func (s *Scraper) Run(ctx context.Context, interval time.Duration, targets func(
 	}
 }
 
-// ScrapeOne scrapes one target, stores and returns its result.
+// ScrapeOne scrapes one target, stores and returns its result. When ctx ends
+// first, nothing is stored and the previous result (possibly nil) is returned.
 func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	start := s.clock.Now()
 	reading, reason, err := s.fetch(ctx, t.URL)
 	now := s.clock.Now()
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up (shutdown, or a request's cold-scrape budget): that says
+		// nothing about the pod, so nothing is stored or counted.
+		r, _ := s.Latest(t.Key)
+		return r
+	}
 
 	var fusion signals.Fusion
 	if err == nil {

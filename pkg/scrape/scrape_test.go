@@ -427,12 +427,14 @@ vllm:num_requests_running{engine="0",model_name="m"} +Inf
 func TestScrapeAllPrune(t *testing.T) {
 	good := readSample(t, vllmSample)
 	tests := []struct {
-		name     string
-		prune    bool
-		wantKept []string
+		name        string
+		prune       bool
+		wantKept    []string
+		wantTargets float64
 	}{
-		{name: "prune", prune: true, wantKept: []string{"a"}},
-		{name: "no prune", prune: false, wantKept: []string{"a", "b", "c"}},
+		{name: "prune", prune: true, wantKept: []string{"a"}, wantTargets: 1},
+		// An on-demand scrape (no prune) is not the scrape set: the gauge stays.
+		{name: "no prune", prune: false, wantKept: []string{"a", "b", "c"}, wantTargets: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -458,8 +460,8 @@ func TestScrapeAllPrune(t *testing.T) {
 			if !slices.Equal(kept, tt.wantKept) {
 				t.Errorf("results kept for %q, want %q", kept, tt.wantKept)
 			}
-			if got := testutil.ToFloat64(f.metrics.ScrapeTargets); got != 1 {
-				t.Errorf("scrape_targets = %g, want 1", got)
+			if got := testutil.ToFloat64(f.metrics.ScrapeTargets); got != tt.wantTargets {
+				t.Errorf("scrape_targets = %g, want %g", got, tt.wantTargets)
 			}
 		})
 	}
@@ -568,4 +570,70 @@ func TestConnectionReuse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Scrapes from several callers share one bound: the periodic loop and the
+// on-demand scrapes of concurrent requests together stay within Concurrency.
+func TestConcurrencyBoundIsShared(t *testing.T) {
+	e, inFlight := newCountingEngine(t)
+	opts := defaultOptions()
+	opts.Concurrency = 2
+	f := newFixture(t, opts)
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ts []scrape.Target
+			for i := range 3 {
+				ts = append(ts, e.target(fmt.Sprintf("c%d-%d", c, i)))
+			}
+			f.scraper.ScrapeAll(context.Background(), ts, false)
+		}()
+	}
+	wg.Wait()
+	if got := inFlight(); got > 2 {
+		t.Errorf("max in flight = %d across callers, want <= 2", got)
+	}
+}
+
+// A scrape abandoned by its caller stores nothing about the pod.
+func TestCanceledScrapeStoresNothing(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	e := newEngine(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	f := newFixture(t, defaultOptions())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if r := f.scraper.ScrapeOne(ctx, e.target("a")); r != nil {
+		t.Errorf("result = %+v, want nil: a canceled scrape says nothing about the pod", r)
+	}
+	if _, ok := f.scraper.Latest(e.target("a").Key); ok {
+		t.Error("a canceled scrape was stored")
+	}
+}
+
+// newCountingEngine serves the real dump slowly and reports the most requests it
+// had in flight at once.
+func newCountingEngine(t *testing.T) (*engine, func() int) {
+	good := readSample(t, vllmSample)
+	var mu sync.Mutex
+	inFlight, maxInFlight := 0, 0
+	e := newEngine(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		serve(http.StatusOK, good).ServeHTTP(w, r)
+	}))
+	return e, func() int { mu.Lock(); defer mu.Unlock(); return maxInFlight }
 }

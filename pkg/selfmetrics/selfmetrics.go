@@ -74,3 +74,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	return m, nil
 }
+
+// ForgetSelector deletes the per-selector series (pool pods, served value) of a
+// namespace and selector nobody asks about any more, so that they neither go stale
+// nor accumulate.
+func (m *Metrics) ForgetSelector(namespace, selector string) {
+	l := prometheus.Labels{"namespace": namespace, "selector": selector}
+	m.PoolPods.DeletePartialMatch(l)
+	m.ServedValue.DeletePartialMatch(l)
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestMetricsDocumented keeps the README's table of the adapter's own metrics and
@@ -48,5 +49,24 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	if len(got) != 7 {
 		t.Errorf("gathered %d families, want the 7 documented", len(got))
+	}
+}
+
+func TestForgetSelector(t *testing.T) {
+	m, err := New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"a", "b"} {
+		m.ServedValue.WithLabelValues(ns, "llm_saturation", "app=vllm").Set(1)
+		m.PoolPods.WithLabelValues(ns, "llm_saturation", "app=vllm", "counted").Set(1)
+		m.PoolPods.WithLabelValues(ns, "llm_saturation", "app=vllm", "unknown").Set(0)
+	}
+	m.ForgetSelector("a", "app=vllm")
+	if got := testutil.CollectAndCount(m.ServedValue); got != 1 {
+		t.Errorf("served_value series = %d, want 1 (namespace b's)", got)
+	}
+	if got := testutil.CollectAndCount(m.PoolPods); got != 2 {
+		t.Errorf("pool_pods series = %d, want 2 (namespace b's)", got)
 	}
 }

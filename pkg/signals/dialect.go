@@ -98,8 +98,11 @@ func builtinDialects() []Dialect {
 			},
 		},
 		{
-			Name:       "triton-trtllm",
-			ModelLabel: "model",
+			Name: "triton-trtllm",
+			// One Triton server hosts several models, each with its own queue and KV
+			// cache: they fold like data-parallel engines (queues add up).
+			EngineLabel: "model",
+			ModelLabel:  "model",
 			Sources: [numSignals][]Source{
 				QueueDepth: {
 					{Metric: "nv_trt_llm_request_metrics", Label: "request_type", Value: "waiting"},

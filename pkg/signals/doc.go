@@ -37,7 +37,7 @@
 // # Validity
 //
 // Each series is checked before any arithmetic. NaN, +Inf and -Inf, negative values
-// and ratios above 1 are rejected for that series alone, counted by [Reason] and
+// ratios above 1 and request counts above MaxRequests are rejected for that series alone, counted by [Reason] and
 // reported as warnings; the term then drops out for that engine. A term with no valid
 // series in any engine is absent (nil) for the pod. A pod with neither queue depth nor
 // KV-cache usage is unknown: its saturation is nil, never 0.

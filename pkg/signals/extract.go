@@ -150,7 +150,14 @@ func (e *Extractor) scan(body []byte) ([]rawSample, map[string]struct{}, error) 
 			continue
 		}
 		series, _, value := p.Series()
-		refs, ok := e.index[string(metricName(series))] // no allocation: Go optimises string(b) in a map index
+		name := metricName(series)
+		if len(name) == 0 {
+			// A quoted UTF-8 name ({"vllm:num_requests_waiting",engine="0"}): only the
+			// labels API knows it. Rare, so the allocation does not matter.
+			p.Labels(&lset)
+			name = []byte(lset.Get(labels.MetricName))
+		}
+		refs, ok := e.index[string(name)] // no allocation: Go optimises string(b) in a map index
 		if !ok {
 			continue
 		}
@@ -180,7 +187,7 @@ func (e *Extractor) scan(body []byte) ([]rawSample, map[string]struct{}, error) 
 }
 
 // metricName returns the metric name at the start of a series' bytes: the bytes
-// up to the first '{' or space.
+// up to the first '{' or space; empty when the name is quoted inside the braces.
 func metricName(series []byte) []byte {
 	for i, c := range series {
 		if c == '{' || c == ' ' {
@@ -249,7 +256,7 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 				r.Invalid = map[Reason]int{}
 			}
 			r.Invalid[reason]++
-			r.Warnings = append(r.Warnings, fmt.Sprintf("rejected %s = %g: %s", s.series, s.value, reason))
+			r.warn(fmt.Sprintf("rejected %s = %g: %s", s.series, s.value, reason))
 			continue
 		}
 		c := &cells[s.ref.signal]
@@ -275,7 +282,7 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 				continue
 			}
 			if c.differ {
-				r.Warnings = append(r.Warnings, fmt.Sprintf("%d duplicate series of %s for engine %q disagree; using their maximum %g",
+				r.warn(fmt.Sprintf("%d duplicate series of %s for engine %q disagree; using their maximum %g",
 					c.n, d.Sources[s][chosen[s]], id, c.value))
 			}
 			v := c.value
@@ -303,11 +310,11 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 			continue
 		}
 		if counts[s] == 0 {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("no valid %s series; %s drops out", d.Sources[s][chosen[s]], s))
+			r.warn(fmt.Sprintf("no valid %s series; %s drops out", d.Sources[s][chosen[s]], s))
 			continue
 		}
 		if counts[s] < len(ids) {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, counts[s], len(ids)))
+			r.warn(fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, counts[s], len(ids)))
 		}
 		v := sums[s]
 		if s == KVCacheUsage {
@@ -327,6 +334,20 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 	return r
 }
 
+// maxWarnings bounds the warnings kept per reading: a body with thousands of
+// broken series must not turn into megabytes of memory or of API error message.
+const maxWarnings = 10
+
+// warn records a warning, keeping the first maxWarnings and counting the rest.
+func (r *Reading) warn(w string) {
+	switch {
+	case len(r.Warnings) < maxWarnings:
+		r.Warnings = append(r.Warnings, w)
+	case len(r.Warnings) == maxWarnings:
+		r.Warnings = append(r.Warnings, "further warnings omitted")
+	}
+}
+
 // vllmVersion names the vLLM metrics generation: V1 exports the engine label and,
 // from 0.9.2, kv_cache_usage_perc; V0 has neither.
 func vllmVersion(kvSource string, hasEngineLabel bool) string {
@@ -335,6 +356,12 @@ func vllmVersion(kvSource string, hasEngineLabel bool) string {
 	}
 	return "vllm-v0"
 }
+
+// MaxRequests is the largest queue depth or running count accepted from one
+// series. No engine holds a billion requests; values above it are corrupt (a
+// uint64 underflow reads 1.8e19) and would otherwise dominate, or overflow, a
+// pool's sum.
+const MaxRequests = 1e9
 
 // validate reports whether v is outside the valid range of the signal and why.
 func validate(s Signal, v float64) (Reason, bool) {
@@ -346,6 +373,8 @@ func validate(s Signal, v float64) (Reason, bool) {
 	case v < 0:
 		return ReasonNegative, true
 	case s.isRatio() && v > 1:
+		return ReasonAboveRange, true
+	case (s == QueueDepth || s == Running) && v > MaxRequests:
 		return ReasonAboveRange, true
 	}
 	return "", false

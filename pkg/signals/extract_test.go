@@ -2,6 +2,7 @@ package signals
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,7 +112,7 @@ func TestExtractRealSamples(t *testing.T) {
 					"running":      `nv_trt_llm_request_metrics{request_type="active"}`,
 					"kvCacheUsage": `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`,
 				},
-				EngineIDs:  []string{""},
+				EngineIDs:  []string{"tensorrt_llm"},
 				QueueDepth: ptr(1), Running: ptr(0), KVCacheUsage: ptr(0.4875), KVCacheUsageMax: ptr(0.4875),
 			},
 		},
@@ -280,6 +281,27 @@ vllm:num_requests_waiting{engine="0",job="c"} 12
 			},
 		},
 		{
+			name: "an absurd count (uint64 underflow) is rejected, not summed",
+			body: `vllm:num_requests_waiting{engine="0"} 1.8446744073709552e19
+vllm:num_requests_waiting{engine="1"} 2
+`,
+			want: want{
+				Dialect: "vllm-v1", Sources: map[string]string{"queueDepth": "vllm:num_requests_waiting"},
+				EngineIDs: []string{"0", "1"}, QueueDepth: ptr(2),
+				Invalid: map[Reason]int{ReasonAboveRange: 1},
+			},
+			warnings: []string{"rejected", "valid for 1 of 2 engines"},
+		},
+		{
+			name: "quoted UTF-8 metric names are read",
+			body: `{"vllm:num_requests_waiting",engine="0"} 3
+`,
+			want: want{
+				Dialect: "vllm-v1", Sources: map[string]string{"queueDepth": "vllm:num_requests_waiting"},
+				EngineIDs: []string{"0"}, QueueDepth: ptr(3),
+			},
+		},
+		{
 			name: "engines sort numerically",
 			body: `vllm:num_requests_waiting{engine="10"} 1
 vllm:num_requests_waiting{engine="2"} 1
@@ -339,5 +361,24 @@ func TestExtractErrors(t *testing.T) {
 				t.Errorf("error %q, want it to contain %q", err, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// Thousands of broken series must not become thousands of warnings.
+func TestExtractWarningsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("vllm:num_requests_waiting{engine=\"0\"} 1\n")
+	for i := range 5000 {
+		fmt.Fprintf(&b, "vllm:kv_cache_usage_perc{engine=\"0\",tp_rank=\"%d\"} NaN\n", i)
+	}
+	r, err := NewExtractor().Extract([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Invalid[ReasonNaN] != 5000 {
+		t.Errorf("invalid nan = %d, want 5000 (all counted)", r.Invalid[ReasonNaN])
+	}
+	if len(r.Warnings) != maxWarnings+1 || r.Warnings[maxWarnings] != "further warnings omitted" {
+		t.Errorf("%d warnings, want %d and a note that more were omitted", len(r.Warnings), maxWarnings+1)
 	}
 }

@@ -23,14 +23,18 @@ func DefaultTargets() Targets {
 	return Targets{QueueDepth: 5, KVCacheUsage: 0.8}
 }
 
-// Validate returns an error naming the first target that is not a finite
-// positive number, or a KV-cache target above 1.
+// MinTarget is the smallest set point accepted: it keeps every ratio, and a
+// pool's sum of them, finite (MaxRequests / MinTarget = 1e12).
+const MinTarget = 0.001
+
+// Validate returns an error naming the first target that is not a finite number
+// of at least MinTarget, or a KV-cache target above 1.
 func (t Targets) Validate() error {
-	if !(t.QueueDepth > 0) || math.IsInf(t.QueueDepth, 0) {
-		return fmt.Errorf("queue depth target must be a finite number > 0, got %g", t.QueueDepth)
+	if !(t.QueueDepth >= MinTarget) || math.IsInf(t.QueueDepth, 0) {
+		return fmt.Errorf("queue depth target must be a finite number >= %g, got %g", MinTarget, t.QueueDepth)
 	}
-	if !(t.KVCacheUsage > 0) || t.KVCacheUsage > 1 {
-		return fmt.Errorf("KV-cache usage target must be in (0, 1], got %g", t.KVCacheUsage)
+	if !(t.KVCacheUsage >= MinTarget) || t.KVCacheUsage > 1 {
+		return fmt.Errorf("KV-cache usage target must be in [%g, 1], got %g", MinTarget, t.KVCacheUsage)
 	}
 	return nil
 }

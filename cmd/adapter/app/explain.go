@@ -30,12 +30,15 @@ type ExplainTarget struct {
 	Warnings        []string                `json:"warnings"`
 }
 
-// ExplainPool is what an HPA would see for the files as one pool of Ready pods.
+// ExplainPool is what an HPA would see for the files as one pool of Ready pods:
+// the values, or (when no pod has a saturation) the error the server would
+// return, with null values.
 type ExplainPool struct {
-	Pods           int     `json:"pods"`
-	Unknown        int     `json:"unknown"`
-	Saturation     float64 `json:"saturation"`
-	DemandReplicas float64 `json:"demandReplicas"`
+	Pods           int      `json:"pods"`
+	Unknown        int      `json:"unknown"`
+	Saturation     *float64 `json:"saturation"`
+	DemandReplicas *float64 `json:"demandReplicas"`
+	Error          string   `json:"error,omitempty"`
 }
 
 // Explanation is the whole explain output.
@@ -101,7 +104,12 @@ func Explain(files []string, fusion FusionOptions, stdin io.Reader) (Explanation
 		members = append(members, signals.Member{Reading: &r, Fusion: fu})
 	}
 	p := signals.Aggregate(members, fusion.UnknownSaturation)
-	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known, Saturation: p.Saturation, DemandReplicas: p.DemandReplicas}
+	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known}
+	if p.Known == 0 {
+		ex.Pool.Error = "no pod has a queue depth or KV-cache usage: the server would answer 503 and the HPA would hold"
+	} else {
+		ex.Pool.Saturation, ex.Pool.DemandReplicas = &p.Saturation, &p.DemandReplicas
+	}
 	return ex, nil
 }
 

@@ -51,7 +51,7 @@ func TestExplainRealSamples(t *testing.T) {
 			if got.Saturation == nil || math.Abs(*got.Saturation-tt.saturation) > 1e-12 {
 				t.Errorf("saturation = %v, want %g", got.Saturation, tt.saturation)
 			}
-			if ex.Pool.Pods != 1 || ex.Pool.DemandReplicas != *got.Saturation {
+			if ex.Pool.Pods != 1 || ex.Pool.DemandReplicas == nil || *ex.Pool.DemandReplicas != *got.Saturation {
 				t.Errorf("pool = %+v, want one pod with demand = saturation", ex.Pool)
 			}
 		})
@@ -110,5 +110,17 @@ func TestExplainErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("explain %v: error %v, want it to contain %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// A pool with no known pod is what the server answers with an error: explain says
+// so instead of printing the unknown-pod saturation as if it were a value.
+func TestExplainUnknownPool(t *testing.T) {
+	ex, err := Explain([]string{"-"}, defaultFusion(), strings.NewReader("vllm:num_requests_running 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Pool.Saturation != nil || ex.Pool.DemandReplicas != nil || !strings.Contains(ex.Pool.Error, "503") {
+		t.Errorf("pool = %+v, want null values and the server's error", ex.Pool)
 	}
 }

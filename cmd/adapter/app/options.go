@@ -51,11 +51,11 @@ func (o *FusionOptions) AddFlags(fs *pflag.FlagSet) {
 // Validate returns one error per bad fusion flag, naming the flag and its value.
 func (o *FusionOptions) Validate() []error {
 	var errs []error
-	if !(o.QueueDepthTarget > 0) || math.IsInf(o.QueueDepthTarget, 0) {
-		errs = append(errs, fmt.Errorf("--queue-depth-target=%g: must be a finite number > 0", o.QueueDepthTarget))
+	if !(o.QueueDepthTarget >= signals.MinTarget) || math.IsInf(o.QueueDepthTarget, 0) {
+		errs = append(errs, fmt.Errorf("--queue-depth-target=%g: must be a finite number >= %g", o.QueueDepthTarget, signals.MinTarget))
 	}
-	if !(o.KVCacheUsageTarget > 0) || o.KVCacheUsageTarget > 1 {
-		errs = append(errs, fmt.Errorf("--kv-cache-usage-target=%g: must be in (0, 1]", o.KVCacheUsageTarget))
+	if !(o.KVCacheUsageTarget >= signals.MinTarget) || o.KVCacheUsageTarget > 1 {
+		errs = append(errs, fmt.Errorf("--kv-cache-usage-target=%g: must be in [%g, 1]", o.KVCacheUsageTarget, signals.MinTarget))
 	}
 	if !(o.UnknownSaturation >= 0) || math.IsInf(o.UnknownSaturation, 0) {
 		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be a finite number >= 0", o.UnknownSaturation))
@@ -158,8 +158,8 @@ func (o *Options) Validate() error {
 	if s.Timeout <= 0 || s.Timeout > s.Interval {
 		errs = append(errs, fmt.Errorf("--scrape-timeout=%s: must be > 0 and at most --scrape-interval (%s)", s.Timeout, s.Interval))
 	}
-	if s.MaxBodyBytes <= 0 {
-		errs = append(errs, fmt.Errorf("--scrape-max-body-bytes=%d: must be > 0", s.MaxBodyBytes))
+	if s.MaxBodyBytes <= 0 || s.MaxBodyBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("--scrape-max-body-bytes=%d: must be in 1..1073741824 (1 GiB)", s.MaxBodyBytes))
 	}
 	if s.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("--scrape-concurrency=%d: must be >= 1", s.Concurrency))

@@ -90,6 +90,7 @@ func (o *Options) Run(ctx context.Context) error {
 	disc := discovery.New(discovery.Options{
 		Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
 		IdleTimeout: o.SelectorIdleTimeout, Metrics: provider.Catalog(),
+		OnIdle: metrics.ForgetSelector,
 	}, inf.Pods(), inf.HPAs(), clk)
 	scraper := scrape.New(scrape.Options{
 		Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency,
