@@ -468,7 +468,6 @@ func TestScrapeAllPrune(t *testing.T) {
 }
 
 func TestScrapeAllConcurrency(t *testing.T) {
-	good := readSample(t, vllmSample)
 	tests := []struct {
 		concurrency, targets int
 	}{
@@ -481,19 +480,7 @@ func TestScrapeAllConcurrency(t *testing.T) {
 			opts := defaultOptions()
 			opts.Concurrency = tt.concurrency
 			f := newFixture(t, opts)
-			var mu sync.Mutex
-			inFlight, maxInFlight := 0, 0
-			e := newEngine(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				inFlight++
-				maxInFlight = max(maxInFlight, inFlight)
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond) // let scrapes overlap if the scraper allows it
-				mu.Lock()
-				inFlight--
-				mu.Unlock()
-				serve(http.StatusOK, good).ServeHTTP(w, r)
-			}))
+			e, inFlight := newCountingEngine(t)
 			var targets []scrape.Target
 			for i := range tt.targets {
 				targets = append(targets, e.target(fmt.Sprintf("pod-%d", i)))
@@ -504,12 +491,9 @@ func TestScrapeAllConcurrency(t *testing.T) {
 			if got := e.hits.Load(); got != int64(tt.targets) {
 				t.Errorf("engine got %d requests, want %d", got, tt.targets)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if limit := max(1, tt.concurrency); maxInFlight > limit {
-				t.Errorf("max in flight = %d, want ≤ %d", maxInFlight, limit)
+			if limit, got := max(1, tt.concurrency), inFlight(); got > limit {
+				t.Errorf("max in flight = %d, want ≤ %d", got, limit)
 			}
-			t.Logf("max in flight: %d", maxInFlight)
 			for _, tg := range targets {
 				if r, ok := f.scraper.Latest(tg.Key); !ok || r.Err != nil || r.Reading == nil {
 					t.Errorf("%s: result %+v, %v; want a reading", tg.Key, r, ok)

@@ -68,18 +68,32 @@ type Reading struct {
 }
 
 // Value returns the pod-level value of a signal, nil when absent.
-func (r *Reading) Value(s Signal) *float64 {
+func (r *Reading) Value(s Signal) *float64 { return *r.slot(s) }
+
+// slot returns the field that holds a signal's pod-level value.
+func (r *Reading) slot(s Signal) **float64 {
 	switch s {
 	case QueueDepth:
-		return r.QueueDepth
+		return &r.QueueDepth
 	case Running:
-		return r.Running
+		return &r.Running
 	case KVCacheUsage:
-		return r.KVCacheUsage
-	case Preemptions:
-		return r.Preemptions
+		return &r.KVCacheUsage
 	}
-	return nil
+	return &r.Preemptions
+}
+
+// slot returns the field that holds a signal's value for the engine.
+func (e *EngineSignals) slot(s Signal) **float64 {
+	switch s {
+	case QueueDepth:
+		return &e.QueueDepth
+	case Running:
+		return &e.Running
+	case KVCacheUsage:
+		return &e.KVCacheUsage
+	}
+	return &e.Preemptions
 }
 
 // Extractor reads /metrics bodies. It is immutable and safe for concurrent use.
@@ -286,19 +300,10 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 					c.n, d.Sources[s][chosen[s]], id, c.value))
 			}
 			v := c.value
-			switch s {
-			case QueueDepth:
-				es.QueueDepth = &v
-			case Running:
-				es.Running = &v
-			case KVCacheUsage:
-				es.KVCacheUsage = &v
-				if r.KVCacheUsageMax == nil || v > *r.KVCacheUsageMax {
-					m := v
-					r.KVCacheUsageMax = &m
-				}
-			case Preemptions:
-				es.Preemptions = &v
+			*es.slot(s) = &v
+			if s == KVCacheUsage && (r.KVCacheUsageMax == nil || v > *r.KVCacheUsageMax) {
+				m := v
+				r.KVCacheUsageMax = &m
 			}
 			sums[s] += v
 			counts[s]++
@@ -320,16 +325,7 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 		if s == KVCacheUsage {
 			v /= float64(counts[s])
 		}
-		switch s {
-		case QueueDepth:
-			r.QueueDepth = &v
-		case Running:
-			r.Running = &v
-		case KVCacheUsage:
-			r.KVCacheUsage = &v
-		case Preemptions:
-			r.Preemptions = &v
-		}
+		*r.slot(s) = &v
 	}
 	return r
 }
