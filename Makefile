@@ -49,14 +49,11 @@ $(E2E_TOOLS)/.stamp-sim: $(E2E_TOOLS)/.stamp-k8s
 		github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
 	@touch $@
 
-# The engine emulator binary the node agent starts per pod.
-e2e-bins: build
-	$(GO) build -trimpath -o $(BIN)/emulator ./cmd/emulator
-
-test-e2e: e2e-tools e2e-bins
+# `build` makes bin/adapter and bin/emulator, which the tests run as real processes.
+test-e2e: e2e-tools build
 	cd test/e2e && $(E2E_GO_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
 
-demo: e2e-tools e2e-bins
+demo: e2e-tools build
 	cd test/e2e && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/e2e-demo ./cmd/demo
 	cd test/e2e && $(E2E_GO_ENV) $(CURDIR)/$(BIN)/e2e-demo $(DEMO_FLAGS)
 

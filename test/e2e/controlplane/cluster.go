@@ -1,0 +1,360 @@
+// Package controlplane runs a throwaway Kubernetes control plane on loopback for end-to-end
+// tests: etcd, kube-apiserver (with the front-proxy settings API aggregation needs) and
+// kube-controller-manager, all built from source by `make e2e-tools`. There are no nodes and
+// no scheduler; a node agent (package nodeagent) stands in for the kubelet.
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options configure a control plane.
+type Options struct {
+	// ToolsDir holds kube-apiserver, kube-controller-manager, kubectl and etcd.
+	ToolsDir string
+	// Dir is the working directory for certificates, data and logs; it must exist.
+	Dir string
+	// HPASyncPeriod is the controller manager's --horizontal-pod-autoscaler-sync-period
+	// (default 15 s, the upstream default).
+	HPASyncPeriod time.Duration
+	// HPADownscaleStabilization is --horizontal-pod-autoscaler-downscale-stabilization
+	// (default 5 m upstream); HPAs may override it with behavior.
+	HPADownscaleStabilization time.Duration
+	// ExtraAPIServerFlags and ExtraControllerManagerFlags are appended to the defaults.
+	ExtraAPIServerFlags, ExtraControllerManagerFlags []string
+	// Logf receives progress messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Controllers are the kube-controller-manager controllers the tests need: Deployments make
+// ReplicaSets make Pods (which need ServiceAccounts), the HPA scales, the garbage
+// collector removes orphans.
+var Controllers = []string{
+	"deployment-controller",
+	"replicaset-controller",
+	"horizontal-pod-autoscaler-controller",
+	"garbage-collector-controller",
+	"serviceaccount-controller",
+	"serviceaccount-token-controller",
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Dir string
+	// URL is the API server's https URL on 127.0.0.1.
+	URL string
+	// ServingCA signed the API server's serving certificate; use it for other servers the
+	// API server must trust (an aggregated API server's caBundle).
+	ServingCA *CA
+	// ClientCA signs client certificates the API server accepts.
+	ClientCA *CA
+	// FrontProxyCA signs the aggregator's proxy client certificate.
+	FrontProxyCA *CA
+	// AdminKubeconfig is a kubeconfig for a system:masters user.
+	AdminKubeconfig string
+	// Config and Client are the admin's.
+	Config *rest.Config
+	Client kubernetes.Interface
+
+	toolsDir string
+	procs    []*Process
+	logf     func(string, ...any)
+}
+
+// Start generates certificates and starts etcd, kube-apiserver and kube-controller-manager.
+// On error everything already started is stopped. The caller must call Stop.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.HPASyncPeriod == 0 {
+		o.HPASyncPeriod = 15 * time.Second
+	}
+	if o.HPADownscaleStabilization == 0 {
+		o.HPADownscaleStabilization = 5 * time.Minute
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(o.ToolsDir, b)); err != nil {
+			return nil, fmt.Errorf("control-plane binary missing (run `make e2e-tools`): %w", err)
+		}
+	}
+	c = &Cluster{Dir: o.Dir, toolsDir: o.ToolsDir, logf: o.Logf}
+	defer func() {
+		if err != nil {
+			c.Stop()
+			c = nil
+		}
+	}()
+	pki := filepath.Join(o.Dir, "pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return nil, err
+	}
+	if c.ServingCA, err = NewCA(pki, "serving-ca", "e2e-serving-ca"); err != nil {
+		return nil, err
+	}
+	if c.ClientCA, err = NewCA(pki, "client-ca", "e2e-client-ca"); err != nil {
+		return nil, err
+	}
+	if c.FrontProxyCA, err = NewCA(pki, "front-proxy-ca", "e2e-front-proxy-ca"); err != nil {
+		return nil, err
+	}
+	apiServing, err := c.ServingCA.Serving(pki, "apiserver", []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		return nil, err
+	}
+	proxyClient, err := c.FrontProxyCA.Client(pki, "front-proxy-client", "front-proxy-client")
+	if err != nil {
+		return nil, err
+	}
+	saKey, saPub, err := writeServiceAccountKey(pki)
+	if err != nil {
+		return nil, err
+	}
+
+	// etcd
+	etcdClient, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	etcdPeer, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	clientURL := "http://127.0.0.1:" + itoa(etcdClient)
+	peerURL := "http://127.0.0.1:" + itoa(etcdPeer)
+	etcd, err := c.start("etcd", []string{
+		"--name=e2e",
+		"--data-dir=" + filepath.Join(o.Dir, "etcd"),
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=e2e=" + peerURL,
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := waitTCP(etcd, fmt.Sprintf("127.0.0.1:%d", etcdClient), 30*time.Second); err != nil {
+		return nil, err
+	}
+	o.Logf("etcd up on %s", clientURL)
+
+	// kube-apiserver
+	apiPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	c.URL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	apiArgs := []string{
+		"--etcd-servers=" + clientURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + itoa(apiPort),
+		"--tls-cert-file=" + apiServing.CertFile,
+		"--tls-private-key-file=" + apiServing.KeyFile,
+		"--client-ca-file=" + c.ClientCA.CertFile,
+		"--authorization-mode=RBAC",
+		"--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--api-audiences=https://kubernetes.default.svc",
+		"--service-cluster-ip-range=10.96.0.0/24",
+		// The kubernetes Service's endpoints would be the loopback advertise address,
+		// which endpoint validation rejects; nothing in the tests needs them.
+		"--endpoint-reconciler-type=none",
+		// API aggregation: the aggregator authenticates to extension servers with the
+		// proxy client certificate and passes the user in request headers.
+		"--requestheader-client-ca-file=" + c.FrontProxyCA.CertFile,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + proxyClient.CertFile,
+		"--proxy-client-key-file=" + proxyClient.KeyFile,
+		// APIServices point at ExternalName Services named localhost.
+		"--enable-aggregator-routing=false",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--v=1",
+	}
+	apiArgs = append(apiArgs, o.ExtraAPIServerFlags...)
+	apiserver, err := c.start("kube-apiserver", apiArgs)
+	if err != nil {
+		return nil, err
+	}
+
+	admin, err := c.ClientCA.Client(pki, "admin", "e2e-admin", "system:masters")
+	if err != nil {
+		return nil, err
+	}
+	c.AdminKubeconfig = filepath.Join(o.Dir, "admin.kubeconfig")
+	if err := c.writeKubeconfig(c.AdminKubeconfig, "e2e-admin", admin); err != nil {
+		return nil, err
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig); err != nil {
+		return nil, err
+	}
+	c.Config.QPS, c.Config.Burst = 100, 200
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, apiserver); err != nil {
+		return nil, err
+	}
+	o.Logf("kube-apiserver ready at %s", c.URL)
+
+	// kube-controller-manager
+	kcm, err := c.ClientCA.Client(pki, "kube-controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	kcmKubeconfig := filepath.Join(o.Dir, "kube-controller-manager.kubeconfig")
+	if err := c.writeKubeconfig(kcmKubeconfig, "system:kube-controller-manager", kcm); err != nil {
+		return nil, err
+	}
+	kcmPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	kcmArgs := []string{
+		"--kubeconfig=" + kcmKubeconfig,
+		"--authentication-kubeconfig=" + kcmKubeconfig,
+		"--authorization-kubeconfig=" + kcmKubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + itoa(kcmPort),
+		"--controllers=" + strings.Join(Controllers, ","),
+		// Each controller acts as its own service account, so the HPA controller reads
+		// external.metrics.k8s.io with the rights the bootstrap RBAC policy gives it.
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + saKey,
+		"--root-ca-file=" + c.ServingCA.CertFile,
+		"--leader-elect=false",
+		"--horizontal-pod-autoscaler-sync-period=" + o.HPASyncPeriod.String(),
+		"--horizontal-pod-autoscaler-downscale-stabilization=" + o.HPADownscaleStabilization.String(),
+		"--v=2",
+	}
+	kcmArgs = append(kcmArgs, o.ExtraControllerManagerFlags...)
+	kcmProc, err := c.start("kube-controller-manager", kcmArgs)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitTCP(kcmProc, fmt.Sprintf("127.0.0.1:%d", kcmPort), 60*time.Second); err != nil {
+		return nil, err
+	}
+	o.Logf("kube-controller-manager up (controllers %s)", strings.Join(Controllers, ","))
+	return c, nil
+}
+
+func (c *Cluster) start(name string, args []string) (*Process, error) {
+	p, err := StartProcess(c.Dir, name, filepath.Join(c.toolsDir, name), args, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// Processes lists the control-plane processes in start order.
+func (c *Cluster) Processes() []*Process { return c.procs }
+
+// Stop stops the processes in reverse start order.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Stop(10 * time.Second)
+	}
+	c.procs = nil
+}
+
+// waitReady polls /readyz until the API server answers ok.
+func (c *Cluster) waitReady(ctx context.Context, p *Process) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		if exited, werr := p.Exited(); exited {
+			return false, fmt.Errorf("kube-apiserver exited: %v\n%s", werr, p.Tail(6000))
+		}
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			last = err.Error() + " " + string(body)
+			return false, nil
+		}
+		return string(body) == "ok", nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-apiserver not ready (last: %s): %w", last, err)
+	}
+	return nil
+}
+
+// writeKubeconfig writes a kubeconfig for user with client certificate kp.
+func (c *Cluster) writeKubeconfig(path, user string, kp *KeyPair) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.ServingCA.CertPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: user}
+	cfg.CurrentContext = "e2e"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// UserKubeconfig issues a client certificate for user (in groups) and writes a kubeconfig
+// for it to Dir/<name>.kubeconfig.
+func (c *Cluster) UserKubeconfig(name, user string, groups ...string) (string, error) {
+	kp, err := c.ClientCA.Client(filepath.Join(c.Dir, "pki"), name, user, groups...)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, name+".kubeconfig")
+	return path, c.writeKubeconfig(path, user, kp)
+}
+
+// Kubectl runs the built kubectl against the cluster as admin and returns its stdout; the
+// error includes stderr.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.toolsDir, "kubectl"), append([]string{"--kubeconfig=" + c.AdminKubeconfig}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}
+
+// CreateNamespace creates a namespace and waits for its default ServiceAccount, without
+// which the ServiceAccount admission plugin rejects pods.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// Logs returns the tail of each control-plane process log, for failure reports.
+func (c *Cluster) Logs(n int64) string {
+	var b strings.Builder
+	for _, p := range c.procs {
+		fmt.Fprintf(&b, "----- %s (%s) -----\n%s\n", p.Name, p.LogFile, p.Tail(n))
+	}
+	return b.String()
+}

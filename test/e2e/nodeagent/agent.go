@@ -1,0 +1,573 @@
+// Package nodeagent stands in for the kubelet in end-to-end tests. For each pod of one
+// namespace it assigns a unique loopback IP (127.x.y.z) through the status subresource,
+// marks the pod Running, starts the pod's engine as a local process bound to that IP after
+// a configurable cold start, and marks the pod Ready once the engine answers its readiness
+// path. When the pod is deleted it marks it not Ready, waits for the engine's running and
+// waiting requests to drain (up to the pod's termination grace period), stops the process
+// and removes the pod, as the kubelet would.
+package nodeagent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/saturation-adapter/saturation-adapter/test/e2e/controlplane"
+)
+
+// Engine says how to run the containers of one image as a local process.
+type Engine struct {
+	// Binary is the executable to start.
+	Binary string
+	// Args are passed to Binary after expanding $(POD_IP), $(PORT), $(POD_NAME) and
+	// $(POD_NAMESPACE). The container's own args are appended after these, expanded the same.
+	Args []string
+	// ReadyPath is polled with GET until it answers 2xx; default the container's
+	// readinessProbe httpGet path, else /health.
+	ReadyPath string
+	// AllInterfaces marks an engine that cannot bind to one address. The agent then gives
+	// it a free port ($(PORT) expands to that port) and forwards the pod's IP and port to it.
+	AllInterfaces bool
+}
+
+// Options configure an Agent.
+type Options struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Engines maps a container image to how it runs. Pods whose first container's image is
+	// not listed are marked Failed.
+	Engines map[string]Engine
+	// ColdStart is how long a pod stays Running-but-not-Ready before its engine starts
+	// (model download and load in real life).
+	ColdStart time.Duration
+	// LogDir receives one log file per engine process.
+	LogDir string
+	// Subnet is the second octet of the pod IPs, 127.<Subnet>.y.z; 0 picks one at random
+	// in [16, 250] so that agents of concurrent test processes rarely share addresses.
+	Subnet byte
+	// NodeName is the Node the agent registers and binds its pods to, as the scheduler
+	// would (the API server deletes unbound pods at once, without a grace period, so
+	// draining needs bound pods); default "e2e-node".
+	NodeName string
+	// DefaultPort is used when a pod has neither a prometheus.io/port annotation nor a
+	// container port; default 8000.
+	DefaultPort int
+	Logf        func(format string, args ...any)
+}
+
+// Pod is the agent's view of one pod it runs.
+type Pod struct {
+	Name  string
+	UID   types.UID
+	IP    string
+	Port  int
+	Ready bool
+	// PID is the engine process id, 0 before it starts.
+	PID int
+}
+
+// Agent runs the pods of one namespace.
+type Agent struct {
+	o      Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	pods   map[types.UID]*podRun
+	nextIP int
+}
+
+type podRun struct {
+	name        string
+	uid         types.UID
+	ip          string
+	port        int
+	ready       bool
+	proc        *controlplane.Process
+	fwd         *forwarder
+	terminating bool
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+// Start starts an agent; it runs until Stop (ctx bounds only the start).
+func Start(ctx context.Context, o Options) (*Agent, error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.DefaultPort == 0 {
+		o.DefaultPort = 8000
+	}
+	if o.NodeName == "" {
+		o.NodeName = "e2e-node"
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: o.NodeName, Labels: map[string]string{"kubernetes.io/hostname": o.NodeName}},
+	}
+	created, err := o.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("registering node %s: %w", o.NodeName, err)
+	}
+	if err == nil {
+		// Report the node Ready once, for people looking with kubectl; nothing in the
+		// control plane run here (no node lifecycle controller) depends on it.
+		now := metav1.Now()
+		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "NodeAgentReady",
+			Message: "e2e node agent (kubelet stand-in)", LastHeartbeatTime: now, LastTransitionTime: now}}
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		if _, err := o.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("reporting node %s Ready: %w", o.NodeName, err)
+		}
+	}
+	if o.Subnet == 0 {
+		o.Subnet = byte(16 + rand.IntN(235))
+	}
+	if err := os.MkdirAll(o.LogDir, 0o700); err != nil {
+		return nil, err
+	}
+	// ctx bounds the start only; the agent lives until Stop.
+	runCtx, cancel := context.WithCancel(context.Background())
+	a := &Agent{o: o, ctx: runCtx, cancel: cancel, pods: map[types.UID]*podRun{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 0, informers.WithNamespace(o.Namespace))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.sync(obj.(*corev1.Pod)) },
+		UpdateFunc: func(_, obj any) { a.sync(obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				a.gone(p.UID)
+			}
+		},
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	factory.Start(runCtx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, fmt.Errorf("pod informer for namespace %s did not sync", o.Namespace)
+	}
+	return a, nil
+}
+
+// Stop stops every engine process and the agent. Pods are left as they are.
+func (a *Agent) Stop() {
+	a.cancel()
+	a.mu.Lock()
+	runs := make([]*podRun, 0, len(a.pods))
+	for _, r := range a.pods {
+		runs = append(runs, r)
+	}
+	a.mu.Unlock()
+	for _, r := range runs {
+		r.cancel()
+		r.stop(a)
+	}
+	a.wg.Wait()
+}
+
+// Pods returns the agent's pods, sorted by nothing in particular.
+func (a *Agent) Pods() []Pod {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Pod, 0, len(a.pods))
+	for _, r := range a.pods {
+		p := Pod{Name: r.name, UID: r.uid, IP: r.ip, Port: r.port, Ready: r.ready}
+		if r.proc != nil {
+			p.PID = r.proc.PID()
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (a *Agent) sync(pod *corev1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.pods[pod.UID]
+	if !ok {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			return
+		}
+		ctx, cancel := context.WithCancel(a.ctx)
+		r = &podRun{name: pod.Name, uid: pod.UID, ip: a.allocIP(), port: a.port(pod), cancel: cancel, done: make(chan struct{})}
+		a.pods[pod.UID] = r
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			defer close(r.done)
+			a.run(ctx, r, pod.DeepCopy())
+		}()
+		return
+	}
+	if pod.DeletionTimestamp != nil && !r.terminating {
+		r.terminating = true
+		grace := 30 * time.Second
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.terminate(r, grace)
+		}()
+	}
+}
+
+// allocIP returns the next unused address 127.<subnet>.y.z; addresses are never reused
+// within one agent, so a late connection cannot reach a new pod.
+func (a *Agent) allocIP() string {
+	a.nextIP++
+	n := a.nextIP
+	return fmt.Sprintf("127.%d.%d.%d", a.o.Subnet, n/250, n%250+1)
+}
+
+func (a *Agent) port(pod *corev1.Pod) int {
+	if v, err := strconv.Atoi(pod.Annotations["prometheus.io/port"]); err == nil && v > 0 {
+		return v
+	}
+	if len(pod.Spec.Containers) > 0 && len(pod.Spec.Containers[0].Ports) > 0 {
+		return int(pod.Spec.Containers[0].Ports[0].ContainerPort)
+	}
+	return a.o.DefaultPort
+}
+
+func (a *Agent) gone(uid types.UID) {
+	a.mu.Lock()
+	r, ok := a.pods[uid]
+	a.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.cancel()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		<-r.done
+		r.stop(a)
+		a.mu.Lock()
+		delete(a.pods, uid)
+		a.mu.Unlock()
+	}()
+}
+
+// run takes a new pod through Running → (cold start) → engine started → Ready.
+func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
+	logf := a.o.Logf
+	defer func() {
+		if ctx.Err() != nil {
+			r.stop(a) // whoever cancelled may have looked before the process existed
+		}
+	}()
+	if len(pod.Spec.Containers) == 0 {
+		return
+	}
+	c := pod.Spec.Containers[0]
+	eng, ok := a.o.Engines[c.Image]
+	if !ok {
+		logf("pod %s: no engine for image %q", pod.Name, c.Image)
+		_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) {
+			s.Phase = corev1.PodFailed
+			s.Reason, s.Message = "UnknownImage", "node agent has no engine for image "+c.Image
+		})
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		err := a.o.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, UID: pod.UID},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: a.o.NodeName},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			logf("pod %s: binding to %s: %v", pod.Name, a.o.NodeName, err)
+			return
+		}
+	}
+	now := metav1.Now()
+	if err := a.setStatus(ctx, r, func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodRunning
+		s.HostIP, s.PodIP = "127.0.0.1", r.ip
+		s.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
+		s.PodIPs = []corev1.PodIP{{IP: r.ip}}
+		s.StartTime = &now
+		setCondition(s, corev1.PodScheduled, true, now)
+		setCondition(s, corev1.PodInitialized, true, now)
+		setCondition(s, corev1.ContainersReady, false, now)
+		setCondition(s, corev1.PodReady, false, now)
+		s.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: c.Name, Image: c.Image, ImageID: c.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ColdStart"}},
+		}}
+	}); err != nil {
+		logf("pod %s: setting Running: %v", pod.Name, err)
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(a.o.ColdStart):
+	}
+	enginePort := r.port
+	if eng.AllInterfaces {
+		p, err := controlplane.FreePort()
+		if err != nil {
+			logf("pod %s: %v", pod.Name, err)
+			return
+		}
+		enginePort = p
+		fwd, err := newForwarder(net.JoinHostPort(r.ip, strconv.Itoa(r.port)), net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			logf("pod %s: %v", pod.Name, err)
+			return
+		}
+		a.mu.Lock()
+		r.fwd = fwd
+		a.mu.Unlock()
+	}
+	expand := strings.NewReplacer("$(POD_IP)", r.ip, "$(PORT)", strconv.Itoa(enginePort), "$(POD_NAME)", pod.Name, "$(POD_NAMESPACE)", pod.Namespace)
+	var args []string
+	for _, s := range append(append([]string{}, eng.Args...), c.Args...) {
+		args = append(args, expand.Replace(s))
+	}
+	proc, err := controlplane.StartProcess(a.o.LogDir, pod.Name, eng.Binary, args, nil)
+	if err != nil {
+		logf("pod %s: %v", pod.Name, err)
+		return
+	}
+	a.mu.Lock()
+	r.proc = proc
+	a.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	path := eng.ReadyPath
+	if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path != "" {
+		path = c.ReadinessProbe.HTTPGet.Path
+	}
+	if path == "" {
+		path = "/health"
+	}
+	url := fmt.Sprintf("http://%s%s", net.JoinHostPort(r.ip, strconv.Itoa(r.port)), path)
+	started := metav1.Now()
+	for {
+		if exited, werr := proc.Exited(); exited {
+			logf("pod %s: engine exited during start: %v\n%s", pod.Name, werr, proc.Tail(2000))
+			_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed; s.Reason = "EngineExited" })
+			return
+		}
+		if httpOK(ctx, url) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	readyAt := metav1.Now()
+	if err := a.setStatus(ctx, r, func(s *corev1.PodStatus) {
+		setCondition(s, corev1.ContainersReady, true, readyAt)
+		setCondition(s, corev1.PodReady, true, readyAt)
+		s.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: ptr(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
+		}}
+	}); err != nil {
+		logf("pod %s: setting Ready: %v", pod.Name, err)
+		return
+	}
+	a.mu.Lock()
+	r.ready = true
+	a.mu.Unlock()
+	logf("pod %s ready at %s:%d (pid %d)", pod.Name, r.ip, r.port, proc.PID())
+	// Watch the engine: an exited engine makes the pod not Ready, like a failing probe.
+	select {
+	case <-ctx.Done():
+	case <-proc.Done():
+		_, werr := proc.Exited()
+		logf("pod %s: engine exited: %v", pod.Name, werr)
+		a.mu.Lock()
+		r.ready = false
+		a.mu.Unlock()
+		_ = a.setStatus(a.ctx, r, func(s *corev1.PodStatus) {
+			setCondition(s, corev1.ContainersReady, false, metav1.Now())
+			setCondition(s, corev1.PodReady, false, metav1.Now())
+		})
+	}
+}
+
+// terminate drains and stops a deleted pod's engine, then removes the pod object.
+func (a *Agent) terminate(r *podRun, grace time.Duration) {
+	ctx := a.ctx
+	deadline := time.Now().Add(grace)
+	a.mu.Lock()
+	r.ready = false
+	a.mu.Unlock()
+	_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) {
+		setCondition(s, corev1.ContainersReady, false, metav1.Now())
+		setCondition(s, corev1.PodReady, false, metav1.Now())
+	})
+	// Drain: no new work arrives once the pod is not Ready; wait for the engine's own
+	// running and waiting counts to reach zero.
+	metricsURL := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(r.ip, strconv.Itoa(r.port)))
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		a.mu.Lock()
+		proc := r.proc
+		a.mu.Unlock()
+		if proc == nil {
+			break
+		}
+		if exited, _ := proc.Exited(); exited {
+			break
+		}
+		n, err := inFlight(ctx, metricsURL)
+		if err == nil && n == 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	r.cancel()
+	<-r.done
+	r.stop(a)
+	a.o.Logf("pod %s stopped", r.name)
+	zero := int64(0)
+	err := a.o.Client.CoreV1().Pods(a.o.Namespace).Delete(ctx, r.name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero,
+		Preconditions:      &metav1.Preconditions{UID: &r.uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+		a.o.Logf("pod %s: final delete: %v", r.name, err)
+	}
+}
+
+// setStatus applies mutate to the pod's current status and writes it, retrying conflicts.
+func (a *Agent) setStatus(ctx context.Context, r *podRun, mutate func(*corev1.PodStatus)) error {
+	pods := a.o.Client.CoreV1().Pods(a.o.Namespace)
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		pod, err := pods.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pod.UID != r.uid {
+			return apierrors.NewNotFound(corev1.Resource("pods"), r.name)
+		}
+		mutate(&pod.Status)
+		_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func setCondition(s *corev1.PodStatus, t corev1.PodConditionType, ok bool, now metav1.Time) {
+	status := corev1.ConditionFalse
+	if ok {
+		status = corev1.ConditionTrue
+	}
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == t {
+			if s.Conditions[i].Status != status {
+				s.Conditions[i].Status = status
+				s.Conditions[i].LastTransitionTime = now
+			}
+			return
+		}
+	}
+	s.Conditions = append(s.Conditions, corev1.PodCondition{Type: t, Status: status, LastTransitionTime: now})
+}
+
+var probeClient = &http.Client{Timeout: time.Second}
+
+func httpOK(ctx context.Context, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode/100 == 2
+}
+
+// inFlight returns vllm:num_requests_running + vllm:num_requests_waiting summed over all
+// series of an engine's /metrics.
+func inFlight(ctx context.Context, url string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		cut := strings.IndexAny(line, " {")
+		if cut < 0 {
+			continue
+		}
+		if name := line[:cut]; name != "vllm:num_requests_running" && name != "vllm:num_requests_waiting" {
+			continue
+		}
+		rest := line[cut:]
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err == nil {
+			sum += v
+			found = true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("no vllm:num_requests_running/waiting in %s", url)
+	}
+	return sum, sc.Err()
+}
+
+// stop ends the engine process and its forwarder, if any.
+func (r *podRun) stop(a *Agent) {
+	a.mu.Lock()
+	proc, fwd := r.proc, r.fwd
+	a.mu.Unlock()
+	if proc != nil {
+		proc.Stop(5 * time.Second)
+	}
+	if fwd != nil {
+		fwd.Close()
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
