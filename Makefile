@@ -63,6 +63,8 @@ bench:
 verify: verify-manifests
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	cd test/e2e && CGO_ENABLED=0 $(GO) vet ./...
+	$(GO) mod tidy -diff
 
 # --- manifests and image ------------------------------------------------------------------
 # kustomize is built from the Go module proxy by hack/tools (its own module, so the
