@@ -1,0 +1,77 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/emulator"
+)
+
+// The emulator's /metrics, served over HTTP as the adapter scrapes it, is read by
+// explain exactly as the real vLLM V1 dump: same dialect, same metric names.
+func TestExplainReadsEmulatorLikeRealDump(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var m *emulator.Metrics
+	sim, err := emulator.NewSimulator(emulator.DefaultConfig(), t0, func(r *emulator.StepResult) { m.Observe(0, r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = emulator.NewMetrics(emulator.MetricsOptions{ModelName: "m", Dialect: emulator.DialectV1, Engines: 1,
+		MaxModelLen: emulator.DefaultConfig().MaxModelLen, CreatedAt: t0},
+		func(int) emulator.Snapshot { return sim.Engine().Snapshot() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A burst well past one engine's capacity leaves a queue.
+	var burst []emulator.Arrival
+	for i := range 3000 {
+		burst = append(burst, emulator.Arrival{At: time.Duration(i) * time.Millisecond,
+			Request: emulator.Request{ID: fmt.Sprint(i), PromptTokens: 2000, MaxTokens: 500}})
+	}
+	sim.Schedule(burst...)
+	sim.RunFor(3 * time.Second)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	file := filepath.Join(t.TempDir(), "emulator.prom")
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ex, err := Explain([]string{file, filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom")}, defaultFusion(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu, real := ex.Targets[0], ex.Targets[1]
+	if emu.Dialect != real.Dialect {
+		t.Errorf("dialect: emulator %q, real dump %q", emu.Dialect, real.Dialect)
+	}
+	if diff := cmp.Diff(real.Metrics, emu.Metrics); diff != "" {
+		t.Errorf("metric names read (-real +emulator):\n%s", diff)
+	}
+	snap := sim.Engine().Snapshot()
+	if emu.QueueDepth == nil || *emu.QueueDepth != float64(snap.Waiting) || snap.Waiting == 0 {
+		t.Errorf("queue depth = %v, want the engine's %d (> 0)", emu.QueueDepth, snap.Waiting)
+	}
+	if emu.Saturation == nil || *emu.Saturation <= 1 {
+		t.Errorf("saturation = %v, want > 1 for an engine with a queue", emu.Saturation)
+	}
+}
