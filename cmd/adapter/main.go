@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -12,7 +13,10 @@ import (
 )
 
 func main() {
-	ctx := genericapiserver.SetupSignalContext()
-	cmd := app.NewCommand(ctx)
-	os.Exit(cli.Run(cmd))
+	cmd := app.NewCommand(genericapiserver.SetupSignalContext())
+	// Errors go to stderr once, plainly: explain is used by people at a terminal.
+	if err := cli.RunNoErrOutput(cmd); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
 }
