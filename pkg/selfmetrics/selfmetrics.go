@@ -16,7 +16,7 @@ type Metrics struct {
 	// by outcome ("success" or "error").
 	ScrapeDuration *prometheus.HistogramVec
 	// ScrapeErrors counts failed scrapes by reason (connect, timeout, http_status,
-	// body_too_large, read, parse, no_engine_metrics).
+	// body_too_large, read, parse, no_engine_metrics, request).
 	ScrapeErrors *prometheus.CounterVec
 	// InvalidSamples counts series rejected by validity checks, by reason (nan,
 	// inf, negative, above_range).

@@ -69,7 +69,7 @@ type Dialect struct {
 
 // builtinDialects returns the table of supported engines, in detection order: the
 // first dialect with any of its sources present in a body reads that body. Metric
-// names are from DOMAIN.md §3 (vLLM V1 ≥0.9.2 and V0 ≤0.8, SGLang, TGI, Triton with
+// names are from the engines' metrics documentation and real dumps (vLLM V1 ≥0.9.2 and V0 ≤0.8, SGLang, TGI, Triton with
 // TensorRT-LLM, llama.cpp server). A function, not a variable, so that no caller can
 // change the table under another.
 func builtinDialects() []Dialect {

@@ -17,7 +17,7 @@ type Targets struct {
 // DefaultTargets returns 5 waiting requests and 0.8 KV-cache usage: the per-pod
 // thresholds of the Gateway API inference extension's saturation detector
 // (max(queue/5, kv/0.8)) and of llm-d's workload-variant-autoscaler (saturated at
-// KV ≥ 0.80 or queue ≥ 5). DOMAIN.md §5. They are starting points: measure the
+// KV ≥ 0.80 or queue ≥ 5). They are starting points: measure the
 // saturation point of each model and GPU with a stepped load test.
 func DefaultTargets() Targets {
 	return Targets{QueueDepth: 5, KVCacheUsage: 0.8}

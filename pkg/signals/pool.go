@@ -43,7 +43,7 @@ func Aggregate(members []Member, unknownSaturation float64) Pool {
 // thousand pods needs no slice of members. A pod without a saturation counts as
 // unknownSaturation in Saturation and DemandReplicas (the Gateway API inference
 // extension counts a pod with stale or missing metrics as saturated, 1.0; see
-// DOMAIN.md §5), so a pool whose engines stop reporting does not look idle.
+// the inference extension's saturation detector), so a pool whose engines stop reporting does not look idle.
 // Callers must treat Known == 0 as "no data", never as a value.
 type PoolBuilder struct {
 	unknownSaturation float64

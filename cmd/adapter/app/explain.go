@@ -58,7 +58,12 @@ func newExplainCommand() *cobra.Command {
 the saturation signals as the server would, and prints JSON: one entry per file under
 "targets" and, under "pool", what an HPA would be served for these pods as one pool.
 It needs no cluster.`,
-		Args:         cobra.MinimumNArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("explain needs at least one FILE (one pod's /metrics body each); use - to read standard input")
+			}
+			return nil
+		},
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if errs := fusion.Validate(); len(errs) > 0 {

@@ -50,15 +50,25 @@ values such as llm_saturation and llm_demand_replicas to autoscaling/v2 HPAs.`,
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}
+	// Grouped help for the server only; explain keeps cobra's own (its three flags).
+	root := cmd
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
-	cmd.SetUsageFunc(func(cmd *cobra.Command) error {
-		fmt.Fprintf(cmd.OutOrStderr(), "Usage:\n  %s\n", cmd.UseLine())
-		cliflag.PrintSections(cmd.OutOrStderr(), fss, cols)
+	defaultUsage, defaultHelp := cmd.UsageFunc(), cmd.HelpFunc()
+	cmd.SetUsageFunc(func(c *cobra.Command) error {
+		if c != root {
+			return defaultUsage(c)
+		}
+		fmt.Fprintf(c.OutOrStderr(), "Usage:\n  %s\n", c.UseLine())
+		cliflag.PrintSections(c.OutOrStderr(), fss, cols)
 		return nil
 	})
-	cmd.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
-		fmt.Fprintf(cmd.OutOrStdout(), "%s\n\nUsage:\n  %s\n  %s explain FILE...\n", cmd.Long, cmd.UseLine(), cmd.CommandPath())
-		cliflag.PrintSections(cmd.OutOrStdout(), fss, cols)
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if c != root {
+			defaultHelp(c, args)
+			return
+		}
+		fmt.Fprintf(c.OutOrStdout(), "%s\n\nUsage:\n  %s\n  %s explain FILE...\n", c.Long, c.UseLine(), c.CommandPath())
+		cliflag.PrintSections(c.OutOrStdout(), fss, cols)
 	})
 	cmd.AddCommand(newExplainCommand())
 	return cmd

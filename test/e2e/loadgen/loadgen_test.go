@@ -24,7 +24,7 @@ func TestReadAzureTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 19,366 requests over about 58 minutes (data README and DOMAIN.md §7).
+	// 19,366 requests over about 58 minutes (the data set's README).
 	if len(reqs) != 19366 {
 		t.Errorf("got %d requests, want 19366", len(reqs))
 	}
