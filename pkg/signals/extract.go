@@ -67,9 +67,6 @@ type Reading struct {
 	Warnings []string
 }
 
-// Value returns the pod-level value of a signal, nil when absent.
-func (r *Reading) Value(s Signal) *float64 { return *r.slot(s) }
-
 // slot returns the field that holds a signal's pod-level value.
 func (r *Reading) slot(s Signal) **float64 {
 	switch s {
