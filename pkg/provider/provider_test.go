@@ -151,7 +151,7 @@ func newFixture(t *testing.T, pods ...podSpec) *fixture {
 	disc := discovery.New(discovery.Options{Port: 1, Path: "/metrics", Scheme: "http", IdleTimeout: time.Minute, Metrics: Catalog()},
 		inf.Pods(), inf.HPAs(), clk)
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4, Targets: signals.DefaultTargets()},
-		scrape.NewHTTPClient(2*time.Second), signals.NewExtractor(), clk, m)
+		scrape.NewHTTPClient(2*time.Second, nil), signals.NewExtractor(), clk, m)
 	opts := Options{UnknownSaturation: 1, MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
 	prov := New(opts, disc, sc, clk, m)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, disc: disc, clock: clk, reg: reg, opts: opts}

@@ -98,7 +98,7 @@ func BenchmarkScrape1000Pods(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := scrape.NewHTTPClient(opts.Timeout)
+	client := scrape.NewHTTPClient(opts.Timeout, nil)
 	b.Cleanup(client.CloseIdleConnections)
 	s := scrape.New(opts, client, signals.NewExtractor(), clock.RealClock{}, m)
 	ctx := context.Background()

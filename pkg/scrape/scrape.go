@@ -5,6 +5,7 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -85,19 +86,20 @@ func New(opts Options, client *http.Client, extractor *signals.Extractor, clk cl
 	}
 }
 
-// NewHTTPClient returns a client that keeps one idle connection per pod open
+// NewHTTPClient returns a client that keeps idle connections to every pod open
 // between scrapes (the default transport keeps only 100 idle connections in all,
-// so a thousand pods would reconnect on every scrape), and never follows redirects:
-// a /metrics endpoint that redirects is misconfigured, and following it would let
-// a pod point the adapter at another address.
-func NewHTTPClient(timeout time.Duration) *http.Client {
+// so a thousand pods would reconnect on every scrape), and never follows
+// redirects: a /metrics endpoint that redirects is misconfigured, and following it
+// would let a pod point the adapter at another address. tlsConfig verifies
+// https engines; nil means the system roots with the pod IP as the server name.
+func NewHTTPClient(timeout time.Duration, tlsConfig *tls.Config) *http.Client {
 	t := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tlsConfig,
 		MaxIdleConns:        0, // no limit across hosts
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  false,
 	}
 	return &http.Client{
 		Transport: t,

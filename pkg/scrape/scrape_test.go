@@ -2,6 +2,8 @@ package scrape_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"math"
 	"net"
@@ -98,7 +100,7 @@ func newFixture(t *testing.T, opts scrape.Options) *fixture {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	client := scrape.NewHTTPClient(opts.Timeout)
+	client := scrape.NewHTTPClient(opts.Timeout, nil)
 	t.Cleanup(client.CloseIdleConnections)
 	return &fixture{
 		scraper: scrape.New(opts, client, signals.NewExtractor(), clk, m),
@@ -620,4 +622,43 @@ func newCountingEngine(t *testing.T) (*engine, func() int) {
 		serve(http.StatusOK, good).ServeHTTP(w, r)
 	}))
 	return e, func() int { mu.Lock(); defer mu.Unlock(); return maxInFlight }
+}
+
+// https engines: verified against the configured CA and server name, and an
+// unverifiable certificate is a connect error, never a silent success.
+func TestScrapeTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(serve(http.StatusOK, readSample(t, vllmSample)))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	target := scrape.Target{Key: types.NamespacedName{Namespace: "llm", Name: "tls"}, URL: srv.URL + "/metrics"}
+	tests := []struct {
+		name   string
+		config *tls.Config
+		ok     bool
+	}{
+		{name: "system roots reject a private CA", config: nil, ok: false},
+		{name: "configured CA", config: &tls.Config{RootCAs: pool}, ok: true},
+		{name: "configured CA, wrong server name", config: &tls.Config{RootCAs: pool, ServerName: "vllm.internal"}, ok: false},
+		{name: "configured CA and a server name in the certificate", config: &tls.Config{RootCAs: pool, ServerName: "example.com"}, ok: true},
+		{name: "verification off", config: &tls.Config{InsecureSkipVerify: true}, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := selfmetrics.New(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := scrape.NewHTTPClient(time.Second, tt.config)
+			defer client.CloseIdleConnections()
+			s := scrape.New(defaultOptions(), client, signals.NewExtractor(), clocktesting.NewFakeClock(time.Now()), m)
+			r := s.ScrapeOne(context.Background(), target)
+			if tt.ok != (r.Err == nil && r.Reading != nil) {
+				t.Errorf("result err = %v, want ok = %v", r.Err, tt.ok)
+			}
+			if !tt.ok && testutil.ToFloat64(m.ScrapeErrors.WithLabelValues("connect")) != 1 {
+				t.Error("an unverifiable certificate was not counted as a connect error")
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@
 package app
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	certutil "k8s.io/client-go/util/cert"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	basecmd "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd"
@@ -29,6 +31,27 @@ type ScrapeOptions struct {
 	Scheme       string
 	// MaxSampleAge is the age beyond which a reading is stale; 0 means 3 intervals.
 	MaxSampleAge time.Duration
+	// CAFile, ServerName and InsecureSkipVerify verify https engines.
+	CAFile             string
+	ServerName         string
+	InsecureSkipVerify bool
+}
+
+// TLSConfig returns the TLS configuration for https engines: nil (system roots,
+// pod IP as server name) unless a flag sets one. Errors name the CA file.
+func (s ScrapeOptions) TLSConfig() (*tls.Config, error) {
+	if s.CAFile == "" && s.ServerName == "" && !s.InsecureSkipVerify {
+		return nil, nil
+	}
+	c := &tls.Config{ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if s.CAFile != "" {
+		pool, err := certutil.NewPool(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--scrape-ca-file=%s: %w", s.CAFile, err)
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
 }
 
 // FusionOptions are the set points of the saturation score.
@@ -131,6 +154,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
 	s.StringVar(&o.Scrape.Scheme, "scrape-scheme", o.Scrape.Scheme, "Scheme (http or https) for pods without the prometheus.io/scheme annotation.")
+	s.StringVar(&o.Scrape.CAFile, "scrape-ca-file", o.Scrape.CAFile, "PEM CA bundle that verifies engines scraped over https; the system roots when empty.")
+	s.StringVar(&o.Scrape.ServerName, "scrape-tls-server-name", o.Scrape.ServerName, "Name to verify in the certificates of https engines; the pod IP when empty.")
+	s.BoolVar(&o.Scrape.InsecureSkipVerify, "scrape-insecure-skip-verify", o.Scrape.InsecureSkipVerify, "Do not verify the certificates of https engines (traffic stays encrypted; a pod can then be impersonated).")
 	s.DurationVar(&o.Scrape.MaxSampleAge, "max-sample-age", o.Scrape.MaxSampleAge,
 		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals.")
 
@@ -175,6 +201,12 @@ func (o *Options) Validate() error {
 	}
 	if s.MaxSampleAge < s.Interval {
 		errs = append(errs, fmt.Errorf("--max-sample-age=%s: must be at least --scrape-interval (%s)", s.MaxSampleAge, s.Interval))
+	}
+	if _, err := s.TLSConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.InsecureSkipVerify && s.CAFile != "" {
+		errs = append(errs, fmt.Errorf("--scrape-insecure-skip-verify and --scrape-ca-file=%s: choose one", s.CAFile))
 	}
 	if o.SelectorIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--selector-idle-timeout=%s: must be > 0", o.SelectorIdleTimeout))

@@ -23,6 +23,9 @@ func TestValidateNamesFlagAndValue(t *testing.T) {
 		{"max age below interval", func(o *Options) { o.Scrape.MaxSampleAge = time.Second }, []string{"--max-sample-age=1s"}},
 		{"body limit", func(o *Options) { o.Scrape.MaxBodyBytes = 0 }, []string{"--scrape-max-body-bytes=0"}},
 		{"empty namespace", func(o *Options) { o.Namespaces = []string{"llm", ""} }, []string{"--namespaces=llm,"}},
+		{"unreadable CA file", func(o *Options) { o.Scrape.CAFile = "/nonexistent/ca.pem" }, []string{"--scrape-ca-file=/nonexistent/ca.pem"}},
+		{"CA and skip-verify together", func(o *Options) { o.Scrape.CAFile = "testdata/ca.pem"; o.Scrape.InsecureSkipVerify = true },
+			[]string{"--scrape-insecure-skip-verify and --scrape-ca-file=testdata/ca.pem: choose one"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,5 +58,15 @@ func TestCompleteDefaultsMaxAge(t *testing.T) {
 	o.Complete()
 	if o.Scrape.MaxSampleAge != 15*time.Second {
 		t.Errorf("MaxSampleAge = %s, want 3 intervals (15s)", o.Scrape.MaxSampleAge)
+	}
+}
+
+func TestScrapeTLSConfig(t *testing.T) {
+	if c, err := (ScrapeOptions{}).TLSConfig(); c != nil || err != nil {
+		t.Errorf("no TLS flags: %v, %v; want nil, nil (system roots)", c, err)
+	}
+	c, err := ScrapeOptions{CAFile: "testdata/ca.pem", ServerName: "vllm.llm.svc"}.TLSConfig()
+	if err != nil || c.RootCAs == nil || c.ServerName != "vllm.llm.svc" || c.InsecureSkipVerify {
+		t.Errorf("CA file and server name: %+v, %v", c, err)
 	}
 }

@@ -95,6 +95,10 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 
+	tlsConfig, err := o.Scrape.TLSConfig()
+	if err != nil {
+		return err
+	}
 	clk := clock.RealClock{}
 	inf := discovery.NewInformers(client, o.Namespaces)
 	disc := discovery.New(discovery.Options{
@@ -105,7 +109,7 @@ func (o *Options) Run(ctx context.Context) error {
 	scraper := scrape.New(scrape.Options{
 		Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency,
 		Targets: o.Fusion.Targets(),
-	}, scrape.NewHTTPClient(o.Scrape.Timeout), signals.NewExtractor(), clk, metrics)
+	}, scrape.NewHTTPClient(o.Scrape.Timeout, tlsConfig), signals.NewExtractor(), clk, metrics)
 	prov := provider.New(provider.Options{
 		UnknownSaturation: o.Fusion.UnknownSaturation,
 		MaxAge:            o.Scrape.MaxSampleAge,
