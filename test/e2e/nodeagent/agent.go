@@ -430,6 +430,11 @@ func (a *Agent) terminate(r *podRun, grace time.Duration) {
 	// Drain: no new work arrives once the pod is not Ready; wait for the engine's own
 	// running and waiting counts to reach zero.
 	metricsURL := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(r.ip, strconv.Itoa(r.port)))
+	// The engine's gauges move at the start of a step while the last tokens and the
+	// end of the stream reach the client after it, and a gateway may still hold a
+	// stale endpoint list: only two zero readings a second apart mean drained.
+	zeroSince := time.Time{}
+poll:
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		a.mu.Lock()
 		proc := r.proc
@@ -441,8 +446,13 @@ func (a *Agent) terminate(r *podRun, grace time.Duration) {
 			break
 		}
 		n, err := inFlight(ctx, metricsURL)
-		if err == nil && n == 0 {
-			break
+		switch {
+		case err != nil || n > 0:
+			zeroSince = time.Time{}
+		case zeroSince.IsZero():
+			zeroSince = time.Now()
+		case time.Since(zeroSince) >= time.Second:
+			break poll
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
