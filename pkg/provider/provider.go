@@ -112,7 +112,7 @@ func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 // holds its replica count) and their messages say which pods and why.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
 	name := strings.ToLower(info.Metric)
-	if !isServed(name) {
+	if !slices.Contains(Catalog(), name) {
 		p.metrics.Requests.WithLabelValues("unknown", "not_found").Inc()
 		return nil, cmprovider.NewMetricNotFoundError(external_metrics.Resource(info.Metric), info.Metric)
 	}
@@ -140,15 +140,6 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 		Timestamp: metav1.NewTime(ts),
 		Value:     q,
 	}}}, nil
-}
-
-func isServed(name string) bool {
-	for _, m := range Catalog() {
-		if m == name {
-			return true
-		}
-	}
-	return false
 }
 
 // compute returns the value of metric over the pool, the time of its oldest

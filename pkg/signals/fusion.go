@@ -8,9 +8,9 @@ import (
 // Targets are the per-pod set points of the fused terms: the value of each signal
 // at which a pod counts as exactly saturated (saturation 1.0).
 type Targets struct {
-	// QueueDepth is the number of waiting requests per pod at the set point; > 0.
+	// QueueDepth is the number of waiting requests per pod at the set point; >= MinTarget.
 	QueueDepth float64
-	// KVCacheUsage is the KV-cache usage ratio at the set point; in (0, 1].
+	// KVCacheUsage is the KV-cache usage ratio at the set point; in [MinTarget, 1].
 	KVCacheUsage float64
 }
 

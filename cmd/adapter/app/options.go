@@ -64,9 +64,9 @@ type FusionOptions struct {
 // AddFlags adds the fusion flags; explain and the server share them.
 func (o *FusionOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.QueueDepthTarget, "queue-depth-target", o.QueueDepthTarget,
-		"Waiting requests per pod at which a pod counts as saturated (saturation 1.0). Default from the Gateway API inference extension's saturation detector.")
+		"Waiting requests per pod (at least 0.001) at which a pod counts as saturated (saturation 1.0). Default from the Gateway API inference extension's saturation detector.")
 	fs.Float64Var(&o.KVCacheUsageTarget, "kv-cache-usage-target", o.KVCacheUsageTarget,
-		"KV-cache usage ratio (0-1] at which a pod counts as saturated (saturation 1.0).")
+		"KV-cache usage ratio, in [0.001, 1], at which a pod counts as saturated (saturation 1.0).")
 	fs.Float64Var(&o.UnknownSaturation, "unknown-pod-saturation", o.UnknownSaturation,
 		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid). 1.0 treats it as at its set point.")
 }

@@ -53,20 +53,18 @@ func startServer(t *testing.T, mutate func(*Config)) (*Server, string) {
 func post(t *testing.T, url, body string) (*http.Response, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return readAll(t, resp, err)
 }
 
 func get(t *testing.T, url string) (*http.Response, []byte) {
 	t.Helper()
 	resp, err := http.Get(url)
+	return readAll(t, resp, err)
+}
+
+// readAll fails the test on a request error and returns the response and its body.
+func readAll(t *testing.T, resp *http.Response, err error) (*http.Response, []byte) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
