@@ -9,10 +9,10 @@ import (
 )
 
 // azureConversation loads the one-hour Azure conversation trace (CC-BY 4.0,
-// Splitwise, ISCA 2024; see testdata/README.md) as arrivals.
+// Splitwise, ISCA 2024; see data/azure-llm-trace-2023/README.md) as arrivals.
 func azureConversation(tb testing.TB) []Arrival {
 	tb.Helper()
-	tr, err := trace.ReadFile("testdata/AzureLLMInferenceTrace_conv.csv")
+	tr, err := trace.ReadFile("../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -136,7 +136,7 @@ var notInV010Dump = map[string]string{
 }
 
 func TestMetricsGoldenAgainstRealVLLMV1Dump(t *testing.T) {
-	real := parseFile(t, "testdata/vllm_v1-0.10-nvcr25.09_single-engine.prom")
+	real := parseFile(t, "../../testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom")
 	for _, dialect := range []Dialect{DialectV1, DialectV1RenameWindow} {
 		t.Run(string(dialect), func(t *testing.T) {
 			// The dump's token histograms stop at 5000: its max_model_len is in
@@ -196,7 +196,7 @@ func TestMetricsGoldenAgainstRealVLLMV1Dump(t *testing.T) {
 }
 
 func TestMetricsGoldenAgainstRealVLLMV0Dump(t *testing.T) {
-	real := parseFile(t, "testdata/vllm_v0-0.6-qwenvl-issue55_excerpt.prom")
+	real := parseFile(t, "../../testdata/samples/vllm_v0-0.6-qwenvl-issue55_excerpt.prom")
 	body, _ := scrapeSim(t, DialectV0, 1, 8192)
 	got := parseExposition(t, body)
 	compared := 0

@@ -74,7 +74,7 @@ func (e *engine) port() string {
 
 func sample(t testing.TB, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "signals", "testdata", name))
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

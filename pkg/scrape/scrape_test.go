@@ -34,7 +34,7 @@ const vllmSample = "samples/vllm_v1-0.10-nvcr25.09_single-engine.prom"
 
 func readSample(tb testing.TB, name string) []byte {
 	tb.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "signals", "testdata", name))
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", name))
 	if err != nil {
 		tb.Fatal(err)
 	}

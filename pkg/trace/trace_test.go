@@ -59,7 +59,7 @@ func TestRead(t *testing.T) {
 }
 
 func TestReadFileAzureConversation(t *testing.T) {
-	tr, err := ReadFile("../emulator/testdata/AzureLLMInferenceTrace_conv.csv")
+	tr, err := ReadFile("../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-const samples = "../../../pkg/signals/testdata/samples/"
+const samples = "../../../testdata/samples/"
 
 func defaultFusion() FusionOptions {
 	return FusionOptions{QueueDepthTarget: 5, KVCacheUsageTarget: 0.8, UnknownSaturation: 1}

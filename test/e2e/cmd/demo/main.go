@@ -35,7 +35,7 @@ func main() {
 
 func run() error {
 	var (
-		tracePath = flag.String("trace", "", "Azure LLM trace CSV (default: ../shared/data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv beside the repository)")
+		tracePath = flag.String("trace", "", "Azure LLM trace CSV (default: the repository's data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv)")
 		from      = flag.Duration("from", 20*time.Minute, "offset into the trace where the replay starts")
 		length    = flag.Duration("duration", 3*time.Minute, "wall-clock length of the replay")
 		calm      = flag.Duration("calm", 40*time.Second, "first part of the replay at real speed, before the burst")
@@ -62,7 +62,7 @@ func run() error {
 		return err
 	}
 	if *tracePath == "" {
-		*tracePath = filepath.Join(repo, "..", "shared", "data", "azure-llm-trace-2023", "AzureLLMInferenceTrace_conv.csv")
+		*tracePath = filepath.Join(repo, "data", "azure-llm-trace-2023", "AzureLLMInferenceTrace_conv.csv")
 	}
 	if *out == "" {
 		*out = filepath.Join(repo, "test", "e2e", "_artifacts", "demo")
