@@ -37,15 +37,19 @@ E2E_GO_ENV := CGO_ENABLED=0 E2E_TOOLS_DIR=$(E2E_TOOLS) E2E_BIN_DIR=$(CURDIR)/$(B
 # per group skips the (slow) build while the versions match.
 e2e-tools: $(E2E_TOOLS)/.stamp-k8s $(E2E_TOOLS)/.stamp-sim
 
+# The tools build from their own module (hack/e2e-tools), so that Kubernetes' and
+# llm-d-inference-sim's dependencies never move the versions the tests build against.
 $(E2E_TOOLS)/.stamp-k8s:
 	@mkdir -p $(E2E_TOOLS)
-	cd test/e2e && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(E2E_K8S_LDFLAGS)' -o $(E2E_TOOLS)/ \
+	@echo "Building kube-apiserver, kube-controller-manager, kubectl and etcd from source once (about 15-30 min on 2 cores; cached in .cache/ afterwards)"
+	cd hack/e2e-tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(E2E_K8S_LDFLAGS)' -o $(E2E_TOOLS)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-		k8s.io/kubernetes/cmd/kubectl ./cmd/etcd
+		k8s.io/kubernetes/cmd/kubectl ./etcd
 	@touch $@
 
 $(E2E_TOOLS)/.stamp-sim: $(E2E_TOOLS)/.stamp-k8s
-	cd test/e2e && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(E2E_TOOLS)/ \
+	@echo "Building llm-d-inference-sim from source once (a few minutes)"
+	cd hack/e2e-tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(E2E_TOOLS)/ \
 		github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
 	@touch $@
 

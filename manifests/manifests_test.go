@@ -34,7 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 const (
@@ -457,9 +457,9 @@ func TestExamples(t *testing.T) {
 		file, name, metric string
 		target             autoscalingv2.MetricTarget
 	}{
-		{"hpa-saturation.yaml", "vllm-saturation", provider.MetricSaturation,
+		{"hpa-saturation.yaml", "vllm-saturation", signals.MetricSaturation,
 			autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: &one}},
-		{"hpa-demand-replicas.yaml", "vllm-demand-replicas", provider.MetricDemandReplicas,
+		{"hpa-demand-replicas.yaml", "vllm-demand-replicas", signals.MetricDemandReplicas,
 			autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: &one}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

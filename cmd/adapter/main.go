@@ -8,6 +8,7 @@ import (
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
 	"github.com/saturation-adapter/saturation-adapter/cmd/adapter/app"
 )

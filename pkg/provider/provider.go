@@ -1,6 +1,9 @@
-// Package provider serves the adapter's External metrics to the HPA through
+// Package provider serves the adapter's metrics to the HPA through
 // sigs.k8s.io/custom-metrics-apiserver: one request (namespace, metric, label
-// selector) in, one metric value out.
+// selector) in, one value out on external.metrics.k8s.io, and one value per pod
+// on custom.metrics.k8s.io. Which pods form the pool comes from pkg/podselect,
+// their readings from pkg/scrape, and what the metric means (scoring, pooling)
+// from pkg/signals' catalog.
 package provider
 
 import (
@@ -13,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,55 +26,35 @@ import (
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/discovery"
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
-	"github.com/saturation-adapter/saturation-adapter/pkg/selfmetrics"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
-// The External metrics served. Names are lower-case because the HPA's client
-// lower-cases the metric name in the request path.
-const (
-	// MetricSaturation is the mean per-pod saturation of the pool (1.0 = at the
-	// set point). For an HPA target of type Value, e.g. value: "1".
-	MetricSaturation = "llm_saturation"
-	// MetricDemandReplicas is the sum of per-pod saturations: the replicas needed
-	// at the set point. For an HPA target of type AverageValue, averageValue: "1".
-	MetricDemandReplicas = "llm_demand_replicas"
-	// MetricQueueDepth is the pool's total queue depth (waiting requests).
-	MetricQueueDepth = "llm_num_requests_waiting"
-	// MetricRunning is the pool's total of running requests.
-	MetricRunning = "llm_num_requests_running"
-	// MetricKVCacheUsage is the pool's mean KV-cache usage ratio (0..1).
-	MetricKVCacheUsage = "llm_kv_cache_usage"
-)
-
-// Catalog returns the names of the External metrics served, in documentation order.
-func Catalog() []string {
-	return []string{MetricSaturation, MetricDemandReplicas, MetricQueueDepth, MetricRunning, MetricKVCacheUsage}
+// Pools finds the pods of a request and records the request's interest; see
+// podselect.Selection.
+type Pools interface {
+	// Synced reports whether the pod cache is filled.
+	Synced() bool
+	// RecordInterest records that namespace and selector were asked about.
+	RecordInterest(namespace string, selector labels.Selector)
+	// Members returns the pods of namespace matched by selector.
+	Members(namespace string, selector labels.Selector) ([]podselect.Member, error)
+	// Member returns one pod by name; found is false when it does not exist.
+	Member(namespace, name string) (m podselect.Member, found bool, err error)
+	// HPAsFor names the HorizontalPodAutoscalers a request answers.
+	HPAsFor(namespace, metric string, selector labels.Selector) []string
 }
 
-// Pods finds the pods of a request and records the request's interest.
-type Pods interface {
-	// Touch records that namespace and selector were asked about.
-	Touch(namespace string, selector labels.Selector)
-	// Pods lists the pods of namespace matched by selector.
-	Pods(namespace string, selector labels.Selector) ([]*corev1.Pod, error)
-	// TargetFor returns the scrape target of a pod.
-	TargetFor(pod *corev1.Pod) (scrape.Target, error)
-}
-
-// Readings gives the latest scrape result of pods and scrapes on demand.
+// Readings gives the latest scrape result of pods and scrapes on demand; see
+// scrape.Scraper.
 type Readings interface {
-	Latest(key types.NamespacedName) (*scrape.Result, bool)
-	ScrapeAll(ctx context.Context, targets []scrape.Target, prune bool)
+	Latest(uid types.UID) (*scrape.Result, bool)
+	Scrape(ctx context.Context, targets []scrape.Target)
 }
 
 // Options configure the provider.
 type Options struct {
-	// UnknownSaturation is the saturation counted for a Ready pod without fresh
-	// data (default 1.0, as the Gateway API inference extension does).
-	UnknownSaturation float64
 	// MaxAge is the age beyond which a pod's last reading is stale.
 	MaxAge time.Duration
 	// ColdScrapeTimeout bounds the on-demand scrape of Ready pods that were never
@@ -80,26 +62,29 @@ type Options struct {
 	ColdScrapeTimeout time.Duration
 }
 
-// Provider implements the External metrics API of custom-metrics-apiserver.
+// Provider implements the External and custom metrics APIs of
+// custom-metrics-apiserver.
 type Provider struct {
 	opts     Options
-	pods     Pods
+	catalog  *signals.Catalog
+	pools    Pools
 	readings Readings
 	clock    clock.PassiveClock
-	metrics  *selfmetrics.Metrics
+	metrics  *Metrics
 }
 
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
-// New returns a Provider.
-func New(opts Options, pods Pods, readings Readings, clk clock.PassiveClock, metrics *selfmetrics.Metrics) *Provider {
-	return &Provider{opts: opts, pods: pods, readings: readings, clock: clk, metrics: metrics}
+// New returns a Provider serving the policies of catalog.
+func New(opts Options, catalog *signals.Catalog, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
+	return &Provider{opts: opts, catalog: catalog, pools: pools, readings: readings, clock: clk, metrics: metrics}
 }
 
-// ListAllExternalMetrics lists the catalog.
+// ListAllExternalMetrics lists the catalog: a static list, no I/O, so API
+// discovery never waits on engines (hazard NC-10).
 func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 	var out []cmprovider.ExternalMetricInfo
-	for _, m := range Catalog() {
+	for _, m := range p.catalog.Names() {
 		out = append(out, cmprovider.ExternalMetricInfo{Metric: m})
 	}
 	return out
@@ -107,183 +92,229 @@ func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 
 // GetExternalMetric answers one HPA request with exactly one item computed over
 // the Running, Ready, non-terminating pods of namespace matched by
-// metricSelector. Errors are API statuses: 404 for an unknown metric or a selector
-// that matches no pod, 503 when pods match but none has fresh data (the HPA then
-// holds its replica count) and their messages say which pods and why.
+// metricSelector. Errors are API statuses: 404 for an unknown metric or a
+// selector that matches no pod, 503 when pods match but none gives a value (the
+// HPA then holds its replica count) and their messages say which pods and why.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
-	name := strings.ToLower(info.Metric)
-	if !slices.Contains(Catalog(), name) {
-		p.metrics.Requests.WithLabelValues("unknown", "not_found").Inc()
+	policy := p.catalog.Lookup(info.Metric)
+	if policy == nil {
+		p.metrics.request(metricUnknown, ResultNotFound)
 		return nil, cmprovider.NewMetricNotFoundError(external_metrics.Resource(info.Metric), info.Metric)
 	}
-	value, ts, pool, err := p.compute(ctx, name, namespace, metricSelector)
+	where := fmt.Sprintf("%s in namespace %q for selector %q", policy.Name, namespace, metricSelector)
+	members, err := p.members(where, namespace, metricSelector)
 	if err != nil {
-		klog.V(2).InfoS("external metric request failed", "namespace", namespace, "metric", name, "selector", metricSelector.String(), "err", err)
+		p.fail(policy.Name, err)
 		return nil, err
 	}
-	q, err := MilliQuantity(value)
-	if err != nil {
-		p.metrics.Requests.WithLabelValues(name, "error").Inc()
-		return nil, apierrors.NewInternalError(fmt.Errorf("%s in namespace %q for selector %q: %w", name, namespace, metricSelector, err))
+	a := p.evaluate(ctx, policy, members, nil)
+	if err := a.poolError(where); err != nil {
+		p.fail(policy.Name, err)
+		return nil, err
 	}
-	sel := metricSelector.String()
-	p.metrics.Requests.WithLabelValues(name, "ok").Inc()
-	p.metrics.ServedValue.WithLabelValues(namespace, name, sel).Set(q.AsApproximateFloat64())
-	p.metrics.PoolPods.WithLabelValues(namespace, name, sel, "counted").Set(float64(pool.Pods))
-	p.metrics.PoolPods.WithLabelValues(namespace, name, sel, "unknown").Set(float64(pool.Pods - pool.Known))
+	q, err := MilliQuantity(*a.pool.Value)
+	if err != nil {
+		p.metrics.request(policy.Name, ResultError)
+		return nil, apierrors.NewInternalError(fmt.Errorf("%s: %w", where, err))
+	}
+	unknown := a.pool.Pods - a.pool.Known
+	if unknown > 0 {
+		slices.Sort(a.unknown)
+		klog.V(2).InfoS("Pods without fresh data count at the unknown-pod saturation", "namespace", namespace, "selector", metricSelector.String(),
+			"unknownSaturation", policy.UnknownSaturation, "pods", a.unknown)
+	}
+	p.metrics.request(policy.Name, ResultOK)
+	p.metrics.served(namespace, p.pools.HPAsFor(namespace, policy.Name, metricSelector), policy.Name, q.AsApproximateFloat64(), a.pool.Pods, unknown)
 	return &external_metrics.ExternalMetricValueList{Items: []external_metrics.ExternalMetricValue{{
 		MetricName: info.Metric,
 		MetricLabels: map[string]string{
-			"pods":         strconv.Itoa(pool.Pods),
-			"pods_unknown": strconv.Itoa(pool.Pods - pool.Known),
+			"pods":         strconv.Itoa(a.pool.Pods),
+			"pods_unknown": strconv.Itoa(unknown),
 		},
-		Timestamp: metav1.NewTime(ts),
+		Timestamp: metav1.NewTime(a.oldest),
 		Value:     q,
 	}}}, nil
 }
 
-// compute returns the value of metric over the pool, the time of its oldest
-// contributing sample, and the pool it was computed from.
-func (p *Provider) compute(ctx context.Context, metric, namespace string, selector labels.Selector) (float64, time.Time, signals.Pool, error) {
-	where := fmt.Sprintf("%s in namespace %q for selector %q", metric, namespace, selector)
-	if namespace == "" {
-		p.metrics.Requests.WithLabelValues(metric, "error").Inc()
-		return 0, time.Time{}, signals.Pool{}, apierrors.NewBadRequest(where + ": a namespace is required; pools never span namespaces")
+// answer is the evaluation of one request over a pool.
+type answer struct {
+	// matched is the number of pods the selector matched; pool.Pods of them are
+	// counted (Running, Ready, not terminating).
+	matched int
+	pool    signals.Pool
+	// oldest is the time of the oldest reading behind a known pod.
+	oldest time.Time
+	// unknown says, per counted pod without a fresh saturation, why ("pod: why").
+	unknown []string
+}
+
+// podFunc receives each counted pod with its fresh reading (nil when it has
+// none) and its part in the pool.
+type podFunc func(m *podselect.Member, res *scrape.Result, v signals.PodValue, why string)
+
+// members returns the members of namespace matched by selector, recording the
+// request's interest. Errors are the API statuses of everything before the
+// pool: a missing namespace (400), a cache not synced or an unwatched namespace
+// (503), no pod matched (404).
+func (p *Provider) members(where, namespace string, selector labels.Selector) ([]podselect.Member, error) {
+	if err := p.ready(where, namespace); err != nil {
+		return nil, err
 	}
-	p.pods.Touch(namespace, selector)
-	pods, err := p.pods.Pods(namespace, selector)
+	p.pools.RecordInterest(namespace, selector)
+	members, err := p.pools.Members(namespace, selector)
 	if err != nil {
-		p.metrics.Requests.WithLabelValues(metric, "error").Inc()
-		return 0, time.Time{}, signals.Pool{}, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
 	}
-	if len(pods) == 0 {
-		p.metrics.Requests.WithLabelValues(metric, "no_pods").Inc()
-		return 0, time.Time{}, signals.Pool{}, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound,
-			fmt.Sprintf("%s: no pods match; check the HPA's metric.selector against the pod labels", where))
+	if len(members) == 0 {
+		return nil, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+": no pods match; check the HPA's metric.selector against the pod labels")
 	}
-	now := p.clock.Now()
-	counted, pool, oldest, unknown, cold := p.fold(pods, now)
-	if counted == 0 {
-		p.metrics.Requests.WithLabelValues(metric, "no_data").Inc()
-		return 0, time.Time{}, signals.Pool{}, apierrors.NewServiceUnavailable(
-			fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, len(pods)))
-	}
-	if cold && p.scrapeCold(ctx, pods) {
-		counted, pool, oldest, unknown, _ = p.fold(pods, p.clock.Now())
-	}
-	slices.Sort(unknown)
-	if pool.Known == 0 {
-		p.metrics.Requests.WithLabelValues(metric, "no_data").Inc()
-		return 0, time.Time{}, pool, apierrors.NewServiceUnavailable(
-			fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, counted, summarize(unknown)))
-	}
-	if len(unknown) > 0 {
-		klog.V(2).InfoS("pods without fresh data count as saturated", "namespace", namespace, "selector", selector.String(),
-			"unknownSaturation", p.opts.UnknownSaturation, "pods", unknown)
-	}
-
-	var v *float64
-	switch metric {
-	case MetricSaturation:
-		v = &pool.Saturation
-	case MetricDemandReplicas:
-		v = &pool.DemandReplicas
-	case MetricQueueDepth:
-		v = pool.QueueDepth
-	case MetricRunning:
-		v = pool.Running
-	case MetricKVCacheUsage:
-		v = pool.KVCacheUsage
-	}
-	if v == nil {
-		p.metrics.Requests.WithLabelValues(metric, "no_data").Inc()
-		return 0, time.Time{}, pool, apierrors.NewServiceUnavailable(
-			fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, pool.Known))
-	}
-	return *v, oldest, pool, nil
+	return members, nil
 }
 
-// fold aggregates the counted (Running, Ready, not terminating) pods in one pass.
-// It returns how many were counted, the pool, the time of the oldest contributing
-// reading, why the unknown pods are unknown, and whether any counted pod was never
-// scraped.
-func (p *Provider) fold(pods []*corev1.Pod, now time.Time) (counted int, pool signals.Pool, oldest time.Time, unknown []string, cold bool) {
-	b := signals.NewPoolBuilder(p.opts.UnknownSaturation)
-	for _, pod := range pods {
-		if !discovery.Counted(pod) {
-			continue
-		}
-		counted++
-		res, why, ok := p.fresh(pod, now)
-		if !ok {
-			cold = cold || res == nil
-			unknown = append(unknown, pod.Name+": "+why)
-			b.Add(nil, signals.Fusion{})
-			continue
-		}
-		if res.Fusion.Saturation == nil {
-			unknown = append(unknown, pod.Name+": no valid queue depth or KV-cache usage"+firstWarnings(res.Reading.Warnings))
-		} else if oldest.IsZero() || res.Time.Before(oldest) {
-			oldest = res.Time
-		}
-		b.Add(res.Reading, res.Fusion)
+// member returns one pod as the only member of its pool. A by-name request
+// declares no interest (its selector would be "everything" and put the whole
+// namespace in the scrape set): the pod is scraped on demand. Errors as for
+// members.
+func (p *Provider) member(where, namespace, name string) ([]podselect.Member, error) {
+	if err := p.ready(where, namespace); err != nil {
+		return nil, err
 	}
-	return counted, b.Pool(), oldest, unknown, cold
+	m, found, err := p.pools.Member(namespace, name)
+	if err != nil {
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+	}
+	if !found {
+		return nil, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+": no pods match")
+	}
+	return []podselect.Member{m}, nil
 }
 
-// fresh returns a pod's result if its reading is younger than MaxAge, else why not.
-func (p *Provider) fresh(pod *corev1.Pod, now time.Time) (*scrape.Result, string, bool) {
-	res, ok := p.readings.Latest(discovery.Key(pod))
+func (p *Provider) ready(where, namespace string) error {
+	if namespace == "" {
+		return apierrors.NewBadRequest(where + ": a namespace is required; pools never span namespaces")
+	}
+	if !p.pools.Synced() {
+		return apierrors.NewServiceUnavailable(where + ": the adapter is starting: its pod cache is not synced yet")
+	}
+	return nil
+}
+
+// evaluate scrapes on the spot the counted members never scraped, then folds
+// the policy over the members. each, when set, receives every counted pod.
+func (p *Provider) evaluate(ctx context.Context, policy *signals.Policy, members []podselect.Member, each podFunc) answer {
+	p.scrapeCold(ctx, members)
+	return p.fold(policy, members, p.clock.Now(), each)
+}
+
+// fold evaluates the policy over the counted members in one pass.
+func (p *Provider) fold(policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc) answer {
+	a := answer{matched: len(members)}
+	b := policy.NewPool()
+	for i := range members {
+		m := &members[i]
+		if !m.Counted {
+			continue
+		}
+		res, why := p.fresh(m, now)
+		var r *signals.Reading
+		if res != nil {
+			r = res.Reading
+		}
+		v := b.Add(r)
+		switch {
+		case !v.Known && why == "":
+			why = "no valid queue depth or KV-cache usage" + firstWarnings(r.Warnings)
+			a.unknown = append(a.unknown, m.Pod.Name+": "+why)
+		case !v.Known:
+			a.unknown = append(a.unknown, m.Pod.Name+": "+why)
+		case a.oldest.IsZero() || res.Time.Before(a.oldest):
+			a.oldest = res.Time
+		}
+		if each != nil {
+			each(m, res, v, why)
+		}
+	}
+	a.pool = b.Pool()
+	return a
+}
+
+// poolError returns the API status for an answer without a pool value: 503
+// naming why (no pod Ready, none with fresh data, signal absent), else nil.
+func (a *answer) poolError(where string) error {
+	switch {
+	case a.pool.Pods == 0:
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
+	case a.pool.Known == 0:
+		slices.Sort(a.unknown)
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
+	case a.pool.Value == nil:
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Known))
+	}
+	return nil
+}
+
+// fail counts a failed request by the kind of its status and logs it.
+func (p *Provider) fail(metric string, err error) {
+	r := ResultError
+	switch {
+	case apierrors.IsNotFound(err):
+		r = ResultNoPods
+	case apierrors.IsServiceUnavailable(err):
+		r = ResultNoData
+	}
+	p.metrics.request(metric, r)
+	klog.V(2).InfoS("Metric request failed", "metric", metric, "err", err)
+}
+
+// fresh returns a member's result when its reading is younger than MaxAge; else
+// the result (possibly nil) is nil-ed and why says why.
+func (p *Provider) fresh(m *podselect.Member, now time.Time) (*scrape.Result, string) {
+	res, ok := p.readings.Latest(m.UID)
 	if !ok {
-		if _, err := p.pods.TargetFor(pod); err != nil {
-			return nil, "cannot be scraped: " + err.Error(), false
+		if m.TargetErr != nil {
+			return nil, "cannot be scraped: " + m.TargetErr.Error()
 		}
-		return nil, "not scraped yet", false
+		return nil, "not scraped yet"
 	}
 	if res.Reading == nil {
 		if res.Err != nil {
-			return res, "scrape failing: " + res.Err.Error(), false
+			return nil, "scrape failing: " + res.Err.Error()
 		}
-		return res, "not scraped yet", false
+		return nil, "not scraped yet"
 	}
 	if age := now.Sub(res.Time); age > p.opts.MaxAge {
 		why := fmt.Sprintf("stale: last good scrape %s ago (max age %s)", age.Round(time.Millisecond), p.opts.MaxAge)
 		if res.Err != nil {
 			why += "; last error: " + res.Err.Error()
 		}
-		return res, why, false
+		return nil, why
 	}
-	return res, "", true
+	return res, ""
 }
 
-// scrapeCold scrapes, within ColdScrapeTimeout, the counted pods that were never
-// scraped, so that the first request for a new selector gets an answer. It
-// reports whether it scraped any.
-func (p *Provider) scrapeCold(ctx context.Context, pods []*corev1.Pod) bool {
+// scrapeCold scrapes, within ColdScrapeTimeout, the counted members that were
+// never scraped, so that the first request for a new selector gets an answer.
+func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
 	if p.opts.ColdScrapeTimeout <= 0 {
-		return false
+		return
 	}
 	var cold []scrape.Target
-	for _, pod := range pods {
-		if !discovery.Counted(pod) {
+	for i := range members {
+		m := &members[i]
+		if !m.Counted || m.TargetErr != nil {
 			continue
 		}
-		if _, ok := p.readings.Latest(discovery.Key(pod)); ok {
+		if _, ok := p.readings.Latest(m.UID); ok {
 			continue
 		}
-		t, err := p.pods.TargetFor(pod)
-		if err != nil {
-			continue
-		}
-		cold = append(cold, t)
+		cold = append(cold, m.Target)
 	}
 	if len(cold) == 0 {
-		return false
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ColdScrapeTimeout)
 	defer cancel()
-	p.readings.ScrapeAll(ctx, cold, false)
-	return true
+	p.readings.Scrape(ctx, cold)
 }
 
 // firstWarnings renders up to two of a reading's warnings for an error message.

@@ -20,11 +20,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promconfig "github.com/prometheus/common/config"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
-	"github.com/saturation-adapter/saturation-adapter/pkg/selfmetrics"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -88,29 +88,30 @@ func BenchmarkScrape1000Pods(b *testing.B) {
 	targets := make([]scrape.Target, pods)
 	for i, port := range ports {
 		targets[i] = scrape.Target{
-			Key: types.NamespacedName{Namespace: "llm", Name: fmt.Sprintf("vllm-%04d", i)},
+			Pod: types.NamespacedName{Namespace: "llm", Name: fmt.Sprintf("vllm-%04d", i)},
+			UID: types.UID(fmt.Sprintf("uid-%04d", i)),
 			URL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
 		}
 	}
-	opts := scrape.Options{Timeout: time.Second, MaxBodyBytes: 4 << 20, Concurrency: 64, Targets: signals.DefaultTargets()}
+	opts := scrape.Options{Timeout: time.Second, MaxBodyBytes: 4 << 20, Concurrency: 64}
 	reg := prometheus.NewRegistry()
-	m, err := selfmetrics.New(reg)
+	m, err := scrape.NewMetrics(reg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := scrape.NewHTTPClient(opts.Timeout, nil)
+	client := newClient(b, promconfig.TLSConfig{})
 	b.Cleanup(client.CloseIdleConnections)
 	s := scrape.New(opts, client, signals.NewExtractor(), clock.RealClock{}, m)
 	ctx := context.Background()
 
 	// Warm up: open the connections and fill the buffer pool, as the adapter's
 	// steady state has them.
-	s.ScrapeAll(ctx, targets, true)
+	s.Sync(ctx, targets)
 	failed := 0
 	for _, t := range targets {
-		if r, _ := s.Latest(t.Key); r.Err != nil {
+		if r, _ := s.Latest(t.UID); r.Err != nil {
 			if failed == 0 {
-				b.Logf("warm-up: %s: %v", t.Key, r.Err)
+				b.Logf("warm-up: %s: %v", t.Pod, r.Err)
 			}
 			failed++
 		}
@@ -124,7 +125,7 @@ func BenchmarkScrape1000Pods(b *testing.B) {
 	cpuBefore := cpuTime(b)
 	b.ResetTimer()
 	for range b.N {
-		s.ScrapeAll(ctx, targets, true)
+		s.Sync(ctx, targets)
 	}
 	b.StopTimer()
 	cpuPerRound := (cpuTime(b) - cpuBefore) / time.Duration(b.N)
@@ -241,7 +242,7 @@ func scrapeErrors(tb testing.TB, reg *prometheus.Registry) float64 {
 	}
 	var total float64
 	for _, f := range families {
-		if f.GetName() != selfmetrics.Namespace+"_scrape_errors_total" {
+		if f.GetName() != scrape.MetricsNamespace+"_scrape_errors_total" {
 			continue
 		}
 		for _, m := range f.GetMetric() {

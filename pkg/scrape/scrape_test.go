@@ -2,8 +2,7 @@ package scrape_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"math"
 	"net"
@@ -20,11 +19,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	promconfig "github.com/prometheus/common/config"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
-	"github.com/saturation-adapter/saturation-adapter/pkg/selfmetrics"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -71,7 +70,7 @@ func newEngine(t *testing.T, h http.Handler) *engine {
 func (e *engine) set(h http.Handler) { e.handler.Store(&h) }
 
 func (e *engine) target(name string) scrape.Target {
-	return scrape.Target{Key: types.NamespacedName{Namespace: "llm", Name: name}, URL: e.srv.URL + "/metrics"}
+	return scrape.Target{Pod: types.NamespacedName{Namespace: "llm", Name: name}, UID: types.UID(name), URL: e.srv.URL + "/metrics"}
 }
 
 // serve answers every request with code and body.
@@ -85,38 +84,49 @@ func serve(code int, body []byte) http.Handler {
 
 type fixture struct {
 	scraper *scrape.Scraper
-	metrics *selfmetrics.Metrics
+	metrics *scrape.Metrics
+	reg     *prometheus.Registry
 	clock   *clocktesting.FakeClock
 }
 
 func defaultOptions() scrape.Options {
-	return scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4, Targets: signals.DefaultTargets()}
+	return scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}
 }
 
 func newFixture(t *testing.T, opts scrape.Options) *fixture {
 	t.Helper()
-	m, err := selfmetrics.New(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m, err := scrape.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	client := scrape.NewHTTPClient(opts.Timeout, nil)
+	client := newClient(t, promconfig.TLSConfig{})
 	t.Cleanup(client.CloseIdleConnections)
 	return &fixture{
 		scraper: scrape.New(opts, client, signals.NewExtractor(), clk, m),
-		metrics: m, clock: clk,
+		metrics: m, reg: reg, clock: clk,
 	}
+}
+
+func newClient(t testing.TB, c promconfig.TLSConfig) *http.Client {
+	t.Helper()
+	client, err := scrape.NewHTTPClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
 
 // checkErrors fails unless the scrape-errors counter has exactly the wanted
 // reasons, each counted once.
 func (f *fixture) checkErrors(t *testing.T, reasons ...string) {
 	t.Helper()
-	if got := testutil.CollectAndCount(f.metrics.ScrapeErrors); got != len(reasons) {
+	if got := testutil.CollectAndCount(f.metrics.Errors); got != len(reasons) {
 		t.Errorf("scrape_errors_total has %d reason series, want %d (%q)", got, len(reasons), reasons)
 	}
 	for _, r := range reasons {
-		if got := testutil.ToFloat64(f.metrics.ScrapeErrors.WithLabelValues(r)); got != 1 {
+		if got := testutil.ToFloat64(f.metrics.Errors.WithLabelValues(r)); got != 1 {
 			t.Errorf("scrape_errors_total{reason=%q} = %g, want 1", r, got)
 		}
 	}
@@ -166,8 +176,8 @@ func TestScrapeOneSuccess(t *testing.T) {
 			if got := r.Reading.QueueDepth; got == nil || *got != 0 {
 				t.Errorf("QueueDepth = %v, want 0", ptrString(got))
 			}
-			if got, want := r.Fusion.Saturation, kv/0.8; got == nil || math.Abs(*got-want) > 1e-15 {
-				t.Errorf("Fusion.Saturation = %v, want %g", ptrString(got), want)
+			if got, want := signals.Score(r.Reading, signals.DefaultSetPoints()).Saturation, kv/0.8; got == nil || math.Abs(*got-want) > 1e-15 {
+				t.Errorf("saturation = %v, want %g", ptrString(got), want)
 			}
 			if !r.Time.Equal(f.clock.Now()) {
 				t.Errorf("Time = %v, want %v", r.Time, f.clock.Now())
@@ -175,7 +185,7 @@ func TestScrapeOneSuccess(t *testing.T) {
 			if !r.ErrTime.IsZero() {
 				t.Errorf("ErrTime = %v, want zero", r.ErrTime)
 			}
-			if got, ok := f.scraper.Latest(target.Key); !ok || got != r {
+			if got, ok := f.scraper.Latest(target.UID); !ok || got != r {
 				t.Errorf("Latest = %p, %v; want the returned result %p", got, ok, r)
 			}
 			f.checkErrors(t)
@@ -296,13 +306,10 @@ func TestScrapeOneFailureKeepsReading(t *testing.T) {
 			if r.Reading != first.Reading {
 				t.Errorf("Reading = %p, want the previous reading %p", r.Reading, first.Reading)
 			}
-			if r.Fusion.Saturation != first.Fusion.Saturation {
-				t.Errorf("Fusion changed on a failed scrape")
-			}
 			if !r.Time.Equal(okTime) {
 				t.Errorf("Time = %v, want the previous reading's %v", r.Time, okTime)
 			}
-			if got, _ := f.scraper.Latest(target.Key); got != r {
+			if got, _ := f.scraper.Latest(target.UID); got != r {
 				t.Errorf("Latest = %p, want the returned result %p", got, r)
 			}
 			if first.Err != nil || first.ErrTime != (time.Time{}) {
@@ -385,7 +392,7 @@ func TestScrapeOneConnectError(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	f := newFixture(t, defaultOptions())
-	r := f.scraper.ScrapeOne(context.Background(), scrape.Target{Key: types.NamespacedName{Namespace: "llm", Name: "gone"}, URL: "http://" + addr + "/metrics"})
+	r := f.scraper.ScrapeOne(context.Background(), scrape.Target{Pod: types.NamespacedName{Namespace: "llm", Name: "gone"}, UID: "gone", URL: "http://" + addr + "/metrics"})
 	if r.Err == nil {
 		t.Fatal("Err = nil, want a connection error")
 	}
@@ -412,8 +419,8 @@ vllm:num_requests_running{engine="0",model_name="m"} +Inf
 	if r.Reading.KVCacheUsage != nil {
 		t.Errorf("KVCacheUsage = %g, want nil for NaN", *r.Reading.KVCacheUsage)
 	}
-	if got, want := r.Fusion.Saturation, 3.0/5; got == nil || *got != want {
-		t.Errorf("Fusion.Saturation = %s, want %g (queue term alone)", ptrString(got), want)
+	if got, want := signals.Score(r.Reading, signals.DefaultSetPoints()).Saturation, 3.0/5; got == nil || *got != want {
+		t.Errorf("saturation = %s, want %g (queue term alone)", ptrString(got), want)
 	}
 	for reason, want := range map[string]float64{"nan": 1, "inf": 1} {
 		if got := testutil.ToFloat64(f.metrics.InvalidSamples.WithLabelValues(reason)); got != want {
@@ -426,50 +433,54 @@ vllm:num_requests_running{engine="0",model_name="m"} +Inf
 	f.checkErrors(t)
 }
 
-func TestScrapeAllPrune(t *testing.T) {
+func TestSyncForgetsTheRest(t *testing.T) {
 	good := readSample(t, vllmSample)
 	tests := []struct {
 		name        string
-		prune       bool
+		sync        bool
 		wantKept    []string
 		wantTargets float64
 	}{
-		{name: "prune", prune: true, wantKept: []string{"a"}, wantTargets: 1},
-		// An on-demand scrape (no prune) is not the scrape set: the gauge stays.
-		{name: "no prune", prune: false, wantKept: []string{"a", "b", "c"}, wantTargets: 3},
+		{name: "sync", sync: true, wantKept: []string{"a"}, wantTargets: 1},
+		// An on-demand scrape is not the scrape set: nothing is forgotten, the gauge stays.
+		{name: "scrape", sync: false, wantKept: []string{"a", "b", "c"}, wantTargets: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, defaultOptions())
 			e := newEngine(t, serve(http.StatusOK, good))
 			all := []scrape.Target{e.target("a"), e.target("b"), e.target("c")}
-			f.scraper.ScrapeAll(context.Background(), all, true)
-			if got := testutil.ToFloat64(f.metrics.ScrapeTargets); got != 3 {
+			f.scraper.Sync(context.Background(), all)
+			if got := testutil.ToFloat64(f.metrics.Targets); got != 3 {
 				t.Errorf("scrape_targets = %g, want 3", got)
 			}
 
-			f.scraper.ScrapeAll(context.Background(), all[:1], tt.prune)
+			if tt.sync {
+				f.scraper.Sync(context.Background(), all[:1])
+			} else {
+				f.scraper.Scrape(context.Background(), all[:1])
+			}
 
 			var kept []string
 			for _, tg := range all {
-				if r, ok := f.scraper.Latest(tg.Key); ok {
+				if r, ok := f.scraper.Latest(tg.UID); ok {
 					if r.Err != nil {
-						t.Errorf("%s: Err = %v", tg.Key, r.Err)
+						t.Errorf("%s: Err = %v", tg.Pod, r.Err)
 					}
-					kept = append(kept, tg.Key.Name)
+					kept = append(kept, tg.Pod.Name)
 				}
 			}
 			if !slices.Equal(kept, tt.wantKept) {
 				t.Errorf("results kept for %q, want %q", kept, tt.wantKept)
 			}
-			if got := testutil.ToFloat64(f.metrics.ScrapeTargets); got != tt.wantTargets {
+			if got := testutil.ToFloat64(f.metrics.Targets); got != tt.wantTargets {
 				t.Errorf("scrape_targets = %g, want %g", got, tt.wantTargets)
 			}
 		})
 	}
 }
 
-func TestScrapeAllConcurrency(t *testing.T) {
+func TestSyncConcurrency(t *testing.T) {
 	tests := []struct {
 		concurrency, targets int
 	}{
@@ -488,7 +499,7 @@ func TestScrapeAllConcurrency(t *testing.T) {
 				targets = append(targets, e.target(fmt.Sprintf("pod-%d", i)))
 			}
 
-			f.scraper.ScrapeAll(context.Background(), targets, true)
+			f.scraper.Sync(context.Background(), targets)
 
 			if got := e.hits.Load(); got != int64(tt.targets) {
 				t.Errorf("engine got %d requests, want %d", got, tt.targets)
@@ -497,15 +508,15 @@ func TestScrapeAllConcurrency(t *testing.T) {
 				t.Errorf("max in flight = %d, want ≤ %d", got, limit)
 			}
 			for _, tg := range targets {
-				if r, ok := f.scraper.Latest(tg.Key); !ok || r.Err != nil || r.Reading == nil {
-					t.Errorf("%s: result %+v, %v; want a reading", tg.Key, r, ok)
+				if r, ok := f.scraper.Latest(tg.UID); !ok || r.Err != nil || r.Reading == nil {
+					t.Errorf("%s: result %+v, %v; want a reading", tg.Pod, r, ok)
 				}
 			}
 		})
 	}
 }
 
-func TestScrapeAllCanceled(t *testing.T) {
+func TestSyncCanceled(t *testing.T) {
 	good := readSample(t, vllmSample)
 	f := newFixture(t, defaultOptions())
 	e := newEngine(t, serve(http.StatusOK, good))
@@ -513,13 +524,13 @@ func TestScrapeAllCanceled(t *testing.T) {
 	cancel()
 	done := make(chan struct{})
 	go func() {
-		f.scraper.ScrapeAll(ctx, []scrape.Target{e.target("a"), e.target("b")}, true)
+		f.scraper.Sync(ctx, []scrape.Target{e.target("a"), e.target("b")})
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("ScrapeAll with a canceled context did not return")
+		t.Fatal("Sync with a canceled context did not return")
 	}
 }
 
@@ -543,8 +554,8 @@ func TestConnectionReuse(t *testing.T) {
 			targets := []scrape.Target{e.target("pod-0")}
 			for i, h := range tt.rounds {
 				e.set(h)
-				f.scraper.ScrapeAll(context.Background(), targets, true)
-				if r, _ := f.scraper.Latest(targets[0].Key); r.Reading == nil {
+				f.scraper.Sync(context.Background(), targets)
+				if r, _ := f.scraper.Latest(targets[0].UID); r.Reading == nil {
 					t.Fatalf("round %d: no reading: %v", i, r.Err)
 				}
 			}
@@ -574,7 +585,7 @@ func TestConcurrencyBoundIsShared(t *testing.T) {
 			for i := range 3 {
 				ts = append(ts, e.target(fmt.Sprintf("c%d-%d", c, i)))
 			}
-			f.scraper.ScrapeAll(context.Background(), ts, false)
+			f.scraper.Scrape(context.Background(), ts)
 		}()
 	}
 	wg.Wait()
@@ -599,7 +610,7 @@ func TestCanceledScrapeStoresNothing(t *testing.T) {
 	if r := f.scraper.ScrapeOne(ctx, e.target("a")); r != nil {
 		t.Errorf("result = %+v, want nil: a canceled scrape says nothing about the pod", r)
 	}
-	if _, ok := f.scraper.Latest(e.target("a").Key); ok {
+	if _, ok := f.scraper.Latest(e.target("a").UID); ok {
 		t.Error("a canceled scrape was stored")
 	}
 }
@@ -629,34 +640,36 @@ func newCountingEngine(t *testing.T) (*engine, func() int) {
 func TestScrapeTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(serve(http.StatusOK, readSample(t, vllmSample)))
 	defer srv.Close()
-	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
-	target := scrape.Target{Key: types.NamespacedName{Namespace: "llm", Name: "tls"}, URL: srv.URL + "/metrics"}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := scrape.Target{Pod: types.NamespacedName{Namespace: "llm", Name: "tls"}, UID: "tls", URL: srv.URL + "/metrics"}
 	tests := []struct {
 		name   string
-		config *tls.Config
+		config promconfig.TLSConfig
 		ok     bool
 	}{
-		{name: "system roots reject a private CA", config: nil, ok: false},
-		{name: "configured CA", config: &tls.Config{RootCAs: pool}, ok: true},
-		{name: "configured CA, wrong server name", config: &tls.Config{RootCAs: pool, ServerName: "vllm.internal"}, ok: false},
-		{name: "configured CA and a server name in the certificate", config: &tls.Config{RootCAs: pool, ServerName: "example.com"}, ok: true},
-		{name: "verification off", config: &tls.Config{InsecureSkipVerify: true}, ok: true},
+		{name: "system roots reject a private CA", ok: false},
+		{name: "configured CA", config: promconfig.TLSConfig{CAFile: caFile}, ok: true},
+		{name: "configured CA, wrong server name", config: promconfig.TLSConfig{CAFile: caFile, ServerName: "vllm.internal"}, ok: false},
+		{name: "configured CA and a server name in the certificate", config: promconfig.TLSConfig{CAFile: caFile, ServerName: "example.com"}, ok: true},
+		{name: "verification off", config: promconfig.TLSConfig{InsecureSkipVerify: true}, ok: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := selfmetrics.New(prometheus.NewRegistry())
+			m, err := scrape.NewMetrics(prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
-			client := scrape.NewHTTPClient(time.Second, tt.config)
+			client := newClient(t, tt.config)
 			defer client.CloseIdleConnections()
 			s := scrape.New(defaultOptions(), client, signals.NewExtractor(), clocktesting.NewFakeClock(time.Now()), m)
 			r := s.ScrapeOne(context.Background(), target)
 			if tt.ok != (r.Err == nil && r.Reading != nil) {
 				t.Errorf("result err = %v, want ok = %v", r.Err, tt.ok)
 			}
-			if !tt.ok && testutil.ToFloat64(m.ScrapeErrors.WithLabelValues("connect")) != 1 {
+			if !tt.ok && testutil.ToFloat64(m.Errors.WithLabelValues("connect")) != 1 {
 				t.Error("an unverifiable certificate was not counted as a connect error")
 			}
 		})

@@ -28,6 +28,11 @@ const (
 	ReasonAboveRange Reason = "above_range"
 )
 
+// Reasons lists every Reason, in documentation order.
+func Reasons() []Reason {
+	return []Reason{ReasonNaN, ReasonInf, ReasonNegative, ReasonAboveRange}
+}
+
 // EngineSignals is what one engine (one data-parallel rank) of a pod reports.
 // A nil field means the engine exposed no valid series for that signal.
 type EngineSignals struct {

@@ -1,105 +1,97 @@
 package signals
 
-// Member is one counted pod of a pool: a pod that serves traffic (the caller
-// decides which, e.g. Running and Ready) and its latest fresh reading.
-type Member struct {
-	// Reading is the pod's latest fresh reading; nil when there is none (scrape
-	// failing, stale, or nothing parseable).
-	Reading *Reading
-	// Fusion is Fuse(Reading, targets); ignored when Reading is nil.
-	Fusion Fusion
+// PodValue is one pod's part in a pool, as PoolBuilder.Add computed it.
+type PodValue struct {
+	// Known reports whether the pod had a fresh reading with a saturation (at
+	// least one fused term); an unknown pod counts at the policy's
+	// UnknownSaturation in KindMean and KindDemand pools.
+	Known bool
+	// Present reports whether the pod has a value of its own under the policy:
+	// its saturation (KindMean, KindDemand) or the raw signal (KindSignal). A pod
+	// without one is left out of a per-pod answer.
+	Present bool
+	// Value is the pod's own value when Present: saturation in multiples of the
+	// set point, or the signal in its unit (requests, ratio).
+	Value float64
 }
 
-// known reports whether the member contributes a saturation of its own.
-func (m *Member) known() bool { return m.Reading != nil && m.Fusion.Saturation != nil }
-
-// Pool is the aggregate of a pool of pods, what one HPA request is answered from.
-// Pointers are nil when no known pod has the term.
+// Pool is the value of a policy over a pool of pods: what one HPA request is
+// answered from.
 type Pool struct {
-	// Pods is the number of counted pods; Known of them had a fresh saturation.
+	// Pods is the number of pods added; Known of them had a saturation.
 	Pods, Known int
-	// Saturation is the mean per-pod saturation over all counted pods, unknown pods
-	// at the unknown saturation; the value for an HPA target of type Value.
-	Saturation float64
-	// DemandReplicas is the sum of per-pod saturations: the replicas needed to bring
-	// every pod to its set point; the value for an HPA target of type AverageValue.
-	DemandReplicas float64
-	// QueueDepth and Running are sums over the known pods that report them (requests).
-	QueueDepth, Running *float64
-	// KVCacheUsage is the mean KV-cache usage ratio over the known pods that report it.
-	KVCacheUsage *float64
+	// Value is the policy's value: the mean (KindMean) or sum (KindDemand) of
+	// per-pod saturations with unknown pods at UnknownSaturation, or the sum
+	// (counts) or mean (ratios) of a raw signal over the known pods that report
+	// it (KindSignal). Nil when no pod is known, or, for KindSignal, when no
+	// known pod reports the signal: never 0 for "no data".
+	Value *float64
 }
 
-// Aggregate folds the members into a Pool; see PoolBuilder.
-func Aggregate(members []Member, unknownSaturation float64) Pool {
-	b := NewPoolBuilder(unknownSaturation)
-	for i := range members {
-		b.Add(members[i].Reading, members[i].Fusion)
-	}
-	return b.Pool()
-}
-
-// PoolBuilder folds pods into a Pool one at a time, so that a caller walking a
-// thousand pods needs no slice of members. A pod without a saturation counts as
-// unknownSaturation in Saturation and DemandReplicas (the Gateway API inference
-// extension counts a pod with stale or missing metrics as saturated, 1.0; see
-// the inference extension's saturation detector), so a pool whose engines stop reporting does not look idle.
-// Callers must treat Known == 0 as "no data", never as a value.
+// PoolBuilder folds the pods of one pool into a Pool under one policy, one pod
+// at a time, so that a caller walking a thousand pods needs no slice. It is the
+// one pooling path of the adapter: the External provider, the per-pod provider
+// and explain all use it, so they give identical numbers by construction. The
+// zero value is not usable; see Policy.NewPool.
 type PoolBuilder struct {
-	unknownSaturation float64
-	pool              Pool
-	queue, running    float64
-	kv                float64
-	nQueue, nRunning  int
-	nKV               int
+	policy     *Policy
+	pods, know int
+	sum        float64
+	n          int
 }
 
-// NewPoolBuilder returns an empty builder.
-func NewPoolBuilder(unknownSaturation float64) PoolBuilder {
-	return PoolBuilder{unknownSaturation: unknownSaturation}
-}
+// NewPool returns an empty builder for the policy, which must be valid.
+func (p *Policy) NewPool() PoolBuilder { return PoolBuilder{policy: p} }
 
-// Add counts one pod: its fresh reading and fusion, or a nil reading for a pod
-// without fresh data.
-func (b *PoolBuilder) Add(r *Reading, f Fusion) {
-	b.pool.Pods++
-	if r == nil || f.Saturation == nil {
-		b.pool.DemandReplicas += b.unknownSaturation
-		return
+// Add counts one pod: r is its fresh reading, nil when it has none (scrape
+// failing, stale, nothing parseable). It returns the pod's own part.
+func (b *PoolBuilder) Add(r *Reading) PodValue {
+	b.pods++
+	p := b.policy
+	v := PodValue{Known: r != nil && r.hasTerm()}
+	if v.Known {
+		b.know++
 	}
-	b.pool.Known++
-	b.pool.DemandReplicas += *f.Saturation
-	if r.QueueDepth != nil {
-		b.queue += *r.QueueDepth
-		b.nQueue++
+	switch p.Kind {
+	case KindMean, KindDemand:
+		if v.Known {
+			v.Present = true
+			v.Value, _ = saturation(r, p.SetPoints)
+			b.sum += v.Value
+		} else {
+			b.sum += p.UnknownSaturation
+		}
+	case KindSignal:
+		if !v.Known {
+			break
+		}
+		if s := *r.slot(p.Signal); s != nil {
+			v.Present, v.Value = true, *s
+			b.sum += *s
+			b.n++
+		}
 	}
-	if r.Running != nil {
-		b.running += *r.Running
-		b.nRunning++
-	}
-	if r.KVCacheUsage != nil {
-		b.kv += *r.KVCacheUsage
-		b.nKV++
-	}
+	return v
 }
 
 // Pool returns the aggregate of the pods added so far.
 func (b *PoolBuilder) Pool() Pool {
-	p := b.pool
-	if p.Pods > 0 {
-		p.Saturation = p.DemandReplicas / float64(p.Pods)
+	out := Pool{Pods: b.pods, Known: b.know}
+	if b.know == 0 {
+		return out
 	}
-	if b.nQueue > 0 {
-		q := b.queue
-		p.QueueDepth = &q
+	v := b.sum
+	switch b.policy.Kind {
+	case KindMean:
+		v /= float64(b.pods)
+	case KindSignal:
+		if b.n == 0 {
+			return out
+		}
+		if b.policy.Signal.isRatio() {
+			v /= float64(b.n)
+		}
 	}
-	if b.nRunning > 0 {
-		r := b.running
-		p.Running = &r
-	}
-	if b.nKV > 0 {
-		kv := b.kv / float64(b.nKV)
-		p.KVCacheUsage = &kv
-	}
-	return p
+	out.Value = &v
+	return out
 }

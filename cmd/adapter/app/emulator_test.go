@@ -56,11 +56,11 @@ func TestExplainReadsEmulatorLikeRealDump(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ex, err := Explain([]string{file, filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom")}, defaultFusion(), nil)
+	ex, err := Explain([]string{file, filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom")}, NewScoringOptions(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	emu, real := ex.Targets[0], ex.Targets[1]
+	emu, real := ex.Pods[0], ex.Pods[1]
 	if emu.Dialect != real.Dialect {
 		t.Errorf("dialect: emulator %q, real dump %q", emu.Dialect, real.Dialect)
 	}

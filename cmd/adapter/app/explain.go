@@ -12,8 +12,8 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
-// ExplainTarget is the explain output for one /metrics file (one pod).
-type ExplainTarget struct {
+// ExplainPod is the explain output for one /metrics file (one pod).
+type ExplainPod struct {
 	Source          string                  `json:"source"`
 	Dialect         string                  `json:"dialect"`
 	Models          []string                `json:"models"`
@@ -43,20 +43,18 @@ type ExplainPool struct {
 
 // Explanation is the whole explain output.
 type Explanation struct {
-	Targets []ExplainTarget `json:"targets"`
-	Pool    ExplainPool     `json:"pool"`
+	Pods []ExplainPod `json:"pods"`
+	Pool ExplainPool  `json:"pool"`
 }
 
 func newExplainCommand() *cobra.Command {
-	fusion := FusionOptions{}
-	d := signals.DefaultTargets()
-	fusion.QueueDepthTarget, fusion.KVCacheUsageTarget, fusion.UnknownSaturation = d.QueueDepth, d.KVCacheUsage, 1
+	scoring := NewScoringOptions()
 	cmd := &cobra.Command{
 		Use:   "explain FILE...",
 		Short: "Evaluate /metrics bodies offline, one file per pod, and print the saturation as JSON",
 		Long: `explain reads each FILE as one pod's /metrics body (- reads standard input), extracts
 the saturation signals as the server would, and prints JSON: one entry per file under
-"targets" and, under "pool", what an HPA would be served for these pods as one pool.
+"pods" and, under "pool", what an HPA would be served for these pods as one pool.
 It needs no cluster.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -66,10 +64,10 @@ It needs no cluster.`,
 		},
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if errs := fusion.Validate(); len(errs) > 0 {
+			if errs := scoring.Validate(); len(errs) > 0 {
 				return utilerrors.NewAggregate(errs)
 			}
-			ex, err := Explain(args, fusion, cmd.InOrStdin())
+			ex, err := Explain(args, scoring, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -78,18 +76,24 @@ It needs no cluster.`,
 			return enc.Encode(ex)
 		},
 	}
-	fusion.AddFlags(cmd.Flags())
+	scoring.AddFlags(cmd.Flags())
 	return cmd
 }
 
-// Explain evaluates files as the server evaluates pods. It fails on the first
-// file that cannot be read or parsed, or that carries no supported engine
-// metrics, naming the file.
-func Explain(files []string, fusion FusionOptions, stdin io.Reader) (Explanation, error) {
+// Explain evaluates files as the server evaluates pods: each file is one Ready
+// pod with a fresh reading, scored and pooled by the same catalog policies and
+// signals.PoolBuilder the server uses. It fails on the first file that cannot
+// be read or parsed, or that carries no supported engine metrics, naming the
+// file.
+func Explain(files []string, scoring ScoringOptions, stdin io.Reader) (Explanation, error) {
+	catalog, err := scoring.Catalog()
+	if err != nil {
+		return Explanation{}, err
+	}
 	e := signals.NewExtractor()
-	targets := fusion.Targets()
+	sat, demand := catalog.Lookup(signals.MetricSaturation), catalog.Lookup(signals.MetricDemandReplicas)
+	satPool, demandPool := sat.NewPool(), demand.NewPool()
 	var ex Explanation
-	members := make([]signals.Member, 0, len(files))
 	for _, f := range files {
 		body, err := readFile(f, stdin)
 		if err != nil {
@@ -99,21 +103,22 @@ func Explain(files []string, fusion FusionOptions, stdin io.Reader) (Explanation
 		if err != nil {
 			return Explanation{}, fmt.Errorf("%s: %w", f, err)
 		}
-		fu := signals.Fuse(&r, targets)
-		ex.Targets = append(ex.Targets, ExplainTarget{
+		t := ExplainPod{
 			Source: f, Dialect: r.Dialect, Models: r.Models, Metrics: r.Sources, Engines: r.Engines,
 			QueueDepth: r.QueueDepth, Running: r.Running, KVCacheUsage: r.KVCacheUsage,
 			KVCacheUsageMax: r.KVCacheUsageMax, Preemptions: r.Preemptions,
-			Terms: fu.Terms, Saturation: fu.Saturation, Invalid: r.Invalid, Warnings: r.Warnings,
-		})
-		members = append(members, signals.Member{Reading: &r, Fusion: fu})
+			Terms: signals.Score(&r, sat.SetPoints).Terms, Invalid: r.Invalid, Warnings: r.Warnings,
+		}
+		if v := satPool.Add(&r); v.Present {
+			t.Saturation = &v.Value
+		}
+		demandPool.Add(&r)
+		ex.Pods = append(ex.Pods, t)
 	}
-	p := signals.Aggregate(members, fusion.UnknownSaturation)
-	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known}
-	if p.Known == 0 {
+	p, d := satPool.Pool(), demandPool.Pool()
+	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known, Saturation: p.Value, DemandReplicas: d.Value}
+	if p.Value == nil {
 		ex.Pool.Error = "no pod has a queue depth or KV-cache usage: the server would answer 503 and the HPA would hold"
-	} else {
-		ex.Pool.Saturation, ex.Pool.DemandReplicas = &p.Saturation, &p.DemandReplicas
 	}
 	return ex, nil
 }

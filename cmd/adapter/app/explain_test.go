@@ -11,10 +11,6 @@ import (
 
 const samples = "../../../testdata/samples/"
 
-func defaultFusion() FusionOptions {
-	return FusionOptions{QueueDepthTarget: 5, KVCacheUsageTarget: 0.8, UnknownSaturation: 1}
-}
-
 // explain on every real sample: a documented answer, or a clear error for an engine
 // build that exposes no saturation signal.
 func TestExplainRealSamples(t *testing.T) {
@@ -34,7 +30,7 @@ func TestExplainRealSamples(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			path := filepath.Join(samples, tt.file)
-			ex, err := Explain([]string{path}, defaultFusion(), nil)
+			ex, err := Explain([]string{path}, NewScoringOptions(), nil)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.file) {
 					t.Fatalf("error = %v, want one naming the file and containing %q", err, tt.err)
@@ -44,7 +40,7 @@ func TestExplainRealSamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := ex.Targets[0]
+			got := ex.Pods[0]
 			if got.Dialect != tt.dialect || got.Source != path {
 				t.Errorf("dialect/source = %s/%s, want %s/%s", got.Dialect, got.Source, tt.dialect, path)
 			}
@@ -64,27 +60,27 @@ func TestExplainJSONSchema(t *testing.T) {
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetIn(strings.NewReader("vllm:num_requests_waiting{engine=\"0\"} 10\nvllm:kv_cache_usage_perc{engine=\"0\"} NaN\n"))
-	cmd.SetArgs([]string{"-", filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom"), "--queue-depth-target", "10"})
+	cmd.SetArgs([]string{"-", filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom"), "--queue-depth-set-point", "10"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Targets []map[string]json.RawMessage `json:"targets"`
-		Pool    map[string]json.RawMessage   `json:"pool"`
+		Pods []map[string]json.RawMessage `json:"pods"`
+		Pool map[string]json.RawMessage   `json:"pool"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, key := range []string{"source", "dialect", "engines", "queueDepth", "running", "kvCacheUsage", "terms", "saturation", "warnings"} {
-		if _, ok := doc.Targets[0][key]; !ok {
-			t.Errorf("targets[0] has no %q", key)
+		if _, ok := doc.Pods[0][key]; !ok {
+			t.Errorf("pods[0] has no %q", key)
 		}
 	}
-	if got := string(doc.Targets[0]["kvCacheUsage"]); got != "null" {
+	if got := string(doc.Pods[0]["kvCacheUsage"]); got != "null" {
 		t.Errorf("kvCacheUsage = %s, want null for a rejected NaN", got)
 	}
-	if got := string(doc.Targets[0]["saturation"]); got != "1" {
-		t.Errorf("saturation = %s, want 1 (10 waiting / --queue-depth-target 10)", got)
+	if got := string(doc.Pods[0]["saturation"]); got != "1" {
+		t.Errorf("saturation = %s, want 1 (10 waiting / --queue-depth-set-point 10)", got)
 	}
 	for _, key := range []string{"pods", "unknown", "saturation", "demandReplicas"} {
 		if _, ok := doc.Pool[key]; !ok {
@@ -100,7 +96,7 @@ func TestExplainErrors(t *testing.T) {
 	}{
 		{[]string{"/nonexistent/metrics.prom"}, "reading /nonexistent/metrics.prom"},
 		{[]string{"testdata/malformed.prom"}, "testdata/malformed.prom: parsing exposition"},
-		{[]string{filepath.Join(samples, "sglang_v0.4-docs.prom"), "--kv-cache-usage-target", "1.5"}, "--kv-cache-usage-target=1.5"},
+		{[]string{filepath.Join(samples, "sglang_v0.4-docs.prom"), "--kv-cache-usage-set-point", "1.5"}, "--kv-cache-usage-set-point=1.5"},
 	} {
 		cmd := newExplainCommand()
 		cmd.SetOut(new(bytes.Buffer))
@@ -116,7 +112,7 @@ func TestExplainErrors(t *testing.T) {
 // A pool with no known pod is what the server answers with an error: explain says
 // so instead of printing the unknown-pod saturation as if it were a value.
 func TestExplainUnknownPool(t *testing.T) {
-	ex, err := Explain([]string{"-"}, defaultFusion(), strings.NewReader("vllm:num_requests_running 3\n"))
+	ex, err := Explain([]string{"-"}, NewScoringOptions(), strings.NewReader("vllm:num_requests_running 3\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

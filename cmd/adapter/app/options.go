@@ -1,21 +1,25 @@
-// Package app is the saturation-adapter command: its options (grouped flag
-// sets, Complete → Validate → Run), the API server and the explain subcommand.
+// Package app is the saturation-adapter command. Its composition root follows
+// k8s.io/sample-apiserver's shape: Options (flags, Complete, Validate) →
+// Config() → Complete().New() → Server.Run(ctx). Beside the server it has the
+// explain subcommand, which evaluates /metrics files offline through the same
+// signals code.
 package app
 
 import (
-	"crypto/tls"
 	"fmt"
 	"math"
 	"net/url"
 	"strings"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	certutil "k8s.io/client-go/util/cert"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	basecmd "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd"
+	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -37,48 +41,55 @@ type ScrapeOptions struct {
 	InsecureSkipVerify bool
 }
 
-// TLSConfig returns the TLS configuration for https engines: nil (system roots,
-// pod IP as server name) unless a flag sets one. Errors name the CA file.
-func (s ScrapeOptions) TLSConfig() (*tls.Config, error) {
-	if s.CAFile == "" && s.ServerName == "" && !s.InsecureSkipVerify {
-		return nil, nil
-	}
-	c := &tls.Config{ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if s.CAFile != "" {
-		pool, err := certutil.NewPool(s.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("--scrape-ca-file=%s: %w", s.CAFile, err)
-		}
-		c.RootCAs = pool
-	}
-	return c, nil
+// TLSConfig returns the TLS settings for https engines, in the form of a
+// Prometheus scrape config (system roots and the pod IP as server name unless a
+// flag says otherwise).
+func (s ScrapeOptions) TLSConfig() promconfig.TLSConfig {
+	return promconfig.TLSConfig{CAFile: s.CAFile, ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify}
 }
 
-// FusionOptions are the set points of the saturation score.
-type FusionOptions struct {
-	QueueDepthTarget   float64
-	KVCacheUsageTarget float64
-	UnknownSaturation  float64
+// ScoringOptions are the set points of the built-in saturation policies and the
+// saturation of a pod without fresh data.
+type ScoringOptions struct {
+	QueueDepthSetPoint   float64
+	KVCacheUsageSetPoint float64
+	UnknownSaturation    float64
 }
 
-// AddFlags adds the fusion flags; explain and the server share them.
-func (o *FusionOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.Float64Var(&o.QueueDepthTarget, "queue-depth-target", o.QueueDepthTarget,
+// NewScoringOptions returns the defaults of signals.DefaultSetPoints and
+// signals.DefaultUnknownSaturation.
+func NewScoringOptions() ScoringOptions {
+	d := signals.DefaultSetPoints()
+	return ScoringOptions{QueueDepthSetPoint: d.QueueDepth, KVCacheUsageSetPoint: d.KVCacheUsage, UnknownSaturation: signals.DefaultUnknownSaturation}
+}
+
+// AddFlags adds the scoring flags; explain and the server share them. The
+// names before the set-point rename (--queue-depth-target,
+// --kv-cache-usage-target) stay as deprecated aliases.
+func (o *ScoringOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.Float64Var(&o.QueueDepthSetPoint, "queue-depth-set-point", o.QueueDepthSetPoint,
 		"Waiting requests per pod (at least 0.001) at which a pod counts as saturated (saturation 1.0). Default from the Gateway API inference extension's saturation detector.")
-	fs.Float64Var(&o.KVCacheUsageTarget, "kv-cache-usage-target", o.KVCacheUsageTarget,
+	fs.Float64Var(&o.KVCacheUsageSetPoint, "kv-cache-usage-set-point", o.KVCacheUsageSetPoint,
 		"KV-cache usage ratio, in [0.001, 1], at which a pod counts as saturated (saturation 1.0).")
 	fs.Float64Var(&o.UnknownSaturation, "unknown-pod-saturation", o.UnknownSaturation,
 		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid). 1.0 treats it as at its set point.")
+	for old, now := range map[string]string{"queue-depth-target": "queue-depth-set-point", "kv-cache-usage-target": "kv-cache-usage-set-point"} {
+		f := *fs.Lookup(now)
+		f.Name, f.Shorthand = old, ""
+		f.Deprecated = "use --" + now
+		f.Hidden = true
+		fs.AddFlag(&f)
+	}
 }
 
-// Validate returns one error per bad fusion flag, naming the flag and its value.
-func (o *FusionOptions) Validate() []error {
+// Validate returns one error per bad scoring flag, naming the flag and its value.
+func (o *ScoringOptions) Validate() []error {
 	var errs []error
-	if !(o.QueueDepthTarget >= signals.MinTarget) || math.IsInf(o.QueueDepthTarget, 0) {
-		errs = append(errs, fmt.Errorf("--queue-depth-target=%g: must be a finite number >= %g", o.QueueDepthTarget, signals.MinTarget))
+	if !(o.QueueDepthSetPoint >= signals.MinSetPoint) || math.IsInf(o.QueueDepthSetPoint, 0) {
+		errs = append(errs, fmt.Errorf("--queue-depth-set-point=%g: must be a finite number >= %g", o.QueueDepthSetPoint, signals.MinSetPoint))
 	}
-	if !(o.KVCacheUsageTarget >= signals.MinTarget) || o.KVCacheUsageTarget > 1 {
-		errs = append(errs, fmt.Errorf("--kv-cache-usage-target=%g: must be in [%g, 1]", o.KVCacheUsageTarget, signals.MinTarget))
+	if !(o.KVCacheUsageSetPoint >= signals.MinSetPoint) || o.KVCacheUsageSetPoint > 1 {
+		errs = append(errs, fmt.Errorf("--kv-cache-usage-set-point=%g: must be in [%g, 1]", o.KVCacheUsageSetPoint, signals.MinSetPoint))
 	}
 	if !(o.UnknownSaturation >= 0) || math.IsInf(o.UnknownSaturation, 0) {
 		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be a finite number >= 0", o.UnknownSaturation))
@@ -86,30 +97,47 @@ func (o *FusionOptions) Validate() []error {
 	return errs
 }
 
-// Targets returns the fusion set points.
-func (o *FusionOptions) Targets() signals.Targets {
-	return signals.Targets{QueueDepth: o.QueueDepthTarget, KVCacheUsage: o.KVCacheUsageTarget}
+// Catalog returns the built-in metric catalog with these set points.
+func (o *ScoringOptions) Catalog() (*signals.Catalog, error) {
+	return signals.BuiltinCatalog(signals.SetPoints{QueueDepth: o.QueueDepthSetPoint, KVCacheUsage: o.KVCacheUsageSetPoint}, o.UnknownSaturation)
 }
 
-// Options are all options of the adapter server.
+// Options are all options of the adapter server. NewOptions fills every
+// default, including the library's, so Validate and Config work whether or not
+// Flags was called.
 type Options struct {
-	// Base carries custom-metrics-apiserver's options: secure serving, delegated
-	// authentication and authorization, audit, features, and the kubeconfig.
-	Base *basecmd.AdapterBase
-	Logs *logsapi.LoggingConfiguration
+	// Server carries custom-metrics-apiserver's options: secure serving,
+	// delegated authentication and authorization, audit, features.
+	Server *cmoptions.CustomMetricsAdapterServerOptions
+	Logs   *logsapi.LoggingConfiguration
+
+	// Kubeconfig, ClientQPS and ClientBurst configure the client that reads pods
+	// and HorizontalPodAutoscalers; in-cluster configuration when Kubeconfig is
+	// empty.
+	Kubeconfig  string
+	ClientQPS   float32
+	ClientBurst int
 
 	Namespaces          []string
 	SelectorIdleTimeout time.Duration
 	Scrape              ScrapeOptions
-	Fusion              FusionOptions
+	Scoring             ScoringOptions
+	// PrintVersion prints the version and exits.
+	PrintVersion bool
 }
 
 // NewOptions returns Options with their defaults.
 func NewOptions() *Options {
-	d := signals.DefaultTargets()
-	o := &Options{
-		Base: &basecmd.AdapterBase{Name: "saturation-adapter"},
-		Logs: logsapi.NewLoggingConfiguration(),
+	server := cmoptions.NewCustomMetricsAdapterServerOptions()
+	// An unprivileged container cannot bind the library's default 443.
+	server.SecureServing.BindPort = 6443
+	// The adapter serves /metrics itself: the API server's registry and its own.
+	server.EnableMetrics = false
+	return &Options{
+		Server:      server,
+		Logs:        logsapi.NewLoggingConfiguration(),
+		ClientQPS:   20,
+		ClientBurst: 30,
 		// Long enough to outlive an HPA whose sync period was raised a lot, short
 		// enough that a deleted HPA's pods stop being scraped soon after.
 		SelectorIdleTimeout: 10 * time.Minute,
@@ -122,28 +150,29 @@ func NewOptions() *Options {
 			Path:         "/metrics",
 			Scheme:       "http",
 		},
-		Fusion: FusionOptions{QueueDepthTarget: d.QueueDepth, KVCacheUsageTarget: d.KVCacheUsage, UnknownSaturation: 1},
+		Scoring: NewScoringOptions(),
 	}
-	return o
 }
 
 // Flags returns the flags in named sets, for grouped help output.
 func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 
-	generic := fss.FlagSet("generic API server (secure serving, authentication, authorization, kubeconfig)")
-	o.Base.FlagSet = generic
-	o.Base.InstallFlags()
-	// An unprivileged container cannot bind the library's default 443.
-	o.Base.SecureServing.BindPort = 6443
-	generic.Lookup("secure-port").DefValue = "6443"
-	generic.StringVar(&o.Base.RemoteKubeConfigFile, "kubeconfig", o.Base.RemoteKubeConfigFile,
-		"Kubeconfig for reading pods and HorizontalPodAutoscalers; in-cluster configuration when empty (same as --lister-kubeconfig).")
+	generic := fss.FlagSet("generic API server (secure serving, authentication, authorization)")
+	o.Server.AddFlags(generic)
 
-	disc := fss.FlagSet("discovery")
-	disc.StringSliceVar(&o.Namespaces, "namespaces", o.Namespaces,
+	kube := fss.FlagSet("Kubernetes client")
+	kube.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"Kubeconfig for reading pods and HorizontalPodAutoscalers; in-cluster configuration when empty.")
+	kube.StringVar(&o.Kubeconfig, "lister-kubeconfig", o.Kubeconfig, "Same as --kubeconfig.")
+	_ = kube.MarkDeprecated("lister-kubeconfig", "use --kubeconfig")
+	kube.Float32Var(&o.ClientQPS, "client-qps", o.ClientQPS, "Queries per second to the API server (list and watch of pods and HPAs).")
+	kube.IntVar(&o.ClientBurst, "client-burst", o.ClientBurst, "Burst of queries to the API server above --client-qps.")
+
+	sel := fss.FlagSet("pod selection")
+	sel.StringSliceVar(&o.Namespaces, "namespaces", o.Namespaces,
 		"Namespaces whose pods and HorizontalPodAutoscalers are watched; all namespaces when empty.")
-	disc.DurationVar(&o.SelectorIdleTimeout, "selector-idle-timeout", o.SelectorIdleTimeout,
+	sel.DurationVar(&o.SelectorIdleTimeout, "selector-idle-timeout", o.SelectorIdleTimeout,
 		"How long the pods of a selector keep being scraped after the last request that used it.")
 
 	s := fss.FlagSet("scrape")
@@ -154,15 +183,18 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
 	s.StringVar(&o.Scrape.Scheme, "scrape-scheme", o.Scrape.Scheme, "Scheme (http or https) for pods without the prometheus.io/scheme annotation.")
-	s.StringVar(&o.Scrape.CAFile, "scrape-ca-file", o.Scrape.CAFile, "PEM CA bundle that verifies engines scraped over https; the system roots when empty.")
+	s.StringVar(&o.Scrape.CAFile, "scrape-ca-file", o.Scrape.CAFile, "PEM CA bundle that verifies engines scraped over https, re-read when it changes; the system roots when empty.")
 	s.StringVar(&o.Scrape.ServerName, "scrape-tls-server-name", o.Scrape.ServerName, "Name to verify in the certificates of https engines; the pod IP when empty.")
 	s.BoolVar(&o.Scrape.InsecureSkipVerify, "scrape-insecure-skip-verify", o.Scrape.InsecureSkipVerify, "Do not verify the certificates of https engines (traffic stays encrypted; a pod can then be impersonated).")
 	s.DurationVar(&o.Scrape.MaxSampleAge, "max-sample-age", o.Scrape.MaxSampleAge,
 		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals.")
 
-	o.Fusion.AddFlags(fss.FlagSet("saturation"))
+	o.Scoring.AddFlags(fss.FlagSet("saturation"))
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+
+	misc := fss.FlagSet("misc")
+	misc.BoolVar(&o.PrintVersion, "version", o.PrintVersion, "Print the version and exit.")
 	return fss
 }
 
@@ -202,8 +234,12 @@ func (o *Options) Validate() error {
 	if s.MaxSampleAge < s.Interval {
 		errs = append(errs, fmt.Errorf("--max-sample-age=%s: must be at least --scrape-interval (%s)", s.MaxSampleAge, s.Interval))
 	}
-	if _, err := s.TLSConfig(); err != nil {
-		errs = append(errs, err)
+	if s.CAFile != "" {
+		// Fail at start-up on a CA file that cannot verify anything, rather than on
+		// the first https scrape.
+		if _, err := certutil.NewPool(s.CAFile); err != nil {
+			errs = append(errs, fmt.Errorf("--scrape-ca-file=%s: %w", s.CAFile, err))
+		}
 	}
 	if s.InsecureSkipVerify && s.CAFile != "" {
 		errs = append(errs, fmt.Errorf("--scrape-insecure-skip-verify and --scrape-ca-file=%s: choose one", s.CAFile))
@@ -211,16 +247,18 @@ func (o *Options) Validate() error {
 	if o.SelectorIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--selector-idle-timeout=%s: must be > 0", o.SelectorIdleTimeout))
 	}
+	if o.ClientQPS <= 0 || o.ClientBurst < 1 {
+		errs = append(errs, fmt.Errorf("--client-qps=%g and --client-burst=%d: must be > 0", o.ClientQPS, o.ClientBurst))
+	}
 	for _, ns := range o.Namespaces {
 		if ns == "" {
 			errs = append(errs, fmt.Errorf("--namespaces=%s: empty namespace name", strings.Join(o.Namespaces, ",")))
 			break
 		}
 	}
-	errs = append(errs, o.Fusion.Validate()...)
-	errs = append(errs, o.Base.CustomMetricsAdapterServerOptions.Validate()...)
-	if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.Scoring.Validate()...)
+	errs = append(errs, o.Server.Validate()...)
+	// Validate only: applying the logging configuration is Run's, once per process.
+	errs = append(errs, logsapi.Validate(o.Logs, nil, field.NewPath("logging")).ToAggregate())
 	return utilerrors.NewAggregate(errs)
 }

@@ -2,26 +2,28 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	apimetrics "k8s.io/apiserver/pkg/endpoints/metrics"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/client-go/kubernetes"
 	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/term"
+	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
+	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/discovery"
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
-	"github.com/saturation-adapter/saturation-adapter/pkg/selfmetrics"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -40,17 +42,32 @@ values such as llm_saturation and llm_demand_replicas to autoscaling/v2 HPAs.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.PrintVersion {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
+				return err
+			}
 			o.Complete()
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			return o.Run(ctx)
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			c, err := o.Config()
+			if err != nil {
+				return err
+			}
+			s, err := c.Complete().New()
+			if err != nil {
+				return err
+			}
+			return s.Run(ctx)
 		},
 	}
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}
-	// Grouped help for the server only; explain keeps cobra's own (its three flags).
+	// Grouped help for the server only; subcommands keep cobra's own.
 	root := cmd
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	defaultUsage, defaultHelp := cmd.UsageFunc(), cmd.HelpFunc()
@@ -74,78 +91,110 @@ values such as llm_saturation and llm_demand_replicas to autoscaling/v2 HPAs.`,
 	return cmd
 }
 
-// Run builds the server and its pipeline (informers → discovery → scraper →
-// provider) and serves until ctx is done.
-func (o *Options) Run(ctx context.Context) error {
-	// Serve the adapter's own registry beside the API server's on /metrics.
-	o.Base.CustomMetricsAdapterServerOptions.EnableMetrics = false
-	restConfig, err := o.Base.ClientConfig()
-	if err != nil {
-		return fmt.Errorf("building Kubernetes client config: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("building Kubernetes client: %w", err)
-	}
+// versionString is what --version prints: the version stamped at build (see
+// the Makefile's LDFLAGS), its commit and date, and the Go toolchain.
+func versionString() string {
+	v := version.Get()
+	return fmt.Sprintf("%s %s (commit %s, built %s, %s %s)", Name, v.GitVersion, v.GitCommit, v.BuildDate, v.GoVersion, v.Platform)
+}
 
+// Server is the assembled adapter: the API server and the pipeline behind it.
+type Server struct {
+	generic   *genericapiserver.GenericAPIServer
+	informers *podselect.Informers
+	pools     *podselect.Selection
+	scraper   *scrape.Scraper
+	config    CompletedConfig
+	// synced is closed once the pod and HPA caches are filled.
+	synced chan struct{}
+}
+
+// New builds the pipeline (informers → pod selection → scraper → provider) and
+// the API server that serves it. Nothing starts until Run: the informers start
+// in a post-start hook, and /readyz reports ready once their caches are synced.
+func (c CompletedConfig) New() (*Server, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := selfmetrics.New(reg)
+	scrapeMetrics, err := scrape.NewMetrics(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	tlsConfig, err := o.Scrape.TLSConfig()
+	providerMetrics, err := provider.NewMetrics(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	clk := clock.RealClock{}
-	inf := discovery.NewInformers(client, o.Namespaces)
-	disc := discovery.New(discovery.Options{
-		Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
-		IdleTimeout: o.SelectorIdleTimeout, Metrics: provider.Catalog(),
-		OnIdle: metrics.ForgetSelector,
-	}, inf.Pods(), inf.HPAs(), clk)
-	scraper := scrape.New(scrape.Options{
-		Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency,
-		Targets: o.Fusion.Targets(),
-	}, scrape.NewHTTPClient(o.Scrape.Timeout, tlsConfig), signals.NewExtractor(), clk, metrics)
-	prov := provider.New(provider.Options{
-		UnknownSaturation: o.Fusion.UnknownSaturation,
-		MaxAge:            o.Scrape.MaxSampleAge,
-		ColdScrapeTimeout: o.Scrape.Timeout,
-	}, disc, scraper, clk, metrics)
-
-	o.Base.WithExternalMetrics(prov)
-	o.Base.WithCustomMetrics(prov)
-	server, err := o.Base.Server()
+	inf, err := podselect.NewInformers(c.Client, c.Namespaces)
 	if err != nil {
-		return fmt.Errorf("building API server: %w", err)
+		return nil, err
 	}
-	gatherers := prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}
-	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
-
-	synced := make(chan struct{})
-	if err := server.GenericAPIServer.AddReadyzChecks(healthz.NamedCheck("informer-sync", func(*http.Request) error {
-		select {
-		case <-synced:
-			return nil
-		default:
-			return fmt.Errorf("pod and HPA caches not synced yet")
-		}
-	})); err != nil {
-		return err
+	sel := c.Select
+	sel.OnHPADeleted = providerMetrics.ForgetHPA
+	pools := podselect.New(sel, inf.Pods(), c.Clock)
+	if err := inf.AddHPAHandler(pools.HPAHandler()); err != nil {
+		return nil, err
 	}
+	httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
+	if err != nil {
+		return nil, err
+	}
+	scraper := scrape.New(c.Scrape, httpClient, signals.NewExtractor(), c.Clock, scrapeMetrics)
+	prov := provider.New(c.Provider, c.Catalog, pools, scraper, c.Clock, providerMetrics)
 
+	// No SharedInformerFactory for the generic server: the adapter's informers
+	// are its own, and the library would register a second informer-sync check.
+	cmConfig := &cmapiserver.Config{GenericConfig: &c.Generic.Config}
+	cm, err := cmConfig.Complete(nil).New(Name, prov, prov)
+	if err != nil {
+		return nil, fmt.Errorf("building the API server: %w", err)
+	}
+	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, config: c, synced: make(chan struct{})}
+
+	// /metrics serves the API server's own metrics (request latencies, Go and
+	// process collectors, from component-base's registry) beside the adapter's.
+	// The generic server's own /metrics is off (EnableMetrics false): it would
+	// install a second handler on the same path.
+	apimetrics.Register()
+	s.generic.Handler.NonGoRestfulMux.Handle("/metrics", promhttp.HandlerFor(
+		prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+
+	if err := s.generic.AddReadyzChecks(healthz.NamedCheck("informer-sync", s.checkSynced)); err != nil {
+		return nil, err
+	}
+	if err := s.generic.AddPostStartHook("saturation-adapter-start-pipeline", s.startPipeline); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkSynced is the readiness check of the pod and HPA caches. Readiness never
+// depends on engines: an adapter whose engines are all down still answers
+// (with errors the HPA shows) and must stay behind its Service.
+func (s *Server) checkSynced(*http.Request) error {
+	select {
+	case <-s.synced:
+		return nil
+	default:
+		return errors.New("pod and HorizontalPodAutoscaler caches not synced yet")
+	}
+}
+
+// startPipeline starts the informers and, once they are synced, the scrape
+// loop. It returns at once: informer sync can take long in a large cluster, and
+// a post-start hook that has not returned fails /livez.
+func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error {
 	go func() {
-		if err := inf.Start(ctx); err != nil {
-			klog.ErrorS(err, "starting informers")
+		if err := s.informers.Start(ctx); err != nil {
+			klog.ErrorS(err, "Starting informers")
 			return
 		}
-		close(synced)
-		klog.InfoS("informer caches synced; scraping", "interval", o.Scrape.Interval, "namespaces", o.Namespaces)
-		scraper.Run(ctx, o.Scrape.Interval, disc.Targets)
+		close(s.synced)
+		klog.InfoS("Informer caches synced; scraping", "interval", s.config.ScrapeInterval, "namespaces", s.config.Namespaces)
+		s.scraper.Run(ctx, s.config.ScrapeInterval, s.pools.Targets)
 	}()
-	klog.InfoS("serving", "securePort", o.Base.SecureServing.BindPort, "pid", os.Getpid())
-	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	return nil
+}
+
+// Run serves until ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	klog.InfoS("Serving", "version", version.Get().GitVersion, "securePort", s.config.Generic.SecureServing.Listener.Addr().String(), "pid", os.Getpid())
+	return s.generic.PrepareRun().RunWithContext(ctx)
 }

@@ -1,4 +1,4 @@
-package discovery_test
+package podselect_test
 
 import (
 	"context"
@@ -14,24 +14,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/discovery"
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 )
 
-var defaultOptions = discovery.Options{
+var defaultOptions = podselect.Options{
 	Port: 8000, Path: "/metrics", Scheme: "http",
 	IdleTimeout: time.Minute,
-	Metrics:     []string{"llm_saturation", "llm_queue_depth"},
+	Serves:      func(m string) bool { return m == "llm_saturation" || m == "llm_queue_depth" },
 }
 
 // pod returns a Running, Ready pod with an IP.
 func pod(ns, name, ip string, lbls map[string]string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls, UID: types.UID(ns + "/" + name)},
 		Status: corev1.PodStatus{
 			Phase: corev1.PodRunning, PodIP: ip,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
@@ -61,22 +62,31 @@ func cluster() []runtime.Object {
 		pod("llm", "vllm-0", "10.0.0.1", vllm),
 		pod("llm", "vllm-1", "10.0.0.2", vllm),
 		with(pod("llm", "vllm-pending", "", vllm), func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
-		annotated(pod("llm", "vllm-badport", "10.0.0.3", vllm), discovery.AnnotationPort, "abc"),
+		annotated(pod("llm", "vllm-badport", "10.0.0.3", vllm), podselect.AnnotationPort, "abc"),
 		pod("llm", "sglang-0", "10.0.0.4", map[string]string{"app": "sglang"}),
 		pod("other", "vllm-0", "10.0.1.1", vllm),
 	}
 }
 
-func startInformers(t *testing.T, namespaces []string, objs ...runtime.Object) (*fake.Clientset, *discovery.Informers) {
+// start builds a Selection with opts over informers of a fake clientset holding
+// objs, registered and synced as the adapter does it.
+func start(t *testing.T, opts podselect.Options, clk *clocktesting.FakeClock, namespaces []string, objs ...runtime.Object) (*fake.Clientset, *podselect.Informers, *podselect.Selection) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	client := fake.NewClientset(objs...)
-	inf := discovery.NewInformers(client, namespaces)
+	inf, err := podselect.NewInformers(client, namespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := podselect.New(opts, inf.Pods(), clk)
+	if err := inf.AddHPAHandler(sel.HPAHandler()); err != nil {
+		t.Fatal(err)
+	}
 	if err := inf.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return client, inf
+	return client, inf, sel
 }
 
 func newClock() *clocktesting.FakeClock {
@@ -88,13 +98,13 @@ func newClock() *clocktesting.FakeClock {
 func targetNames(ts []scrape.Target) []string {
 	out := []string{}
 	for _, t := range ts {
-		out = append(out, t.Key.String())
+		out = append(out, t.Pod.String())
 	}
 	slices.Sort(out)
 	return out
 }
 
-func TestTargetFor(t *testing.T) {
+func TestMemberTarget(t *testing.T) {
 	tests := []struct {
 		name    string
 		pod     *corev1.Pod
@@ -105,25 +115,29 @@ func TestTargetFor(t *testing.T) {
 		{
 			name: "all overridden",
 			pod: annotated(pod("llm", "p", "10.0.0.1", nil),
-				discovery.AnnotationPort, "9090", discovery.AnnotationPath, "/stats/prometheus", discovery.AnnotationScheme, "https"),
+				podselect.AnnotationPort, "9090", podselect.AnnotationPath, "/stats/prometheus", podselect.AnnotationScheme, "https"),
 			want: "https://10.0.0.1:9090/stats/prometheus",
 		},
-		{name: "port only", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "65535"), want: "http://10.0.0.1:65535/metrics"},
-		{name: "path with query kept verbatim", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPath, "/metrics?format=text"), want: "http://10.0.0.1:8000/metrics?format=text"},
+		{name: "port only", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "65535"), want: "http://10.0.0.1:65535/metrics"},
+		{name: "path with query kept verbatim", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "/metrics?format=text"), want: "http://10.0.0.1:8000/metrics?format=text"},
 		{name: "IPv6 pod IP", pod: pod("llm", "p", "fd00:10::1", nil), want: "http://[fd00:10::1]:8000/metrics"},
-		{name: "IPv6 pod IP with port", pod: annotated(pod("llm", "p", "fd00:10::1", nil), discovery.AnnotationPort, "9090"), want: "http://[fd00:10::1]:9090/metrics"},
-		{name: "port not a number", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "abc"), wantErr: `prometheus.io/port="abc"`},
-		{name: "port 0", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "0"), wantErr: `prometheus.io/port="0"`},
-		{name: "port 70000", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, "70000"), wantErr: `prometheus.io/port="70000"`},
-		{name: "port empty", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPort, ""), wantErr: `prometheus.io/port=""`},
-		{name: "path without leading slash", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationPath, "metrics"), wantErr: `prometheus.io/path="metrics"`},
-		{name: "scheme ftp", pod: annotated(pod("llm", "p", "10.0.0.1", nil), discovery.AnnotationScheme, "ftp"), wantErr: `prometheus.io/scheme="ftp"`},
+		{name: "IPv6 pod IP with port", pod: annotated(pod("llm", "p", "fd00:10::1", nil), podselect.AnnotationPort, "9090"), want: "http://[fd00:10::1]:9090/metrics"},
+		{name: "port not a number", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "abc"), wantErr: `prometheus.io/port="abc"`},
+		{name: "port 0", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "0"), wantErr: `prometheus.io/port="0"`},
+		{name: "port 70000", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "70000"), wantErr: `prometheus.io/port="70000"`},
+		{name: "port empty", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, ""), wantErr: `prometheus.io/port=""`},
+		{name: "path without leading slash", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "metrics"), wantErr: `prometheus.io/path="metrics"`},
+		{name: "scheme ftp", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationScheme, "ftp"), wantErr: `prometheus.io/scheme="ftp"`},
 		{name: "no IP yet", pod: pod("llm", "p", "", nil), wantErr: "llm/p has no IP"},
 	}
-	d := discovery.New(defaultOptions, nil, nil, newClock())
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := d.TargetFor(tt.pod)
+			_, _, d := start(t, defaultOptions, newClock(), nil, tt.pod)
+			m, found, err := d.Member("llm", "p")
+			if err != nil || !found {
+				t.Fatalf("Member() = %v, %v", found, err)
+			}
+			got, err := m.Target, m.TargetErr
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("TargetFor() = %+v, %v; want an error containing %q", got, err, tt.wantErr)
@@ -136,7 +150,7 @@ func TestTargetFor(t *testing.T) {
 			if err != nil {
 				t.Fatalf("TargetFor() error: %v", err)
 			}
-			want := scrape.Target{Key: discovery.Key(tt.pod), URL: tt.want}
+			want := scrape.Target{Pod: types.NamespacedName{Namespace: "llm", Name: "p"}, UID: "llm/p", URL: tt.want}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("TargetFor() (-want +got):\n%s", diff)
 			}
@@ -177,10 +191,10 @@ func TestScrapeableCounted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := discovery.Scrapeable(tt.pod); got != tt.wantScrapeable {
+			if got := podselect.Scrapeable(tt.pod); got != tt.wantScrapeable {
 				t.Errorf("Scrapeable() = %v, want %v", got, tt.wantScrapeable)
 			}
-			if got := discovery.Counted(tt.pod); got != tt.wantCount {
+			if got := podselect.Counted(tt.pod); got != tt.wantCount {
 				t.Errorf("Counted() = %v, want %v", got, tt.wantCount)
 			}
 		})
@@ -189,10 +203,9 @@ func TestScrapeableCounted(t *testing.T) {
 
 // TestTouchTargets walks one Discovery through a sequence of requests and clock
 // steps; each step checks the scrape set that results.
-func TestTouchTargets(t *testing.T) {
-	_, inf := startInformers(t, nil, cluster()...)
+func TestInterestTargets(t *testing.T) {
 	clk := newClock()
-	d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), clk)
+	_, _, d := start(t, defaultOptions, clk, nil, cluster()...)
 	vllmSel := labels.SelectorFromSet(vllm)
 
 	type touch struct {
@@ -238,7 +251,7 @@ func TestTouchTargets(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			clk.Step(s.advance)
 			for _, tc := range s.touch {
-				d.Touch(tc.ns, tc.sel)
+				d.RecordInterest(tc.ns, tc.sel)
 			}
 			if diff := cmp.Diff(s.want, targetNames(d.Targets())); diff != "" {
 				t.Errorf("Targets() (-want +got):\n%s", diff)
@@ -248,10 +261,9 @@ func TestTouchTargets(t *testing.T) {
 }
 
 func TestTargetsURL(t *testing.T) {
-	_, inf := startInformers(t, nil, annotated(pod("llm", "vllm-0", "10.0.0.1", vllm), discovery.AnnotationPort, "9000"))
-	d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), newClock())
-	d.Touch("llm", labels.SelectorFromSet(vllm))
-	want := []scrape.Target{{Key: discovery.Key(pod("llm", "vllm-0", "", nil)), URL: "http://10.0.0.1:9000/metrics"}}
+	_, _, d := start(t, defaultOptions, newClock(), nil, annotated(pod("llm", "vllm-0", "10.0.0.1", vllm), podselect.AnnotationPort, "9000"))
+	d.RecordInterest("llm", labels.SelectorFromSet(vllm))
+	want := []scrape.Target{{Pod: types.NamespacedName{Namespace: "llm", Name: "vllm-0"}, UID: "llm/vllm-0", URL: "http://10.0.0.1:9000/metrics"}}
 	if diff := cmp.Diff(want, d.Targets()); diff != "" {
 		t.Errorf("Targets() (-want +got):\n%s", diff)
 	}
@@ -319,9 +331,8 @@ func TestHPATargets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, inf := startInformers(t, nil, append(cluster(), tt.hpas...)...)
 			clk := newClock()
-			d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), clk)
+			_, _, d := start(t, defaultOptions, clk, nil, append(cluster(), tt.hpas...)...)
 			if diff := cmp.Diff(tt.want, targetNames(d.Targets())); diff != "" {
 				t.Errorf("Targets() (-want +got):\n%s", diff)
 			}
@@ -343,21 +354,29 @@ func podNames(pods []*corev1.Pod) []string {
 	return out
 }
 
-// TestPodsCache checks that Discovery.Pods, which reuses a selector's list until
-// the namespace's informer generation changes, sees pods added and relabelled
-// through the API.
-func TestPodsCache(t *testing.T) {
+func memberNames(members []podselect.Member) []string {
+	out := []string{}
+	for _, m := range members {
+		out = append(out, m.Pod.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestMembersCache checks that Selection.Members, which reuses a selector's list
+// until the namespace's informer generation changes, sees pods added and
+// relabelled through the API.
+func TestMembersCache(t *testing.T) {
 	ctx := context.Background()
-	client, inf := startInformers(t, nil, cluster()...)
-	d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), newClock())
+	client, inf, d := start(t, defaultOptions, newClock(), nil, cluster()...)
 	sel := labels.SelectorFromSet(vllm)
 
-	first, err := d.Pods("llm", sel)
+	first, err := d.Members("llm", sel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"vllm-0", "vllm-1", "vllm-badport", "vllm-pending"}, podNames(first)); diff != "" {
-		t.Fatalf("Pods() (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{"vllm-0", "vllm-1", "vllm-badport", "vllm-pending"}, memberNames(first)); diff != "" {
+		t.Fatalf("Members() (-want +got):\n%s", diff)
 	}
 	// The informers deliver the initial adds after the caches report synced, so
 	// the generations may still move for a while: wait until the one pod of
@@ -370,11 +389,11 @@ func TestPodsCache(t *testing.T) {
 		t.Fatalf("Generation(other) stayed 0 with a pod in namespace other: %v", err)
 	}
 	if err := poll(func() bool {
-		a, _ := d.Pods("llm", sel)
-		b, _ := d.Pods("llm", sel)
+		a, _ := d.Members("llm", sel)
+		b, _ := d.Members("llm", sel)
 		return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 	}); err != nil {
-		t.Errorf("Pods() never reused its cached slice with no pod change: %v", err)
+		t.Errorf("Members() never reused its cached slice with no pod change: %v", err)
 	}
 
 	gen := inf.Pods().Generation("llm")
@@ -421,15 +440,15 @@ func TestPodsCache(t *testing.T) {
 			}
 			var got []string
 			err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				pods, err := d.Pods("llm", sel)
+				members, err := d.Members("llm", sel)
 				if err != nil {
 					return false, err
 				}
-				got = podNames(pods)
+				got = memberNames(members)
 				return slices.Equal(got, s.want), nil
 			})
 			if err != nil {
-				t.Errorf("Pods() never became %q, last %q: %v", s.want, got, err)
+				t.Errorf("Members() never became %q, last %q: %v", s.want, got, err)
 			}
 			if g := inf.Pods().Generation("llm"); g == gen {
 				t.Errorf("Generation(llm) = %d, unchanged after a pod change", g)
@@ -450,7 +469,7 @@ func TestWatchedNamespaces(t *testing.T) {
 		hpa("a", "h", external("llm_saturation", &metav1.LabelSelector{MatchLabels: vllm})),
 		hpa("b", "h", external("llm_saturation", &metav1.LabelSelector{MatchLabels: vllm})),
 	}
-	_, inf := startInformers(t, []string{"a"}, objs...)
+	_, inf, d := start(t, defaultOptions, newClock(), []string{"a"}, objs...)
 
 	t.Run("pods of a watched namespace", func(t *testing.T) {
 		pods, err := inf.Pods().List("a", labels.Everything())
@@ -468,48 +487,91 @@ func TestWatchedNamespaces(t *testing.T) {
 		}
 	})
 	t.Run("HPAs", func(t *testing.T) {
-		hpas, err := inf.HPAs().List()
-		if err != nil {
-			t.Fatal(err)
+		sel := labels.SelectorFromSet(vllm)
+		if diff := cmp.Diff([]string{"h"}, d.HPAsFor("a", "llm_saturation", sel)); diff != "" {
+			t.Errorf("HPAsFor(a) (-want +got):\n%s", diff)
 		}
-		var got []string
-		for _, h := range hpas {
-			got = append(got, h.Namespace+"/"+h.Name)
-		}
-		if diff := cmp.Diff([]string{"a/h"}, got); diff != "" {
-			t.Errorf("HPAs().List() (-want +got):\n%s", diff)
+		if got := d.HPAsFor("b", "llm_saturation", sel); len(got) != 0 {
+			t.Errorf("HPAsFor(b) = %q, want none: namespace b is not watched", got)
 		}
 	})
 	t.Run("targets", func(t *testing.T) {
-		d := discovery.New(defaultOptions, inf.Pods(), inf.HPAs(), newClock())
-		d.Touch("b", labels.Everything())
+		d.RecordInterest("b", labels.Everything())
 		if diff := cmp.Diff([]string{"a/vllm-0"}, targetNames(d.Targets())); diff != "" {
 			t.Errorf("Targets() (-want +got):\n%s", diff)
 		}
-		if _, err := d.Pods("b", labels.Everything()); err == nil || !strings.Contains(err.Error(), "not watched") {
-			t.Errorf("Pods(b) error = %v, want one saying it is not watched", err)
+		if _, err := d.Members("b", labels.Everything()); err == nil || !strings.Contains(err.Error(), "not watched") {
+			t.Errorf("Members(b) error = %v, want one saying it is not watched", err)
 		}
 	})
 }
 
-// An expired interest is reported once, with its namespace and canonical selector,
-// so that its per-selector self-metrics can be deleted.
-func TestOnIdle(t *testing.T) {
-	_, inf := startInformers(t, nil, cluster()...)
-	clk := newClock()
-	var idle []string
+// HPAsFor finds the HPAs a request answers by namespace, metric (any case) and
+// canonical selector; a deleted HPA is reported once so that its self-metric
+// series can go.
+func TestHPAsForAndDeletion(t *testing.T) {
+	var deleted []types.NamespacedName
 	opts := defaultOptions
-	opts.OnIdle = func(ns, sel string) { idle = append(idle, ns+"|"+sel) }
-	d := discovery.New(opts, inf.Pods(), inf.HPAs(), clk)
-	d.Touch("llm", labels.SelectorFromSet(vllm))
-	d.Targets()
-	if len(idle) != 0 {
-		t.Fatalf("idle = %q before the timeout", idle)
+	opts.OnHPADeleted = func(h types.NamespacedName) { deleted = append(deleted, h) }
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "vllm", "tier": "prod"}}
+	client, _, d := start(t, opts, newClock(), nil,
+		hpa("llm", "a", external("LLM_Saturation", sel)),
+		hpa("llm", "b", external("llm_saturation", sel)),
+		hpa("llm", "c", external("llm_saturation", &metav1.LabelSelector{MatchLabels: vllm})),
+		hpa("other", "a", external("llm_saturation", sel)),
+	)
+	// The request's selector is parsed from its query: the same requirements in
+	// another order are the same selector.
+	req, err := labels.Parse("tier=prod,app=vllm")
+	if err != nil {
+		t.Fatal(err)
 	}
-	clk.Step(opts.IdleTimeout + time.Second)
-	d.Targets()
-	d.Targets()
-	if want := []string{"llm|" + labels.SelectorFromSet(vllm).String()}; !slices.Equal(idle, want) {
-		t.Errorf("idle = %q, want %q", idle, want)
+	if diff := cmp.Diff([]string{"a", "b"}, d.HPAsFor("llm", "llm_saturation", req)); diff != "" {
+		t.Errorf("HPAsFor (-want +got):\n%s", diff)
+	}
+	if got := d.HPAsFor("llm", "llm_demand_replicas", req); len(got) != 0 {
+		t.Errorf("HPAsFor another metric = %q, want none", got)
+	}
+	if err := client.AutoscalingV2().HorizontalPodAutoscalers("llm").Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(d.HPAsFor("llm", "llm_saturation", req)) == 1, nil
+	}); err != nil {
+		t.Fatalf("deleted HPA still found: %v", err)
+	}
+	if want := []types.NamespacedName{{Namespace: "llm", Name: "b"}}; !slices.Equal(deleted, want) {
+		t.Errorf("OnHPADeleted got %v, want %v", deleted, want)
+	}
+}
+
+// A pod re-created under the same name is a new member (a new UID), so its
+// readings never come from its predecessor.
+func TestMemberKeyedByUID(t *testing.T) {
+	ctx := context.Background()
+	client, _, d := start(t, defaultOptions, newClock(), nil, pod("llm", "vllm-0", "10.0.0.1", vllm))
+	m, _, err := d.Member("llm", "vllm-0")
+	if err != nil || m.UID != "llm/vllm-0" || m.Target.UID != m.UID {
+		t.Fatalf("Member = %+v, %v", m, err)
+	}
+	if err := client.CoreV1().Pods("llm").Delete(ctx, "vllm-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := pod("llm", "vllm-0", "10.0.0.9", vllm)
+	again.UID = "second"
+	if _, err := client.CoreV1().Pods("llm").Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		m, _, err = d.Member("llm", "vllm-0")
+		return err == nil && m.UID == "second", err
+	}); err != nil {
+		t.Fatalf("Member after re-creation = %+v: %v", m, err)
+	}
+	if m.Target.UID != "second" {
+		t.Errorf("target UID %q, want the new pod's", m.Target.UID)
+	}
+	if _, found, err := d.Member("llm", "gone"); found || err != nil {
+		t.Errorf("Member(gone) = %v, %v; want not found and no error", found, err)
 	}
 }

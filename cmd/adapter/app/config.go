@@ -1,0 +1,153 @@
+package app
+
+import (
+	"time"
+
+	"fmt"
+
+	promconfig "github.com/prometheus/common/config"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	openapicommon "k8s.io/kube-openapi/pkg/common"
+	"k8s.io/utils/clock"
+	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
+	generatedcore "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/core"
+	generatedcustommetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/custommetrics"
+	generatedexternalmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/externalmetrics"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
+	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// Name is the adapter's name in its OpenAPI document and logs.
+const Name = "saturation-adapter"
+
+// Config is everything the server is built from: the generic API server's
+// configuration, the Kubernetes client and the settings of each pipeline stage
+// (pod selection → scrape → signals → provider). Tests may replace fields (a
+// fake Client, a fake Clock) between Options.Config and Complete.
+type Config struct {
+	// Generic is the generic API server's configuration (secure serving,
+	// delegated authentication and authorization, audit, OpenAPI).
+	Generic *genericapiserver.RecommendedConfig
+	// Client reads pods and HorizontalPodAutoscalers.
+	Client kubernetes.Interface
+	// Clock timestamps readings and ages them.
+	Clock clock.Clock
+
+	// Namespaces watched; all when empty.
+	Namespaces []string
+	// Catalog is the set of metrics served.
+	Catalog *signals.Catalog
+	// Select configures which pods are pooled and scraped.
+	Select podselect.Options
+	// Scrape bounds each scrape; ScrapeTLS verifies https engines;
+	// ScrapeInterval is the period of the scrape loop.
+	Scrape         scrape.Options
+	ScrapeTLS      promconfig.TLSConfig
+	ScrapeInterval time.Duration
+	// Provider configures the answers.
+	Provider provider.Options
+}
+
+// Config builds the server configuration from validated, completed options:
+// it writes a self-signed serving certificate to --cert-dir when none is given,
+// and builds the delegated authentication and authorization clients. Errors
+// name what could not be built.
+func (o *Options) Config() (*Config, error) {
+	catalog, err := o.Scoring.Catalog()
+	if err != nil {
+		return nil, err
+	}
+	restConfig, err := o.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building Kubernetes client: %w", err)
+	}
+	generic := genericapiserver.NewRecommendedConfig(cmapiserver.Codecs)
+	generic.ClientConfig = restConfig
+	o.Server.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, openapinamer.NewDefinitionNamer(cmapiserver.Scheme))
+	o.Server.OpenAPIConfig.Info.Title, o.Server.OpenAPIConfig.Info.Version = Name, "1.0.0"
+	o.Server.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openAPIDefinitions, openapinamer.NewDefinitionNamer(cmapiserver.Scheme))
+	o.Server.OpenAPIV3Config.Info.Title, o.Server.OpenAPIV3Config.Info.Version = Name, "1.0.0"
+	if err := o.Server.ApplyTo(generic); err != nil {
+		return nil, fmt.Errorf("configuring the API server: %w", err)
+	}
+	return &Config{
+		Generic:    generic,
+		Client:     client,
+		Clock:      clock.RealClock{},
+		Namespaces: o.Namespaces,
+		Catalog:    catalog,
+		Select: podselect.Options{
+			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
+			IdleTimeout: o.SelectorIdleTimeout,
+			Serves:      func(m string) bool { return catalog.Lookup(m) != nil },
+		},
+		Scrape:         scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
+		ScrapeTLS:      o.Scrape.TLSConfig(),
+		ScrapeInterval: o.Scrape.Interval,
+		Provider:       provider.Options{MaxAge: o.Scrape.MaxSampleAge, ColdScrapeTimeout: o.Scrape.Timeout},
+	}, nil
+}
+
+// restConfig returns the client configuration of --kubeconfig, or the
+// in-cluster one.
+func (o *Options) restConfig() (*rest.Config, error) {
+	var (
+		c   *rest.Config
+		err error
+	)
+	if o.Kubeconfig != "" {
+		c, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.Kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	} else {
+		c, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client configuration (--kubeconfig=%q): %w", o.Kubeconfig, err)
+	}
+	c.QPS, c.Burst = o.ClientQPS, o.ClientBurst
+	c.UserAgent = Name
+	return c, nil
+}
+
+// openAPIDefinitions are the OpenAPI definitions of the served groups, as
+// custom-metrics-apiserver's AdapterBase assembles them
+// (sigs.k8s.io/custom-metrics-apiserver v1.37.0, pkg/cmd/builder.go).
+func openAPIDefinitions(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+	out := map[string]openapicommon.OpenAPIDefinition{}
+	for _, defs := range []openapicommon.GetOpenAPIDefinitions{
+		generatedcore.GetOpenAPIDefinitions, generatedcustommetrics.GetOpenAPIDefinitions, generatedexternalmetrics.GetOpenAPIDefinitions,
+	} {
+		for k, v := range defs(ref) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+type completedConfig struct {
+	*Config
+}
+
+// CompletedConfig is a Config with every default filled; only Complete makes one.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// Complete fills the defaults a test may have left out.
+func (c *Config) Complete() CompletedConfig {
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	return CompletedConfig{&completedConfig{c}}
+}

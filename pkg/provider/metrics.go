@@ -1,0 +1,109 @@
+package provider
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// metricsNamespace prefixes every metric of the adapter.
+const metricsNamespace = "saturation_adapter"
+
+// Result labels saturation_adapter_requests_total.
+type Result string
+
+// The results of a request.
+const (
+	// ResultOK: a value was served.
+	ResultOK Result = "ok"
+	// ResultNotFound: the metric is not in the catalog.
+	ResultNotFound Result = "not_found"
+	// ResultNoPods: the selector matches no pod.
+	ResultNoPods Result = "no_pods"
+	// ResultNoData: pods match but none gives a value (not Ready, no fresh
+	// reading, signal absent) or the adapter is still starting.
+	ResultNoData Result = "no_data"
+	// ResultError: a bad request, an unwatched namespace, or a value out of range.
+	ResultError Result = "error"
+)
+
+// Results lists every Result, in documentation order.
+func Results() []Result {
+	return []Result{ResultOK, ResultNotFound, ResultNoPods, ResultNoData, ResultError}
+}
+
+// PodState labels saturation_adapter_pool_pods.
+type PodState string
+
+// The states of a pool's pods.
+const (
+	// PodsCounted: Running, Ready, not terminating pods behind the answer.
+	PodsCounted PodState = "counted"
+	// PodsUnknown: counted pods without a fresh saturation.
+	PodsUnknown PodState = "unknown"
+)
+
+// metricUnknown labels requests for a metric the catalog does not have, so that
+// request text never becomes a label value.
+const metricUnknown = "unknown"
+
+// Metrics are the provider's own metrics, on a registry the caller owns. Their
+// label values are bounded by what the operator configures (metric catalog,
+// HorizontalPodAutoscalers), never by what a client sends. Every metric is
+// documented in the README; the package's tests keep the two in step.
+type Metrics struct {
+	// Requests counts External and per-pod metric requests by metric (a catalog
+	// name, or "unknown") and Result.
+	Requests *prometheus.CounterVec
+	// ServedValue is the last External value served to a HorizontalPodAutoscaler,
+	// by the HPA's namespace and name and the metric. Requests that match no HPA
+	// (a person's kubectl) are not recorded here.
+	ServedValue *prometheus.GaugeVec
+	// PoolPods is the number of pods behind that answer, by PodState.
+	PoolPods *prometheus.GaugeVec
+}
+
+// NewMetrics creates the metrics and registers them with reg. It returns an
+// error when any of them is already registered there.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "requests_total",
+			Help: "External and per-pod metric requests, by metric and result (ok, not_found, no_pods, no_data, error).",
+		}, []string{"metric", "result"}),
+		ServedValue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "served_value",
+			Help: "Last External metric value served to a HorizontalPodAutoscaler, by its namespace and name and the metric.",
+		}, []string{"namespace", "hpa", "metric"}),
+		PoolPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "pool_pods",
+			Help: "Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown).",
+		}, []string{"namespace", "hpa", "metric", "state"}),
+	}
+	for _, c := range []prometheus.Collector{m.Requests, m.ServedValue, m.PoolPods} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) request(metric string, r Result) {
+	m.Requests.WithLabelValues(metric, string(r)).Inc()
+}
+
+// served records an answer for each HPA it was computed for.
+func (m *Metrics) served(namespace string, hpas []string, metric string, value float64, counted, unknown int) {
+	for _, h := range hpas {
+		m.ServedValue.WithLabelValues(namespace, h, metric).Set(value)
+		m.PoolPods.WithLabelValues(namespace, h, metric, string(PodsCounted)).Set(float64(counted))
+		m.PoolPods.WithLabelValues(namespace, h, metric, string(PodsUnknown)).Set(float64(unknown))
+	}
+}
+
+// ForgetHPA deletes the series of a HorizontalPodAutoscaler that no longer
+// exists, so that they neither go stale nor accumulate.
+func (m *Metrics) ForgetHPA(hpa types.NamespacedName) {
+	l := prometheus.Labels{"namespace": hpa.Namespace, "hpa": hpa.Name}
+	m.ServedValue.DeletePartialMatch(l)
+	m.PoolPods.DeletePartialMatch(l)
+}

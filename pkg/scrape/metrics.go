@@ -1,0 +1,103 @@
+package scrape
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// MetricsNamespace prefixes every metric of the adapter.
+const MetricsNamespace = "saturation_adapter"
+
+// ErrorReason labels a failed scrape in saturation_adapter_scrape_errors_total.
+type ErrorReason string
+
+// The reasons a scrape fails.
+const (
+	// ReasonConnect: the connection failed (refused, reset, TLS verification).
+	ReasonConnect ErrorReason = "connect"
+	// ReasonTimeout: no whole answer within Options.Timeout.
+	ReasonTimeout ErrorReason = "timeout"
+	// ReasonHTTPStatus: an answer other than 200 OK.
+	ReasonHTTPStatus ErrorReason = "http_status"
+	// ReasonBodyTooLarge: a body above Options.MaxBodyBytes.
+	ReasonBodyTooLarge ErrorReason = "body_too_large"
+	// ReasonRead: the body could not be read to its end.
+	ReasonRead ErrorReason = "read"
+	// ReasonParse: the body is not a valid text exposition.
+	ReasonParse ErrorReason = "parse"
+	// ReasonNoEngineMetrics: the body parses but has no supported engine metric.
+	ReasonNoEngineMetrics ErrorReason = "no_engine_metrics"
+	// ReasonRequest: the request could not be built (a malformed URL).
+	ReasonRequest ErrorReason = "request"
+)
+
+// ErrorReasons lists every ErrorReason, in documentation order.
+func ErrorReasons() []ErrorReason {
+	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest}
+}
+
+// Outcome labels saturation_adapter_scrape_duration_seconds.
+type Outcome string
+
+// The outcomes of a scrape.
+const (
+	OutcomeSuccess Outcome = "success"
+	OutcomeError   Outcome = "error"
+)
+
+// Metrics are the scrape path's own metrics, on a registry the caller owns.
+// Every metric is documented in the README; the package's tests keep the two in
+// step.
+type Metrics struct {
+	// Duration observes the wall time of one scrape of one pod, in seconds, by
+	// Outcome.
+	Duration *prometheus.HistogramVec
+	// Errors counts failed scrapes by ErrorReason.
+	Errors *prometheus.CounterVec
+	// InvalidSamples counts engine series rejected by validity checks, by
+	// signals.Reason.
+	InvalidSamples *prometheus.CounterVec
+	// Targets is the number of pods in the current scrape set.
+	Targets prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them with reg. It returns an
+// error when any of them is already registered there.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: MetricsNamespace, Name: "scrape_duration_seconds",
+			Help:    "Duration of one scrape of one engine's /metrics endpoint, in seconds, by outcome.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+		}, []string{"outcome"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "scrape_errors_total",
+			Help: "Failed scrapes of engine /metrics endpoints, by reason.",
+		}, []string{"reason"}),
+		InvalidSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "invalid_samples_total",
+			Help: "Engine series rejected before use (NaN, Inf, negative, ratio above 1), by reason.",
+		}, []string{"reason"}),
+		Targets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "scrape_targets",
+			Help: "Pods in the current scrape set.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.Duration, m.Errors, m.InvalidSamples, m.Targets} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(o Outcome, seconds float64) {
+	m.Duration.WithLabelValues(string(o)).Observe(seconds)
+}
+
+func (m *Metrics) failed(r ErrorReason) { m.Errors.WithLabelValues(string(r)).Inc() }
+
+func (m *Metrics) invalid(r signals.Reason, n int) {
+	m.InvalidSamples.WithLabelValues(string(r)).Add(float64(n))
+}
