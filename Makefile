@@ -16,8 +16,12 @@ build:
 
 test: test-unit test-e2e
 
+# The adapter's module, then the unit tests of the e2e module's packages (its own go.mod, so
+# ./... at the root does not reach it), both with the race detector.
+E2E_UNIT_PKGS := ./controlplane/... ./loadgen/... ./nodeagent/... ./stack/...
 test-unit:
 	$(GO) test -race -count=1 ./...
+	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
 
 # --- e2e (test/e2e is its own Go module; see test/e2e/README.md) ---------------------------
 E2E_K8S_VERSION := v1.37.2
@@ -64,11 +68,28 @@ demo: e2e-tools build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-verify: verify-manifests
+# Every Go module of the repository: the adapter, the e2e tests and the tool modules.
+GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint
+
+verify: verify-manifests lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	cd test/e2e && CGO_ENABLED=0 $(GO) vet ./...
-	$(GO) mod tidy -diff
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod of $$m is not tidy: run go mod tidy there"; exit 1; }; done
+
+# golangci-lint (configuration in .golangci.yml: the standard linters plus promlinter,
+# loggercheck and forbidigo for structured klog calls), built from its Go module by
+# hack/lint into the ignored .cache/bin like kustomize.
+GOLANGCI_LINT := $(CACHE)/bin/golangci-lint
+$(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
+	@mkdir -p $(@D)
+	@echo "Building golangci-lint once (a few minutes)"
+	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+	cd test/e2e && CGO_ENABLED=0 $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 # --- manifests and image ------------------------------------------------------------------
 # kustomize is built from the Go module proxy by hack/tools (its own module, so the

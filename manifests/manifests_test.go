@@ -374,11 +374,14 @@ func TestRBAC(t *testing.T) {
 	objs := decodeFile(t, renderedPath)
 	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: adapterName, Namespace: namespace}
 	readOnly := []string{"get", "list", "watch"}
+	// The adapter reads pods and HPAs through informers only (list and watch):
+	// no verb it never uses.
+	informer := []string{"list", "watch"}
 
 	role := only[*rbacv1.ClusterRole](t, objs, adapterName)
 	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: readOnly},
-		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: readOnly},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: informer},
+		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: informer},
 	}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("adapter ClusterRole rules (-want +got):\n%s", diff)

@@ -251,10 +251,20 @@ func (e *Engine) free(s *seq) {
 func (e *Engine) Step(now time.Time) *StepResult {
 	r := &e.res
 	*r = StepResult{Start: now, End: now, Tokens: r.Tokens[:0], Finished: r.Finished[:0]}
-	budget := e.cfg.MaxNumBatchedTokens
-	batch := e.batch[:0]
+	budget := e.scheduleRunning(e.cfg.MaxNumBatchedTokens)
+	if r.Preempted == 0 {
+		e.admitWaiting(now, budget)
+	}
+	e.timeStep(now)
+	e.emitOutputs()
+	return r
+}
 
-	// 1. Running requests, in admission order.
+// scheduleRunning schedules the running requests, in admission order, within
+// the token budget, preempting for KV blocks as vLLM V1 does (phase 1 of Step).
+// It returns the budget left.
+func (e *Engine) scheduleRunning(budget int) int {
+	e.batch = e.batch[:0]
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
 		n := min(s.numTokens()-s.computed, budget)
@@ -263,46 +273,56 @@ func (e *Engine) Step(now time.Time) *StepResult {
 		}
 		s.sched = n
 		budget -= n
-		batch = append(batch, s)
+		e.batch = append(e.batch, s)
 	}
+	return budget
+}
 
-	// 2. Waiting requests, FCFS, only if nothing was preempted.
-	if r.Preempted == 0 {
-		for e.waiting.len() > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
-			s := e.waiting.front()
-			n := min(s.numTokens()-s.computed, budget)
-			if !e.allocate(s, n) {
-				break // head-of-line blocking, as vLLM's FCFS policy
-			}
-			e.waiting.popFront()
-			s.running = true
-			e.running = append(e.running, s)
-			if s.schedAt.IsZero() {
-				s.schedAt = now
-			}
-			s.sched = n
-			budget -= n
-			batch = append(batch, s)
+// admitWaiting admits waiting requests FCFS while the budget, max_num_seqs and
+// free KV blocks allow (phase 2; only in a step without preemption).
+func (e *Engine) admitWaiting(now time.Time, budget int) {
+	for e.waiting.len() > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		s := e.waiting.front()
+		n := min(s.numTokens()-s.computed, budget)
+		if !e.allocate(s, n) {
+			break // head-of-line blocking, as vLLM's FCFS policy
 		}
+		e.waiting.popFront()
+		s.running = true
+		e.running = append(e.running, s)
+		if s.schedAt.IsZero() {
+			s.schedAt = now
+		}
+		s.sched = n
+		budget -= n
+		e.batch = append(e.batch, s)
 	}
-	e.batch = batch
+}
 
-	// 3. Step time.
-	for _, s := range batch {
+// timeStep sets the step's token counts and its duration from the step-time
+// model (phase 3).
+func (e *Engine) timeStep(now time.Time) {
+	r := &e.res
+	for _, s := range e.batch {
 		r.ScheduledTokens += s.sched
 		decoding := s.sched == 1 && s.output > 0 && s.computed == s.numTokens()-1
 		if !decoding {
 			r.PrefillTokens += s.sched
 		}
 	}
-	r.Scheduled = len(batch)
-	r.Duration = e.cfg.StepTime.Duration(len(batch), r.PrefillTokens)
-	end := now.Add(r.Duration)
-	r.End = end
+	r.Scheduled = len(e.batch)
+	r.Duration = e.cfg.StepTime.Duration(len(e.batch), r.PrefillTokens)
+	r.End = now.Add(r.Duration)
+}
 
-	// 4. Outputs at the end of the step.
+// emitOutputs advances every scheduled request at the end of the step: a
+// finished prefill or a decode yields a token; a request at its target or the
+// model's length finishes and leaves the running list (phase 4).
+func (e *Engine) emitOutputs() {
+	r := &e.res
+	end := r.End
 	finished := false
-	for _, s := range batch {
+	for _, s := range e.batch {
 		s.computed += s.sched
 		s.sched = 0
 		if s.computed < s.numTokens() {
@@ -339,7 +359,6 @@ func (e *Engine) Step(now time.Time) *StepResult {
 		clear(e.running[len(kept):])
 		e.running = kept
 	}
-	return r
 }
 
 // allocateOrPreempt allocates n tokens' blocks for the running request s,

@@ -3,6 +3,7 @@ package emulator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -147,122 +148,18 @@ var _ prometheus.Collector = (*Metrics)(nil)
 // engines' work. It fails on an unknown dialect or engine count, or a V0 dialect
 // with more than one engine.
 func NewMetrics(opts MetricsOptions, snapshot func(engine int) Snapshot) (*Metrics, error) {
-	if opts.Dialect == "" {
-		opts.Dialect = DialectV1
-	}
-	if _, err := ParseDialect(string(opts.Dialect)); err != nil {
+	opts, err := opts.complete()
+	if err != nil {
 		return nil, err
-	}
-	if opts.Engines == 0 {
-		opts.Engines = 1
-	}
-	if opts.Engines < 0 {
-		return nil, fmt.Errorf("engines must be >= 1, got %d", opts.Engines)
-	}
-	if opts.Dialect == DialectV0 && opts.Engines != 1 {
-		return nil, errors.New("the v0 metrics dialect has no engine label: it allows one engine only")
-	}
-	if opts.MaxModelLen <= 0 {
-		return nil, fmt.Errorf("max model len must be > 0, got %d", opts.MaxModelLen)
 	}
 	if snapshot == nil {
 		return nil, errors.New("snapshot func is nil")
 	}
 	m := &Metrics{opts: opts, snapshot: snapshot, created: float64(opts.CreatedAt.UnixNano()) / 1e9}
-	v0 := opts.Dialect == DialectV0
-	labelNames := []string{"model_name", "engine"}
-	if v0 {
-		labelNames = labelNames[:1]
-	}
-	for i := 0; i < opts.Engines; i++ {
-		lv := []string{opts.ModelName, strconv.Itoa(i)}
-		m.labels = append(m.labels, lv[:len(labelNames)])
-	}
-
-	newDesc := func(name, help string, extra ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append(append([]string{}, labelNames...), extra...), nil)
-	}
-	createdDesc := func(base, help string, extra ...string) *prometheus.Desc {
-		if v0 {
-			return nil
-		}
-		return newDesc(base+"_created", help, extra...)
-	}
-	gauge := func(name, help string, value func(Snapshot) float64) {
-		m.gauges = append(m.gauges, gaugeFamily{desc: newDesc(name, help), value: value})
-	}
-	counter := func(base, help string, value func(Snapshot) float64) {
-		m.counters = append(m.counters, counterFamily{
-			desc: newDesc(base+"_total", help), created: createdDesc(base, help), value: value,
-		})
-	}
-	hist := func(kind histKind, name, help string, buckets []float64) {
-		m.hists = append(m.hists, histFamily{
-			kind: kind,
-			vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name: name, Help: help, Buckets: buckets,
-			}, labelNames),
-			created: createdDesc(name, help),
-		})
-	}
-
-	// Scheduler state.
-	runningHelp := "Number of requests in model execution batches."
-	if v0 {
-		runningHelp = "Number of requests currently running on GPU."
-	}
-	gauge("vllm:num_requests_running", runningHelp, func(s Snapshot) float64 { return float64(s.Running) })
-	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-		func(s Snapshot) float64 { return float64(s.Waiting) })
-	kv := func(s Snapshot) float64 { return s.KVCacheUsage }
-	switch opts.Dialect {
-	case DialectV0:
-		gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU.", func(Snapshot) float64 { return 0 })
-		gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", kv)
-	case DialectV1RenameWindow:
-		gauge("vllm:gpu_cache_usage_perc",
-			"GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.", kv)
-		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
-	default:
-		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
-	}
-
-	// Counters.
-	counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-		func(s Snapshot) float64 { return float64(s.Preemptions) })
-	counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-		func(s Snapshot) float64 { return float64(s.PromptTokens) })
-	counter("vllm:generation_tokens", "Number of generation tokens processed.",
-		func(s Snapshot) float64 { return float64(s.GenerationTokens) })
-	successHelp := "Count of successfully processed requests."
-	m.success = counterFamily{
-		desc:    newDesc("vllm:request_success_total", successHelp, "finished_reason"),
-		created: createdDesc("vllm:request_success", successHelp, "finished_reason"),
-	}
-
-	// Histograms.
-	tokenBuckets := build125Buckets(opts.MaxModelLen)
-	hist(histPromptTokens, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokenBuckets)
-	hist(histGenerationTokens, "vllm:request_generation_tokens", "Number of generation tokens processed.", tokenBuckets)
-	if v0 {
-		hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV0)
-		hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsTPOTV0)
-		hist(histE2E, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", bucketsRequestV0)
-		hist(histQueue, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", bucketsRequestV0)
-	} else {
-		hist(histIterationTokens, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", bucketsIteration)
-		hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV1)
-		if opts.Dialect == DialectV1RenameWindow {
-			hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsITLV1)
-		}
-		hist(histITL, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", bucketsITLV1)
-		hist(histE2E, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", bucketsRequestV1)
-		hist(histQueue, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", bucketsRequestV1)
-		hist(histInference, "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", bucketsRequestV1)
-		hist(histPrefill, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", bucketsRequestV1)
-		hist(histDecode, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", bucketsRequestV1)
-	}
-
+	b := newFamilies(m)
+	b.schedulerGauges()
+	b.counters()
+	b.histograms()
 	// Create every histogram series up front, as vLLM's make_per_engine does, so
 	// that they are served (empty) before the first request.
 	m.obs = make([][numHistKinds]prometheus.Observer, opts.Engines)
@@ -272,6 +169,141 @@ func NewMetrics(opts MetricsOptions, snapshot func(engine int) Snapshot) (*Metri
 		}
 	}
 	return m, nil
+}
+
+// complete fills the defaults of the options and validates them.
+func (opts MetricsOptions) complete() (MetricsOptions, error) {
+	if opts.Dialect == "" {
+		opts.Dialect = DialectV1
+	}
+	if _, err := ParseDialect(string(opts.Dialect)); err != nil {
+		return opts, err
+	}
+	if opts.Engines == 0 {
+		opts.Engines = 1
+	}
+	if opts.Engines < 0 {
+		return opts, fmt.Errorf("engines must be >= 1, got %d", opts.Engines)
+	}
+	if opts.Dialect == DialectV0 && opts.Engines != 1 {
+		return opts, errors.New("the v0 metrics dialect has no engine label: it allows one engine only")
+	}
+	if opts.MaxModelLen <= 0 {
+		return opts, fmt.Errorf("max model len must be > 0, got %d", opts.MaxModelLen)
+	}
+	return opts, nil
+}
+
+// families declares the metric families of one dialect on a Metrics: the label
+// names and per-engine label values, and helpers for each family type.
+type families struct {
+	m          *Metrics
+	v0         bool
+	labelNames []string
+}
+
+func newFamilies(m *Metrics) *families {
+	b := &families{m: m, v0: m.opts.Dialect == DialectV0, labelNames: []string{"model_name", "engine"}}
+	if b.v0 {
+		b.labelNames = b.labelNames[:1]
+	}
+	for i := 0; i < m.opts.Engines; i++ {
+		lv := []string{m.opts.ModelName, strconv.Itoa(i)}
+		m.labels = append(m.labels, lv[:len(b.labelNames)])
+	}
+	return b
+}
+
+func (b *families) desc(name, help string, extra ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, append(slices.Clone(b.labelNames), extra...), nil)
+}
+
+// createdDesc is the _created family V1 exports beside each counter and histogram.
+func (b *families) createdDesc(base, help string, extra ...string) *prometheus.Desc {
+	if b.v0 {
+		return nil
+	}
+	return b.desc(base+"_created", help, extra...)
+}
+
+func (b *families) gauge(name, help string, value func(Snapshot) float64) {
+	b.m.gauges = append(b.m.gauges, gaugeFamily{desc: b.desc(name, help), value: value})
+}
+
+func (b *families) counter(base, help string, value func(Snapshot) float64) {
+	b.m.counters = append(b.m.counters, counterFamily{desc: b.desc(base+"_total", help), created: b.createdDesc(base, help), value: value})
+}
+
+func (b *families) hist(kind histKind, name, help string, buckets []float64) {
+	b.m.hists = append(b.m.hists, histFamily{
+		kind:    kind,
+		vec:     prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, b.labelNames),
+		created: b.createdDesc(name, help),
+	})
+}
+
+// schedulerGauges are the scheduler state: running, waiting, KV-cache usage
+// under the dialect's name(s).
+func (b *families) schedulerGauges() {
+	runningHelp := "Number of requests in model execution batches."
+	if b.v0 {
+		runningHelp = "Number of requests currently running on GPU."
+	}
+	b.gauge("vllm:num_requests_running", runningHelp, func(s Snapshot) float64 { return float64(s.Running) })
+	b.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+		func(s Snapshot) float64 { return float64(s.Waiting) })
+	kv := func(s Snapshot) float64 { return s.KVCacheUsage }
+	switch b.m.opts.Dialect {
+	case DialectV0:
+		b.gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU.", func(Snapshot) float64 { return 0 })
+		b.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", kv)
+	case DialectV1RenameWindow:
+		b.gauge("vllm:gpu_cache_usage_perc",
+			"GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.", kv)
+		b.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+	default:
+		b.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+	}
+}
+
+// counters are the cumulative counts: preemptions, tokens, finished requests.
+func (b *families) counters() {
+	b.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+		func(s Snapshot) float64 { return float64(s.Preemptions) })
+	b.counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+		func(s Snapshot) float64 { return float64(s.PromptTokens) })
+	b.counter("vllm:generation_tokens", "Number of generation tokens processed.",
+		func(s Snapshot) float64 { return float64(s.GenerationTokens) })
+	successHelp := "Count of successfully processed requests."
+	b.m.success = counterFamily{
+		desc:    b.desc("vllm:request_success_total", successHelp, "finished_reason"),
+		created: b.createdDesc("vllm:request_success", successHelp, "finished_reason"),
+	}
+}
+
+// histograms are the request and step histograms, with the dialect's buckets.
+func (b *families) histograms() {
+	tokenBuckets := build125Buckets(b.m.opts.MaxModelLen)
+	b.hist(histPromptTokens, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokenBuckets)
+	b.hist(histGenerationTokens, "vllm:request_generation_tokens", "Number of generation tokens processed.", tokenBuckets)
+	if b.v0 {
+		b.hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV0)
+		b.hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsTPOTV0)
+		b.hist(histE2E, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", bucketsRequestV0)
+		b.hist(histQueue, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", bucketsRequestV0)
+		return
+	}
+	b.hist(histIterationTokens, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", bucketsIteration)
+	b.hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV1)
+	if b.m.opts.Dialect == DialectV1RenameWindow {
+		b.hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsITLV1)
+	}
+	b.hist(histITL, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", bucketsITLV1)
+	b.hist(histE2E, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", bucketsRequestV1)
+	b.hist(histQueue, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", bucketsRequestV1)
+	b.hist(histInference, "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", bucketsRequestV1)
+	b.hist(histPrefill, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", bucketsRequestV1)
+	b.hist(histDecode, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", bucketsRequestV1)
 }
 
 // Observe feeds the histograms of engine with one step's result.

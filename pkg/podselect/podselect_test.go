@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -510,9 +511,12 @@ func TestWatchedNamespaces(t *testing.T) {
 // canonical selector; a deleted HPA is reported once so that its self-metric
 // series can go.
 func TestHPAsForAndDeletion(t *testing.T) {
-	var deleted []types.NamespacedName
+	var (
+		mu      sync.Mutex
+		deleted []types.NamespacedName
+	)
 	opts := defaultOptions
-	opts.OnHPADeleted = func(h types.NamespacedName) { deleted = append(deleted, h) }
+	opts.OnHPADeleted = func(h types.NamespacedName) { mu.Lock(); deleted = append(deleted, h); mu.Unlock() }
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "vllm", "tier": "prod"}}
 	client, _, d := start(t, opts, newClock(), nil,
 		hpa("llm", "a", external("LLM_Saturation", sel)),
@@ -536,10 +540,14 @@ func TestHPAsForAndDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return len(d.HPAsFor("llm", "llm_saturation", req)) == 1, nil
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deleted) > 0 && len(d.HPAsFor("llm", "llm_saturation", req)) == 1, nil
 	}); err != nil {
-		t.Fatalf("deleted HPA still found: %v", err)
+		t.Fatalf("deleted HPA still found, or not reported: %v", err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if want := []types.NamespacedName{{Namespace: "llm", Name: "b"}}; !slices.Equal(deleted, want) {
 		t.Errorf("OnHPADeleted got %v, want %v", deleted, want)
 	}

@@ -4,7 +4,7 @@
 //
 // # Signals
 //
-// For every supported engine dialect (see [Dialects]) the package extracts, per
+// For every supported engine dialect (see [Dialect]; the table is builtinDialects in dialect.go) the package extracts, per
 // engine and then per pod (one /metrics body):
 //
 //   - queue depth: requests waiting for admission to the batch (vLLM
@@ -42,9 +42,16 @@
 // series in any engine is absent (nil) for the pod. A pod with neither queue depth nor
 // KV-cache usage is unknown: its saturation is nil, never 0.
 //
-// # Fusion
+// # Scores, policies and pools
 //
-// Saturation of one pod = max over the present terms of value / target, with
-// defaults of 5 waiting requests and 0.8 KV-cache usage (see [DefaultTargets]). 1.0
-// means the pod is at its set point; 2.0 means twice the load it should carry.
+// Score gives one pod's saturation: max over the present terms of value / set
+// point, with defaults of 5 waiting requests and 0.8 KV-cache usage (see
+// DefaultSetPoints). 1.0 means the pod is at its set point; 2.0 means twice the
+// load it should carry.
+//
+// A Policy is one entry of the metric catalog served to HPAs: its name, its Kind
+// (mean or sum of per-pod saturations, or one raw signal), its set points and the
+// saturation counted for a pod without data. PoolBuilder folds the pods of a pool
+// into the policy's value; it is the adapter's one pooling path, so the External
+// metrics, the per-pod metrics and explain agree by construction.
 package signals

@@ -214,7 +214,9 @@ func metricName(series []byte) []byte {
 }
 
 // fold applies the preference, validity, duplicate and engine rules of the
-// package documentation to the samples of one dialect.
+// package documentation to the samples of one dialect, in three phases: choose
+// one source per signal, collect each engine's valid values (duplicates
+// collapsed to their maximum), then fold the engines into the pod.
 func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]struct{}) Reading {
 	d := &e.dialects[dialect]
 	r := Reading{Dialect: d.Name, Sources: map[string]string{}}
@@ -222,13 +224,27 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 		r.Models = append(r.Models, m)
 	}
 	slices.Sort(r.Models)
+	chosen, hasEngineLabel := chooseSources(dialect, samples)
+	for s := range numSignals {
+		if chosen[s] >= 0 {
+			r.Sources[s.String()] = d.Sources[s][chosen[s]].String()
+		}
+	}
+	if d.Name == "vllm" {
+		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], hasEngineLabel)
+	}
+	engines, ids := r.collect(dialect, chosen, samples)
+	r.foldEngines(d, chosen, engines, ids)
+	return r
+}
 
-	// Choose one source per signal: the most preferred one present.
-	chosen := [numSignals]int{}
+// chooseSources picks, per signal, the most preferred source of the dialect
+// present in the samples (-1 for none), and reports whether any sample carries
+// an engine label.
+func chooseSources(dialect int, samples []rawSample) (chosen [numSignals]int, hasEngineLabel bool) {
 	for s := range numSignals {
 		chosen[s] = -1
 	}
-	hasEngineLabel := false
 	for _, s := range samples {
 		if s.ref.dialect != dialect {
 			continue
@@ -240,21 +256,20 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 			chosen[s.ref.signal] = s.ref.pref
 		}
 	}
-	for s := range numSignals {
-		if chosen[s] >= 0 {
-			r.Sources[s.String()] = d.Sources[s][chosen[s]].String()
-		}
-	}
-	if d.Name == "vllm" {
-		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], hasEngineLabel)
-	}
+	return chosen, hasEngineLabel
+}
 
-	// Per engine and signal: validate each series, then collapse duplicates to max.
-	type cell struct {
-		value  float64
-		n      int
-		differ bool
-	}
+// cell is one engine's value of one signal: the maximum of its valid series.
+type cell struct {
+	value  float64
+	n      int
+	differ bool
+}
+
+// collect validates each sample of a chosen source and collapses duplicates
+// within an engine to their maximum. It returns the cells by engine ID and the
+// IDs in order.
+func (r *Reading) collect(dialect int, chosen [numSignals]int, samples []rawSample) (map[string]*[numSignals]cell, []string) {
 	engines := map[string]*[numSignals]cell{}
 	var ids []string
 	for _, s := range samples {
@@ -286,7 +301,13 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 		c.n++
 	}
 	slices.SortFunc(ids, compareEngineIDs)
+	return engines, ids
+}
 
+// foldEngines sets each engine's values and the pod's: queue depth, running and
+// preemptions add up, KV-cache usage is the mean over the engines reporting it
+// (the busiest kept as KVCacheUsageMax).
+func (r *Reading) foldEngines(d *Dialect, chosen [numSignals]int, engines map[string]*[numSignals]cell, ids []string) {
 	var sums [numSignals]float64
 	var counts [numSignals]int
 	for _, id := range ids {
@@ -329,7 +350,6 @@ func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]str
 		}
 		*r.slot(s) = &v
 	}
-	return r
 }
 
 // maxWarnings bounds the warnings kept per reading: a body with thousands of

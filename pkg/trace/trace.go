@@ -1,6 +1,8 @@
 // Package trace reads LLM request-arrival traces: one row per request with its
-// arrival time and its prompt and output length in tokens. The simulator in
-// pkg/emulator and the end-to-end load generator replay them.
+// arrival time and its prompt and output length in tokens. It is the project's
+// one trace reader: pkg/emulator's replay benchmarks, the end-to-end load
+// generator and the demo (test/e2e, through loadgen.FromTrace) read traces with
+// it.
 //
 // The format is the one of the Azure LLM inference traces published with the
 // Splitwise paper (Patel et al., ISCA 2024; CC-BY 4.0):

@@ -1,26 +1,28 @@
 package controlplane
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 )
 
 // CA is a certificate authority generated for one test cluster. Its key never leaves the
 // process; only the certificate is written to disk.
 type CA struct {
 	Cert    *x509.Certificate
-	Key     *ecdsa.PrivateKey
+	Key     crypto.Signer
 	CertPEM []byte
 	// CertFile is the PEM file holding Cert.
 	CertFile string
@@ -32,49 +34,28 @@ type KeyPair struct {
 	CertFile, KeyFile string
 }
 
-// nextSerial returns a random 127-bit serial number, so certificates never collide without
-// any shared counter.
-func nextSerial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(err) // crypto/rand never fails on Linux.
-	}
-	return n.Add(n, big.NewInt(1))
-}
-
-// NewCA creates a self-signed CA named name and writes its certificate to dir/<file>.crt.
+// NewCA creates a self-signed CA named name (client-go's certutil.NewSelfSignedCACert)
+// and writes its certificate to dir/<file>.crt.
 func NewCA(dir, file, name string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          nextSerial(),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: name}, key)
 	if err != nil {
 		return nil, fmt.Errorf("creating CA %s: %w", name, err)
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
+	ca := &CA{Cert: cert, Key: key, CertFile: filepath.Join(dir, file+".crt")}
+	if ca.CertPEM, err = certutil.EncodeCertificates(cert); err != nil {
 		return nil, err
 	}
-	ca := &CA{Cert: cert, Key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-	ca.CertFile = filepath.Join(dir, file+".crt")
-	if err := os.WriteFile(ca.CertFile, ca.CertPEM, 0o600); err != nil {
+	if err := certutil.WriteCert(ca.CertFile, ca.CertPEM); err != nil {
 		return nil, err
 	}
 	return ca, nil
 }
 
-// Serving issues a TLS server certificate for localhost and the given IPs, written to
+// Serving issues a TLS server certificate for the given names and IPs, written to
 // dir/<file>.crt and dir/<file>.key.
 func (ca *CA) Serving(dir, file string, hosts []string, ips []net.IP) (*KeyPair, error) {
 	return ca.issue(dir, file, pkix.Name{CommonName: hosts[0]}, hosts, ips, x509.ExtKeyUsageServerAuth)
@@ -86,14 +67,22 @@ func (ca *CA) Client(dir, file, user string, groups ...string) (*KeyPair, error)
 	return ca.issue(dir, file, pkix.Name{CommonName: user, Organization: groups}, nil, nil, x509.ExtKeyUsageClientAuth)
 }
 
+// issue signs a leaf certificate with the CA. client-go's certutil makes CAs and
+// self-signed pairs only, so the leaf is built with crypto/x509; keys and files go
+// through keyutil and certutil.
 func (ca *CA) issue(dir, file string, subject pkix.Name, hosts []string, ips []net.IP, usage x509.ExtKeyUsage) (*KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
+	// A random 127-bit serial: certificates never collide without a shared counter.
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber:          nextSerial(),
+		SerialNumber:          serial.Add(serial, big.NewInt(1)),
 		Subject:               subject,
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
@@ -103,45 +92,46 @@ func (ca *CA) issue(dir, file string, subject pkix.Name, hosts []string, ips []n
 		DNSNames:              hosts,
 		IPAddresses:           ips,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("issuing %s: %w", subject.CommonName, err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
+	kp := &KeyPair{CertFile: filepath.Join(dir, file+".crt"), KeyFile: filepath.Join(dir, file+".key")}
+	if kp.CertPEM, err = certutil.EncodeCertificates(&x509.Certificate{Raw: der}); err != nil {
 		return nil, err
 	}
-	kp := &KeyPair{
-		CertPEM:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:   pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		CertFile: filepath.Join(dir, file+".crt"),
-		KeyFile:  filepath.Join(dir, file+".key"),
-	}
-	if err := os.WriteFile(kp.CertFile, kp.CertPEM, 0o600); err != nil {
+	if kp.KeyPEM, err = keyutil.MarshalPrivateKeyToPEM(key); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(kp.KeyFile, kp.KeyPEM, 0o600); err != nil {
+	if err := certutil.WriteCert(kp.CertFile, kp.CertPEM); err != nil {
+		return nil, err
+	}
+	if err := keyutil.WriteKey(kp.KeyFile, kp.KeyPEM); err != nil {
 		return nil, err
 	}
 	return kp, nil
 }
 
-// writeServiceAccountKey writes an RSA key pair for signing service-account tokens to
-// dir/sa.key and dir/sa.pub.
+// writeServiceAccountKey writes an ECDSA key for signing service-account tokens (ES256)
+// to dir/sa.key and its public key to dir/sa.pub.
 func writeServiceAccountKey(dir string) (keyFile, pubFile string, err error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	keyPEM, err := keyutil.MakeEllipticPrivateKeyPEM()
 	if err != nil {
 		return "", "", err
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		return "", "", err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(key.(crypto.Signer).Public())
 	if err != nil {
 		return "", "", err
 	}
 	keyFile, pubFile = filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+	if err := keyutil.WriteKey(keyFile, keyPEM); err != nil {
 		return "", "", err
 	}
-	if err := os.WriteFile(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+	if err := keyutil.WriteKey(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})); err != nil {
 		return "", "", err
 	}
 	return keyFile, pubFile, nil

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 )
 
 // Options configure a control plane.
@@ -103,39 +105,67 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 	}()
 	pki := filepath.Join(o.Dir, "pki")
-	if err := os.MkdirAll(pki, 0o700); err != nil {
+	certs, err := c.makeCerts(pki)
+	if err != nil {
 		return nil, err
 	}
-	if c.ServingCA, err = NewCA(pki, "serving-ca", "e2e-serving-ca"); err != nil {
+	etcdURL, err := c.startEtcd(o)
+	if err != nil {
 		return nil, err
+	}
+	if err := c.startAPIServer(ctx, o, pki, certs, etcdURL); err != nil {
+		return nil, err
+	}
+	if err := c.startControllerManager(o, pki, certs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// clusterCerts are the key pairs and files the control plane starts with.
+type clusterCerts struct {
+	apiServing, proxyClient *KeyPair
+	saKey, saPub            string
+}
+
+// makeCerts creates the three CAs (serving, client, front proxy), the API
+// server's serving certificate, the aggregator's proxy client certificate and
+// the service-account signing key.
+func (c *Cluster) makeCerts(pki string) (clusterCerts, error) {
+	var certs clusterCerts
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return certs, err
+	}
+	var err error
+	if c.ServingCA, err = NewCA(pki, "serving-ca", "e2e-serving-ca"); err != nil {
+		return certs, err
 	}
 	if c.ClientCA, err = NewCA(pki, "client-ca", "e2e-client-ca"); err != nil {
-		return nil, err
+		return certs, err
 	}
 	if c.FrontProxyCA, err = NewCA(pki, "front-proxy-ca", "e2e-front-proxy-ca"); err != nil {
-		return nil, err
+		return certs, err
 	}
-	apiServing, err := c.ServingCA.Serving(pki, "apiserver", []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}, []net.IP{net.ParseIP("127.0.0.1")})
-	if err != nil {
-		return nil, err
+	if certs.apiServing, err = c.ServingCA.Serving(pki, "apiserver", []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return certs, err
 	}
-	proxyClient, err := c.FrontProxyCA.Client(pki, "front-proxy-client", "front-proxy-client")
-	if err != nil {
-		return nil, err
+	if certs.proxyClient, err = c.FrontProxyCA.Client(pki, "front-proxy-client", "front-proxy-client"); err != nil {
+		return certs, err
 	}
-	saKey, saPub, err := writeServiceAccountKey(pki)
-	if err != nil {
-		return nil, err
-	}
+	certs.saKey, certs.saPub, err = writeServiceAccountKey(pki)
+	return certs, err
+}
 
-	// etcd
+// startEtcd starts a single-member etcd on free loopback ports and returns its
+// client URL once it accepts connections.
+func (c *Cluster) startEtcd(o Options) (string, error) {
 	etcdClient, err := FreePort()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	etcdPeer, err := FreePort()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	clientURL := "http://127.0.0.1:" + itoa(etcdClient)
 	peerURL := "http://127.0.0.1:" + itoa(etcdPeer)
@@ -151,30 +181,35 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--log-level=warn",
 	})
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if err := waitTCP(etcd, fmt.Sprintf("127.0.0.1:%d", etcdClient), 30*time.Second); err != nil {
-		return nil, err
+		return "", err
 	}
 	o.Logf("etcd up on %s", clientURL)
+	return clientURL, nil
+}
 
-	// kube-apiserver
+// startAPIServer starts kube-apiserver with RBAC, service-account tokens and the
+// front-proxy settings API aggregation needs, writes the admin kubeconfig and
+// client, and waits for /readyz.
+func (c *Cluster) startAPIServer(ctx context.Context, o Options, pki string, certs clusterCerts, etcdURL string) error {
 	apiPort, err := FreePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 	apiArgs := []string{
-		"--etcd-servers=" + clientURL,
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + itoa(apiPort),
-		"--tls-cert-file=" + apiServing.CertFile,
-		"--tls-private-key-file=" + apiServing.KeyFile,
+		"--tls-cert-file=" + certs.apiServing.CertFile,
+		"--tls-private-key-file=" + certs.apiServing.KeyFile,
 		"--client-ca-file=" + c.ClientCA.CertFile,
 		"--authorization-mode=RBAC",
-		"--service-account-key-file=" + saPub,
-		"--service-account-signing-key-file=" + saKey,
+		"--service-account-key-file=" + certs.saPub,
+		"--service-account-signing-key-file=" + certs.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--api-audiences=https://kubernetes.default.svc",
 		"--service-cluster-ip-range=10.96.0.0/24",
@@ -188,52 +223,54 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + proxyClient.CertFile,
-		"--proxy-client-key-file=" + proxyClient.KeyFile,
+		"--proxy-client-cert-file=" + certs.proxyClient.CertFile,
+		"--proxy-client-key-file=" + certs.proxyClient.KeyFile,
 		// APIServices point at ExternalName Services named localhost.
 		"--enable-aggregator-routing=false",
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
 	}
-	apiArgs = append(apiArgs, o.ExtraAPIServerFlags...)
-	apiserver, err := c.start("kube-apiserver", apiArgs)
+	apiserver, err := c.start("kube-apiserver", append(apiArgs, o.ExtraAPIServerFlags...))
 	if err != nil {
-		return nil, err
+		return err
 	}
-
 	admin, err := c.ClientCA.Client(pki, "admin", "e2e-admin", "system:masters")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.AdminKubeconfig = filepath.Join(o.Dir, "admin.kubeconfig")
 	if err := c.writeKubeconfig(c.AdminKubeconfig, "e2e-admin", admin); err != nil {
-		return nil, err
+		return err
 	}
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig); err != nil {
-		return nil, err
+		return err
 	}
 	c.Config.QPS, c.Config.Burst = 100, 200
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.waitReady(ctx, apiserver); err != nil {
-		return nil, err
+		return err
 	}
 	o.Logf("kube-apiserver ready at %s", c.URL)
+	return nil
+}
 
-	// kube-controller-manager
+// startControllerManager starts kube-controller-manager with the Controllers,
+// each acting as its own service account, and a short HPA sync period.
+func (c *Cluster) startControllerManager(o Options, pki string, certs clusterCerts) error {
 	kcm, err := c.ClientCA.Client(pki, "kube-controller-manager", "system:kube-controller-manager")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kcmKubeconfig := filepath.Join(o.Dir, "kube-controller-manager.kubeconfig")
 	if err := c.writeKubeconfig(kcmKubeconfig, "system:kube-controller-manager", kcm); err != nil {
-		return nil, err
+		return err
 	}
 	kcmPort, err := FreePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kcmArgs := []string{
 		"--kubeconfig=" + kcmKubeconfig,
@@ -245,23 +282,22 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		// Each controller acts as its own service account, so the HPA controller reads
 		// external.metrics.k8s.io with the rights the bootstrap RBAC policy gives it.
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + saKey,
+		"--service-account-private-key-file=" + certs.saKey,
 		"--root-ca-file=" + c.ServingCA.CertFile,
 		"--leader-elect=false",
 		"--horizontal-pod-autoscaler-sync-period=" + o.HPASyncPeriod.String(),
 		"--horizontal-pod-autoscaler-downscale-stabilization=" + o.HPADownscaleStabilization.String(),
 		"--v=2",
 	}
-	kcmArgs = append(kcmArgs, o.ExtraControllerManagerFlags...)
-	kcmProc, err := c.start("kube-controller-manager", kcmArgs)
+	kcmProc, err := c.start("kube-controller-manager", append(kcmArgs, o.ExtraControllerManagerFlags...))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := waitTCP(kcmProc, fmt.Sprintf("127.0.0.1:%d", kcmPort), 60*time.Second); err != nil {
-		return nil, err
+		return err
 	}
 	o.Logf("kube-controller-manager up (controllers %s)", strings.Join(Controllers, ","))
-	return c, nil
+	return nil
 }
 
 func (c *Cluster) start(name string, args []string) (*Process, error) {
@@ -323,6 +359,27 @@ func (c *Cluster) UserKubeconfig(name, user string, groups ...string) (string, e
 	}
 	path := filepath.Join(c.Dir, name+".kubeconfig")
 	return path, c.writeKubeconfig(path, user, kp)
+}
+
+// ServiceAccountKubeconfig requests a token for the ServiceAccount namespace/name
+// (TokenRequest API, valid for a day) and writes a kubeconfig that uses it to
+// Dir/<namespace>-<name>.kubeconfig: a process then acts exactly as a pod of that
+// ServiceAccount would, with the RBAC bound to it.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	tr, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	user := "system:serviceaccount:" + namespace + ":" + name
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.ServingCA.CertPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: user}
+	cfg.CurrentContext = "e2e"
+	path := filepath.Join(c.Dir, namespace+"-"+name+".kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
 // Kubectl runs the built kubectl against the cluster as admin and returns its stdout; the

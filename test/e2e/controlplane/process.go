@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Process is a child process started in its own process group, with stdout and stderr
@@ -116,19 +119,21 @@ func FreePort() (int, error) {
 
 // waitTCP waits until addr accepts connections, the process exits, or timeout passes.
 func waitTCP(p *Process, addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("%s exited before listening on %s: %v\n%s", p.Name, addr, err, p.Tail(4000))
+			return false, fmt.Errorf("%s exited before listening on %s: %v\n%s", p.Name, addr, err, p.Tail(4000))
 		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
+		if err != nil {
+			return false, nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		c.Close()
+		return true, nil
+	})
+	if wait.Interrupted(err) {
+		return errors.New(p.Name + " did not listen on " + addr + " within " + timeout.String())
 	}
-	return errors.New(p.Name + " did not listen on " + addr + " within " + timeout.String())
+	return err
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

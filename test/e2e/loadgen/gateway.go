@@ -12,11 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Result is the outcome of one request.
@@ -164,21 +167,19 @@ func (g *Gateway) send(ctx context.Context, r Request) {
 		g.results = append(g.results, res)
 		g.mu.Unlock()
 	}()
+	// Hold the request until an endpoint is Ready, up to MaxWait.
 	var ep string
-	for {
-		if ep = g.pick(); ep != "" {
-			break
-		}
-		if time.Since(res.Start) > g.o.MaxWait {
-			res.Err = errors.New("no Ready endpoint")
-			return
-		}
-		select {
-		case <-ctx.Done():
-			res.Err = ctx.Err()
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, g.o.MaxWait, true, func(context.Context) (bool, error) {
+		ep = g.pick()
+		return ep != "", nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		res.Err = ctx.Err()
+		return
+	case err != nil:
+		res.Err = errors.New("no Ready endpoint")
+		return
 	}
 	defer g.release(ep)
 	res.Endpoint = ep
@@ -293,14 +294,17 @@ func Summarize(results []Result, since time.Time) Summary {
 	return s
 }
 
-// Percentile returns the q-quantile (nearest rank) of ds, 0 when empty.
+// Percentile returns the q-quantile of ds by the nearest-rank method: the
+// smallest sample such that at least a fraction q of the samples are at or
+// below it (rank ceil(q·n), no interpolation; q=0 gives the minimum). 0 when ds
+// is empty.
 func Percentile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := int(q*float64(len(s))+0.5) - 1
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
 	i = min(max(i, 0), len(s)-1)
 	return s[i]
 }

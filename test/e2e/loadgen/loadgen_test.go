@@ -5,22 +5,24 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
 )
 
 // The trace ships in the repository's data/ (test/e2e/loadgen → ../../..).
 var convTrace = filepath.Join("..", "..", "..", "data", "azure-llm-trace-2023", "AzureLLMInferenceTrace_conv.csv")
 
-func TestReadAzureTrace(t *testing.T) {
-	reqs, err := ReadAzureTrace(convTrace)
+func TestFromTrace(t *testing.T) {
+	tr, err := trace.ReadFile(convTrace)
 	if err != nil {
 		t.Fatal(err)
 	}
+	reqs := FromTrace(tr)
 	// 19,366 requests over about 58 minutes (the data set's README).
 	if len(reqs) != 19366 {
 		t.Errorf("got %d requests, want 19366", len(reqs))
@@ -39,23 +41,6 @@ func TestReadAzureTrace(t *testing.T) {
 	c := Compress(w, 4)
 	if c[len(c)-1].At != w[len(w)-1].At/4 {
 		t.Errorf("compressed last offset %s, want %s", c[len(c)-1].At, w[len(w)-1].At/4)
-	}
-}
-
-func TestReadAzureTraceBadInput(t *testing.T) {
-	dir := t.TempDir()
-	for name, body := range map[string]string{
-		"header":    "when,in,out\n2023-11-16 18:15:46.6805900,1,1\n",
-		"timestamp": "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n",
-		"tokens":    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,-1,1\n",
-	} {
-		p := filepath.Join(dir, name+".csv")
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ReadAzureTrace(p); err == nil {
-			t.Errorf("%s: no error", name)
-		}
 	}
 }
 

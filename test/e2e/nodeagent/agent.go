@@ -8,13 +8,14 @@
 package nodeagent
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,11 +25,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/controlplane"
 )
 
@@ -272,9 +276,9 @@ func (a *Agent) gone(uid types.UID) {
 	}()
 }
 
-// run takes a new pod through Running → (cold start) → engine started → Ready.
+// run takes a new pod through Running → (cold start) → engine started → Ready,
+// then watches the engine until it exits or the pod goes.
 func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
-	logf := a.o.Logf
 	defer func() {
 		if ctx.Err() != nil {
 			r.stop(a) // whoever cancelled may have looked before the process existed
@@ -284,14 +288,64 @@ func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
 		return
 	}
 	c := pod.Spec.Containers[0]
+	eng, ok := a.admit(ctx, r, pod, c)
+	if !ok {
+		return
+	}
+	started := metav1.Now()
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(a.o.ColdStart):
+	}
+	proc, ok := a.startEngine(ctx, r, pod, c, eng)
+	if !ok || !a.waitHealthy(ctx, r, pod, c, eng, proc) {
+		return
+	}
+	if err := a.setStatus(ctx, r, func(s *corev1.PodStatus) {
+		now := metav1.Now()
+		setCondition(s, corev1.ContainersReady, true, now)
+		setCondition(s, corev1.PodReady, true, now)
+		s.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
+		}}
+	}); err != nil {
+		a.o.Logf("pod %s: setting Ready: %v", pod.Name, err)
+		return
+	}
+	a.mu.Lock()
+	r.ready = true
+	a.mu.Unlock()
+	a.o.Logf("pod %s ready at %s:%d (pid %d)", pod.Name, r.ip, r.port, proc.PID())
+	// Watch the engine: an exited engine makes the pod not Ready, like a failing probe.
+	select {
+	case <-ctx.Done():
+	case <-proc.Done():
+		_, werr := proc.Exited()
+		a.o.Logf("pod %s: engine exited: %v", pod.Name, werr)
+		a.mu.Lock()
+		r.ready = false
+		a.mu.Unlock()
+		_ = a.setStatus(a.ctx, r, func(s *corev1.PodStatus) {
+			setCondition(s, corev1.ContainersReady, false, metav1.Now())
+			setCondition(s, corev1.PodReady, false, metav1.Now())
+		})
+	}
+}
+
+// admit finds the engine of the pod's image (a pod with an unknown image is
+// marked Failed), binds the pod to the agent's node as the scheduler would, and
+// marks it Running with its IP but not Ready.
+func (a *Agent) admit(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container) (Engine, bool) {
 	eng, ok := a.o.Engines[c.Image]
 	if !ok {
-		logf("pod %s: no engine for image %q", pod.Name, c.Image)
+		a.o.Logf("pod %s: no engine for image %q", pod.Name, c.Image)
 		_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) {
 			s.Phase = corev1.PodFailed
 			s.Reason, s.Message = "UnknownImage", "node agent has no engine for image "+c.Image
 		})
-		return
+		return Engine{}, false
 	}
 	if pod.Spec.NodeName == "" {
 		err := a.o.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
@@ -299,8 +353,8 @@ func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
 			Target:     corev1.ObjectReference{Kind: "Node", Name: a.o.NodeName},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			logf("pod %s: binding to %s: %v", pod.Name, a.o.NodeName, err)
-			return
+			a.o.Logf("pod %s: binding to %s: %v", pod.Name, a.o.NodeName, err)
+			return Engine{}, false
 		}
 	}
 	now := metav1.Now()
@@ -319,26 +373,27 @@ func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ColdStart"}},
 		}}
 	}); err != nil {
-		logf("pod %s: setting Running: %v", pod.Name, err)
-		return
+		a.o.Logf("pod %s: setting Running: %v", pod.Name, err)
+		return Engine{}, false
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(a.o.ColdStart):
-	}
+	return eng, true
+}
+
+// startEngine starts the engine process, behind a forwarder for engines that
+// cannot bind one address.
+func (a *Agent) startEngine(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine) (*controlplane.Process, bool) {
 	enginePort := r.port
 	if eng.AllInterfaces {
 		p, err := controlplane.FreePort()
 		if err != nil {
-			logf("pod %s: %v", pod.Name, err)
-			return
+			a.o.Logf("pod %s: %v", pod.Name, err)
+			return nil, false
 		}
 		enginePort = p
 		fwd, err := newForwarder(net.JoinHostPort(r.ip, strconv.Itoa(r.port)), net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			logf("pod %s: %v", pod.Name, err)
-			return
+			a.o.Logf("pod %s: %v", pod.Name, err)
+			return nil, false
 		}
 		a.mu.Lock()
 		r.fwd = fwd
@@ -346,20 +401,23 @@ func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
 	}
 	expand := strings.NewReplacer("$(POD_IP)", r.ip, "$(PORT)", strconv.Itoa(enginePort), "$(POD_NAME)", pod.Name, "$(POD_NAMESPACE)", pod.Namespace)
 	var args []string
-	for _, s := range append(append([]string{}, eng.Args...), c.Args...) {
+	for _, s := range append(slices.Clone(eng.Args), c.Args...) {
 		args = append(args, expand.Replace(s))
 	}
 	proc, err := controlplane.StartProcess(a.o.LogDir, pod.Name, eng.Binary, args, nil)
 	if err != nil {
-		logf("pod %s: %v", pod.Name, err)
-		return
+		a.o.Logf("pod %s: %v", pod.Name, err)
+		return nil, false
 	}
 	a.mu.Lock()
 	r.proc = proc
 	a.mu.Unlock()
-	if ctx.Err() != nil {
-		return
-	}
+	return proc, ctx.Err() == nil
+}
+
+// waitHealthy polls the engine's readiness path until it answers 2xx; an engine
+// that exits first marks the pod Failed.
+func (a *Agent) waitHealthy(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine, proc *controlplane.Process) bool {
 	path := eng.ReadyPath
 	if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path != "" {
 		path = c.ReadinessProbe.HTTPGet.Path
@@ -368,58 +426,24 @@ func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
 		path = "/health"
 	}
 	url := fmt.Sprintf("http://%s%s", net.JoinHostPort(r.ip, strconv.Itoa(r.port)), path)
-	started := metav1.Now()
-	for {
-		if exited, werr := proc.Exited(); exited {
-			logf("pod %s: engine exited during start: %v\n%s", pod.Name, werr, proc.Tail(2000))
-			_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed; s.Reason = "EngineExited" })
-			return
+	var exited error
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if done, werr := proc.Exited(); done {
+			exited = fmt.Errorf("engine exited during start: %v", werr)
+			return false, exited
 		}
-		if httpOK(ctx, url) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
+		return httpOK(ctx, url), nil
+	})
+	if exited != nil {
+		a.o.Logf("pod %s: %v\n%s", pod.Name, exited, proc.Tail(2000))
+		_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed; s.Reason = "EngineExited" })
 	}
-	readyAt := metav1.Now()
-	if err := a.setStatus(ctx, r, func(s *corev1.PodStatus) {
-		setCondition(s, corev1.ContainersReady, true, readyAt)
-		setCondition(s, corev1.PodReady, true, readyAt)
-		s.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: ptr(true),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
-		}}
-	}); err != nil {
-		logf("pod %s: setting Ready: %v", pod.Name, err)
-		return
-	}
-	a.mu.Lock()
-	r.ready = true
-	a.mu.Unlock()
-	logf("pod %s ready at %s:%d (pid %d)", pod.Name, r.ip, r.port, proc.PID())
-	// Watch the engine: an exited engine makes the pod not Ready, like a failing probe.
-	select {
-	case <-ctx.Done():
-	case <-proc.Done():
-		_, werr := proc.Exited()
-		logf("pod %s: engine exited: %v", pod.Name, werr)
-		a.mu.Lock()
-		r.ready = false
-		a.mu.Unlock()
-		_ = a.setStatus(a.ctx, r, func(s *corev1.PodStatus) {
-			setCondition(s, corev1.ContainersReady, false, metav1.Now())
-			setCondition(s, corev1.PodReady, false, metav1.Now())
-		})
-	}
+	return err == nil
 }
 
 // terminate drains and stops a deleted pod's engine, then removes the pod object.
 func (a *Agent) terminate(r *podRun, grace time.Duration) {
 	ctx := a.ctx
-	deadline := time.Now().Add(grace)
 	a.mu.Lock()
 	r.ready = false
 	a.mu.Unlock()
@@ -427,35 +451,7 @@ func (a *Agent) terminate(r *podRun, grace time.Duration) {
 		setCondition(s, corev1.ContainersReady, false, metav1.Now())
 		setCondition(s, corev1.PodReady, false, metav1.Now())
 	})
-	// Drain: no new work arrives once the pod is not Ready; wait for the engine's own
-	// running and waiting counts to reach zero.
-	metricsURL := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(r.ip, strconv.Itoa(r.port)))
-	// The engine's gauges move at the start of a step while the last tokens and the
-	// end of the stream reach the client after it, and a gateway may still hold a
-	// stale endpoint list: only two zero readings a second apart mean drained.
-	zeroSince := time.Time{}
-poll:
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		a.mu.Lock()
-		proc := r.proc
-		a.mu.Unlock()
-		if proc == nil {
-			break
-		}
-		if exited, _ := proc.Exited(); exited {
-			break
-		}
-		n, err := inFlight(ctx, metricsURL)
-		switch {
-		case err != nil || n > 0:
-			zeroSince = time.Time{}
-		case zeroSince.IsZero():
-			zeroSince = time.Now()
-		case time.Since(zeroSince) >= time.Second:
-			break poll
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	a.drain(ctx, r, grace)
 	r.cancel()
 	<-r.done
 	r.stop(a)
@@ -468,6 +464,37 @@ poll:
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 		a.o.Logf("pod %s: final delete: %v", r.name, err)
 	}
+}
+
+// drain waits, up to grace, until the engine's own running and waiting counts
+// are zero. No new work arrives once the pod is not Ready; but the engine's
+// gauges move at the start of a step while the last tokens and the end of the
+// stream reach the client after it, and a gateway may still hold a stale
+// endpoint list: only two zero readings a second apart mean drained.
+func (a *Agent) drain(ctx context.Context, r *podRun, grace time.Duration) {
+	metricsURL := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(r.ip, strconv.Itoa(r.port)))
+	var zeroSince time.Time
+	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, grace, true, func(ctx context.Context) (bool, error) {
+		a.mu.Lock()
+		proc := r.proc
+		a.mu.Unlock()
+		if proc == nil {
+			return true, nil
+		}
+		if exited, _ := proc.Exited(); exited {
+			return true, nil
+		}
+		n, err := inFlight(ctx, metricsURL)
+		switch {
+		case err != nil || n > 0:
+			zeroSince = time.Time{}
+		case zeroSince.IsZero():
+			zeroSince = time.Now()
+		case time.Since(zeroSince) >= time.Second:
+			return true, nil
+		}
+		return false, nil
+	})
 }
 
 // setStatus applies mutate to the pod's current status and writes it, retrying conflicts.
@@ -519,8 +546,9 @@ func httpOK(ctx context.Context, url string) bool {
 	return resp.StatusCode/100 == 2
 }
 
-// inFlight returns vllm:num_requests_running + vllm:num_requests_waiting summed over all
-// series of an engine's /metrics.
+// inFlight returns the engine's running plus waiting requests, read from its
+// /metrics by the adapter's own extractor (the same parser and engine rules the
+// adapter scrapes with).
 func inFlight(ctx context.Context, url string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -534,38 +562,27 @@ func inFlight(ctx context.Context, url string) (float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	var sum float64
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		cut := strings.IndexAny(line, " {")
-		if cut < 0 {
-			continue
-		}
-		if name := line[:cut]; name != "vllm:num_requests_running" && name != "vllm:num_requests_waiting" {
-			continue
-		}
-		rest := line[cut:]
-		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
-			rest = rest[i+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err == nil {
-			sum += v
-			found = true
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return 0, err
+	}
+	r, err := extractor.Extract(body)
+	if err != nil {
+		return 0, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if r.Running == nil && r.QueueDepth == nil {
+		return 0, fmt.Errorf("GET %s: no running or waiting requests reported", url)
+	}
+	var n float64
+	for _, v := range []*float64{r.Running, r.QueueDepth} {
+		if v != nil {
+			n += *v
 		}
 	}
-	if !found {
-		return 0, fmt.Errorf("no vllm:num_requests_running/waiting in %s", url)
-	}
-	return sum, sc.Err()
+	return n, nil
 }
+
+var extractor = signals.NewExtractor()
 
 // stop ends the engine process and its forwarder, if any.
 func (r *podRun) stop(a *Agent) {
@@ -579,5 +596,3 @@ func (r *podRun) stop(a *Agent) {
 		fwd.Close()
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -24,7 +24,10 @@ vllm:num_requests_waiting_total 99
 `, want: 6},
 		"no labels, no final newline": {body: "vllm:num_requests_running 0\nvllm:num_requests_waiting 0", want: 0},
 		"label value with a space":    {body: "vllm:num_requests_running{model_name=\"a b\"} 2\n", want: 2},
-		"not vllm":                    {body: "sglang:num_running_reqs 1\n", wantErr: true},
+		// The hand scanner this replaced read the value after an escaped quote wrong.
+		"escaped quote in a label": {body: "vllm:num_requests_running{model_name=\"a\\\" 7 b\"} 2\nvllm:num_requests_waiting 1\n", want: 3},
+		"sglang":                   {body: "sglang:num_running_reqs 1\nsglang:num_queue_reqs 4\n", want: 5},
+		"not an engine":            {body: "process_cpu_seconds_total 1\n", wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, tc.body) }))

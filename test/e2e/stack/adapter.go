@@ -9,28 +9,36 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"k8s.io/utils/ptr"
 
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/controlplane"
 )
 
-// Adapter identity and registration names.
+// Adapter identity and registration names, as in manifests/.
 const (
-	AdapterNamespace = "saturation-adapter"
-	AdapterService   = "saturation-adapter"
-	AdapterUser      = "saturation-adapter"
-	APIServiceName   = "v1beta1.external.metrics.k8s.io"
+	AdapterNamespace      = "saturation-adapter"
+	AdapterService        = "saturation-adapter"
+	AdapterServiceAccount = "saturation-adapter"
+	APIServiceName        = "v1beta1.external.metrics.k8s.io"
 )
+
+// AdapterManifests are the files of manifests/ applied as they ship: the
+// adapter's namespace, ServiceAccount and RBAC. The adapter process then runs
+// with that ServiceAccount's token, so the tests exercise the shipped RBAC and
+// nothing more.
+var AdapterManifests = []string{"namespace.yaml", "service-account.yaml", "rbac.yaml", "rbac-hpa.yaml"}
 
 // AdapterOptions configure the adapter process.
 type AdapterOptions struct {
 	// Binary is bin/adapter.
 	Binary string
+	// ManifestsDir is the repository's manifests/.
+	ManifestsDir string
 	// ScrapeInterval and ScrapeTimeout are passed as --scrape-interval/--scrape-timeout
 	// when non-zero.
 	ScrapeInterval, ScrapeTimeout time.Duration
@@ -44,88 +52,40 @@ type Adapter struct {
 	Port    int
 }
 
-// setupAdapterRBAC grants the adapter's user what an aggregated external-metrics server
-// needs: read pods and HPAs, delegate authentication and authorization, read the
-// extension-apiserver-authentication ConfigMap.
-func setupAdapterRBAC(ctx context.Context, c *controlplane.Cluster) error {
-	rbac := c.Client.RbacV1()
-	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: AdapterUser}}
-	objs := []func() error{
-		func() error {
-			_, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: "saturation-adapter"},
-				Rules: []rbacv1.PolicyRule{
-					{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"get", "list", "watch"}},
-					{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: []string{"get", "list", "watch"}},
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "saturation-adapter"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "saturation-adapter"},
-				Subjects:   subject,
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "saturation-adapter:system:auth-delegator"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-				Subjects:   subject,
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := rbac.RoleBindings("kube-system").Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "saturation-adapter-auth-reader"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-				Subjects:   subject,
-			}, metav1.CreateOptions{})
-			return err
-		},
-		// The bootstrap policy already lets the HPA controller read external metrics; this
-		// binding states it explicitly, as a deployment of the adapter would.
-		func() error {
-			_, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-				ObjectMeta: metav1.ObjectMeta{Name: "saturation-adapter:external-metrics-reader"},
-				Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"external.metrics.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "saturation-adapter:hpa-external-metrics"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "saturation-adapter:external-metrics-reader"},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: "horizontal-pod-autoscaler"}},
-			}, metav1.CreateOptions{})
-			return err
-		},
-	}
-	for _, create := range objs {
-		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+// applyAdapterManifests applies AdapterManifests with kubectl, as a user would,
+// and returns a kubeconfig of the adapter's ServiceAccount.
+func applyAdapterManifests(ctx context.Context, c *controlplane.Cluster, dir string) (string, error) {
+	for _, f := range AdapterManifests {
+		if _, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(dir, f)); err != nil {
+			return "", err
 		}
 	}
-	return nil
+	return c.ServiceAccountKubeconfig(ctx, AdapterNamespace, AdapterServiceAccount)
 }
 
-// StartAdapter starts the adapter binary with a serving certificate from the cluster's
-// serving CA and registers it as v1beta1.external.metrics.k8s.io behind an ExternalName
-// Service named localhost, with that CA as caBundle. It waits until the APIService is
-// Available.
+// StartAdapter applies the adapter's manifests (namespace, ServiceAccount, RBAC),
+// starts the adapter binary as that ServiceAccount with a serving certificate
+// from the cluster's serving CA, and registers it as v1beta1.external.metrics.k8s.io
+// behind an ExternalName Service named localhost, with that CA as caBundle. It
+// waits until the APIService is Available.
 func StartAdapter(ctx context.Context, c *controlplane.Cluster, o AdapterOptions) (*Adapter, error) {
-	if err := c.CreateNamespace(ctx, AdapterNamespace); err != nil {
-		return nil, err
+	kubeconfig, err := applyAdapterManifests(ctx, c, o.ManifestsDir)
+	if err != nil {
+		return nil, fmt.Errorf("adapter manifests: %w", err)
 	}
-	if err := setupAdapterRBAC(ctx, c); err != nil {
-		return nil, fmt.Errorf("adapter RBAC: %w", err)
-	}
-	kubeconfig, err := c.UserKubeconfig("adapter", AdapterUser)
+	a, err := startAdapterProcess(c, o, kubeconfig)
 	if err != nil {
 		return nil, err
 	}
+	if err := a.register(ctx, c); err != nil {
+		a.Process.Stop(5 * time.Second)
+		return nil, fmt.Errorf("%w\n----- adapter log -----\n%s", err, a.Process.Tail(4000))
+	}
+	return a, nil
+}
+
+// startAdapterProcess starts bin/adapter on a free loopback port.
+func startAdapterProcess(c *controlplane.Cluster, o AdapterOptions, kubeconfig string) (*Adapter, error) {
 	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
@@ -152,37 +112,35 @@ func StartAdapter(ctx context.Context, c *controlplane.Cluster, o AdapterOptions
 	if o.ScrapeTimeout > 0 {
 		args = append(args, "--scrape-timeout="+o.ScrapeTimeout.String())
 	}
-	args = append(args, o.ExtraArgs...)
-	proc, err := controlplane.StartProcess(c.Dir, "adapter", o.Binary, args, nil)
+	proc, err := controlplane.StartProcess(c.Dir, "adapter", o.Binary, append(args, o.ExtraArgs...), nil)
 	if err != nil {
 		return nil, err
 	}
-	a := &Adapter{Process: proc, Port: port}
-	fail := func(err error) (*Adapter, error) {
-		proc.Stop(5 * time.Second)
-		return nil, fmt.Errorf("%w\n----- adapter log -----\n%s", err, proc.Tail(4000))
-	}
+	return &Adapter{Process: proc, Port: port}, nil
+}
 
-	_, err = c.Client.CoreV1().Services(AdapterNamespace).Create(ctx, &corev1.Service{
+// register creates the ExternalName Service and the APIService with the serving
+// CA as caBundle, and waits until the aggregator reports it Available.
+func (a *Adapter) register(ctx context.Context, c *controlplane.Cluster) error {
+	_, err := c.Client.CoreV1().Services(AdapterNamespace).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: AdapterService},
 		Spec: corev1.ServiceSpec{
 			Type:         corev1.ServiceTypeExternalName,
 			ExternalName: "localhost",
-			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port)}},
+			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(a.Port)}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fail(err)
+		return err
 	}
 	agg, err := aggregator.NewForConfig(c.Config)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	p := int32(port)
 	_, err = agg.ApiregistrationV1().APIServices().Create(ctx, &apiregv1.APIService{
 		ObjectMeta: metav1.ObjectMeta{Name: APIServiceName},
 		Spec: apiregv1.APIServiceSpec{
-			Service:              &apiregv1.ServiceReference{Namespace: AdapterNamespace, Name: AdapterService, Port: &p},
+			Service:              &apiregv1.ServiceReference{Namespace: AdapterNamespace, Name: AdapterService, Port: ptr.To(int32(a.Port))},
 			Group:                "external.metrics.k8s.io",
 			Version:              "v1beta1",
 			CABundle:             c.ServingCA.CertPEM,
@@ -191,11 +149,11 @@ func StartAdapter(ctx context.Context, c *controlplane.Cluster, o AdapterOptions
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		if exited, werr := proc.Exited(); exited {
+		if exited, werr := a.Process.Exited(); exited {
 			return false, fmt.Errorf("adapter exited: %v", werr)
 		}
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, APIServiceName, metav1.GetOptions{})
@@ -211,7 +169,7 @@ func StartAdapter(ctx context.Context, c *controlplane.Cluster, o AdapterOptions
 		return false, nil
 	})
 	if err != nil {
-		return fail(fmt.Errorf("APIService %s not Available (last: %s): %w", APIServiceName, last, err))
+		return fmt.Errorf("APIService %s not Available (last: %s): %w", APIServiceName, last, err)
 	}
-	return a, nil
+	return nil
 }

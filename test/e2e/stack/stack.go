@@ -82,6 +82,23 @@ type Stack struct {
 	cancel context.CancelFunc
 }
 
+// RepoRoot finds the repository root above the working directory (`go test`
+// runs in the package's directory, make runs the demo in test/e2e).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "cmd", "adapter")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("repository root not found above %s", dir)
+		}
+	}
+}
+
 // DirsFromEnv returns the tools and bin directories from E2E_TOOLS_DIR and E2E_BIN_DIR
 // (set by `make test-e2e` and `make demo`).
 func DirsFromEnv() (tools, bin string, err error) {
@@ -113,6 +130,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		ao := o.Adapter
 		if ao.Binary == "" {
 			ao.Binary = filepath.Join(o.BinDir, "adapter")
+		}
+		if ao.ManifestsDir == "" {
+			repo, err := RepoRoot()
+			if err != nil {
+				return s, err
+			}
+			ao.ManifestsDir = filepath.Join(repo, "manifests")
 		}
 		if s.Adapter, err = StartAdapter(ctx, s.Cluster, ao); err != nil {
 			return s, err

@@ -21,7 +21,9 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/loadgen"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
@@ -33,23 +35,36 @@ func main() {
 	}
 }
 
-func run() error {
-	var (
-		tracePath = flag.String("trace", "", "Azure LLM trace CSV (default: the repository's data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv)")
-		from      = flag.Duration("from", 20*time.Minute, "offset into the trace where the replay starts")
-		length    = flag.Duration("duration", 3*time.Minute, "wall-clock length of the replay")
-		calm      = flag.Duration("calm", 40*time.Second, "first part of the replay at real speed, before the burst")
-		speedup   = flag.Float64("speedup", 3.5, "time compression of the trace during the burst (trace seconds per wall second)")
-		tokScale  = flag.Float64("token-scale", 0.25, "multiplier on the trace's output token counts (keeps the demo light on 2 cores)")
-		interval  = flag.Duration("interval", 5*time.Second, "table refresh period")
-		keep      = flag.Bool("keep", false, "keep the cluster running after the replay and print the kubeconfig path (Ctrl-C to stop)")
-		out       = flag.String("out", "", "directory for the chart and the timeline CSV (default test/e2e/_artifacts/demo)")
-		emuArgs   = flag.String("emulator-args", strings.Join(demoEmulatorArgs, " "), "arguments for every emulated engine (space-separated)")
-		coldStart = flag.Duration("cold-start", 5*time.Second, "emulated cold start of a new pod (model load)")
-		maxRep    = flag.Int("max-replicas", 8, "HPA maxReplicas")
-	)
-	flag.Parse()
+// options are the demo's flags.
+type options struct {
+	tracePath, out, emuArgs string
+	from, length, calm      time.Duration
+	interval, coldStart     time.Duration
+	speedup, tokScale       float64
+	keep                    bool
+	maxReplicas             int
+}
 
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.tracePath, "trace", "", "Azure LLM trace CSV (default: the repository's data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv)")
+	flag.DurationVar(&o.from, "from", 20*time.Minute, "offset into the trace where the replay starts")
+	flag.DurationVar(&o.length, "duration", 3*time.Minute, "wall-clock length of the replay")
+	flag.DurationVar(&o.calm, "calm", 40*time.Second, "first part of the replay at real speed, before the burst")
+	flag.Float64Var(&o.speedup, "speedup", 3.5, "time compression of the trace during the burst (trace seconds per wall second)")
+	flag.Float64Var(&o.tokScale, "token-scale", 0.25, "multiplier on the trace's output token counts (keeps the demo light on 2 cores)")
+	flag.DurationVar(&o.interval, "interval", 5*time.Second, "table refresh period")
+	flag.BoolVar(&o.keep, "keep", false, "keep the cluster running after the replay and print the kubeconfig path (Ctrl-C to stop)")
+	flag.StringVar(&o.out, "out", "", "directory for the chart and the timeline CSV (default test/e2e/_artifacts/demo)")
+	flag.StringVar(&o.emuArgs, "emulator-args", strings.Join(demoEmulatorArgs, " "), "arguments for every emulated engine (space-separated)")
+	flag.DurationVar(&o.coldStart, "cold-start", 5*time.Second, "emulated cold start of a new pod (model load)")
+	flag.IntVar(&o.maxReplicas, "max-replicas", 8, "HPA maxReplicas")
+	flag.Parse()
+	return o
+}
+
+func run() error {
+	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -57,34 +72,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	repo, err := repoRoot()
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	reqs, err := o.load()
 	if err != nil {
 		return err
-	}
-	if *tracePath == "" {
-		*tracePath = filepath.Join(repo, "data", "azure-llm-trace-2023", "AzureLLMInferenceTrace_conv.csv")
-	}
-	if *out == "" {
-		*out = filepath.Join(repo, "test", "e2e", "_artifacts", "demo")
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	trace, err := loadgen.ReadAzureTrace(*tracePath)
-	if err != nil {
-		return err
-	}
-	// A calm start at real speed, then the burst: the next part of the trace compressed.
-	reqs := loadgen.Window(trace, *from, *calm)
-	burst := loadgen.Compress(loadgen.Window(trace, *from+*calm, time.Duration(float64(*length-*calm)*(*speedup))), *speedup)
-	for _, r := range burst {
-		r.At += *calm
-		reqs = append(reqs, r)
-	}
-	for i := range reqs {
-		reqs[i].OutputTokens = max(1, int(math.Round(float64(reqs[i].OutputTokens)*(*tokScale))))
 	}
 
+	// Phase 1: the cluster, the adapter and the node agent.
 	dir, err := os.MkdirTemp("", "saturation-demo-")
 	if err != nil {
 		return err
@@ -94,9 +90,9 @@ func run() error {
 	s, err := stack.Start(ctx, stack.Options{
 		ToolsDir: tools, BinDir: bin, Dir: dir, Namespace: "demo",
 		HPASyncPeriod: 5 * time.Second,
-		ColdStart:     *coldStart,
+		ColdStart:     o.coldStart,
 		Adapter:       stack.AdapterOptions{ScrapeInterval: time.Second},
-		EmulatorArgs:  strings.Fields(*emuArgs),
+		EmulatorArgs:  strings.Fields(o.emuArgs),
 	})
 	if err != nil {
 		return err
@@ -109,28 +105,94 @@ func run() error {
 	}()
 	fmt.Printf("ready in %s\n", time.Since(t0).Round(100*time.Millisecond))
 
+	// Phase 2: the workload and its HPA.
+	sel, err := o.deploy(ctx, s)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("replaying %d requests of the Azure conversation trace from %s: %s at real speed, then a %gx burst; %s in all\n\n",
+		len(reqs), o.from, o.calm, o.speedup, o.length)
+
+	// Phase 3: the replay, with a live table until the pool is back to one replica.
+	gw := loadgen.New(stack.EmulatorGateway(s.Endpoints(sel)))
+	start, samples, err := watch(ctx, s, gw, sel, reqs, o.interval)
+	if err != nil {
+		return err
+	}
+
+	// Phase 4: the summary and the chart.
+	if err := o.report(start, gw, samples); err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Printf("\ncluster kept running. Try:\n  export KUBECONFIG=%s\n  %s get hpa -n demo -w\n  %s get --raw \"/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/llm_saturation?labelSelector=app%%3Dvllm\"\nCtrl-C to stop.\n",
+			s.Cluster.AdminKubeconfig, filepath.Join(tools, "kubectl"), filepath.Join(tools, "kubectl"))
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// defaults fills the paths that depend on the repository's location.
+func (o *options) defaults() error {
+	repo, err := stack.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if o.tracePath == "" {
+		o.tracePath = filepath.Join(repo, "data", "azure-llm-trace-2023", "AzureLLMInferenceTrace_conv.csv")
+	}
+	if o.out == "" {
+		o.out = filepath.Join(repo, "test", "e2e", "_artifacts", "demo")
+	}
+	return os.MkdirAll(o.out, 0o755)
+}
+
+// load reads the trace (with the adapter's pkg/trace reader) and shapes the
+// replay: a calm start at real speed, then the next part of the trace
+// compressed, output lengths scaled.
+func (o *options) load() ([]loadgen.Request, error) {
+	tr, err := trace.ReadFile(o.tracePath)
+	if err != nil {
+		return nil, err
+	}
+	all := loadgen.FromTrace(tr)
+	reqs := loadgen.Window(all, o.from, o.calm)
+	burst := loadgen.Compress(loadgen.Window(all, o.from+o.calm, time.Duration(float64(o.length-o.calm)*o.speedup)), o.speedup)
+	for _, r := range burst {
+		r.At += o.calm
+		reqs = append(reqs, r)
+	}
+	for i := range reqs {
+		reqs[i].OutputTokens = max(1, int(math.Round(float64(reqs[i].OutputTokens)*o.tokScale)))
+	}
+	return reqs, nil
+}
+
+// deploy creates the 1-replica engine Deployment and its HPA, and waits for the
+// first Ready pod. It returns the pods' selector.
+func (o *options) deploy(ctx context.Context, s *stack.Stack) (labels.Selector, error) {
 	c := s.Cluster.Client
 	dep := stack.EngineDeployment("vllm", 1, stack.EmulatorImage)
 	if _, err := c.AppsV1().Deployments(s.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		return err
+		return nil, err
 	}
-	hpa := stack.HPA("vllm", "vllm", "llm_saturation", dep.Spec.Selector.MatchLabels, autoscalingv2.ValueMetricType, "1", 1, int32(*maxRep), 30*time.Second)
+	hpa := stack.HPA("vllm", "vllm", "llm_saturation", dep.Spec.Selector.MatchLabels, autoscalingv2.ValueMetricType, "1", 1, int32(o.maxReplicas), 30*time.Second)
 	if _, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
-		return err
+		return nil, err
 	}
 	sel := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels)
-	for len(s.ReadyPods(sel)) == 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		return len(s.ReadyPods(sel)) > 0, nil
+	}); err != nil {
+		return nil, err
 	}
-	fmt.Printf("Deployment vllm (1 replica, emulated vLLM) Ready; HPA vllm: llm_saturation, type Value, value 1, max %d replicas\n", *maxRep)
-	fmt.Printf("replaying %d requests of the Azure conversation trace from %s: %s at real speed, then a %gx burst; %s in all\n\n",
-		len(reqs), *from, *calm, *speedup, *length)
+	fmt.Printf("Deployment vllm (1 replica, emulated vLLM) Ready; HPA vllm: llm_saturation, type Value, value 1, max %d replicas\n", o.maxReplicas)
+	return sel, nil
+}
 
-	gw := loadgen.New(stack.EmulatorGateway(s.Endpoints(sel)))
+// watch replays reqs through gw and prints a table row every interval until
+// the replay is over and the pool is back to one replica (or 2 minutes later).
+func watch(ctx context.Context, s *stack.Stack, gw *loadgen.Gateway, sel labels.Selector, reqs []loadgen.Request, interval time.Duration) (time.Time, []stack.Sample, error) {
 	replayCtx, cancelReplay := context.WithCancel(ctx)
 	defer cancelReplay()
 	replayDone := make(chan struct{})
@@ -144,9 +206,8 @@ func run() error {
 	header := fmt.Sprintf("%7s  %6s  %7s  %5s  %14s  %6s  %6s  %9s  %8s", "time", "req/s", "desired", "ready", "llm_saturation", "queue", "KV", "TTFT p95", "inflight")
 	fmt.Println(header)
 	fmt.Println(strings.Repeat("-", len(header)))
-	tick := time.NewTicker(*interval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	// After the replay, keep watching until the pool is back to one replica (or 2 min).
 	var doneAt time.Time
 	prevT, prevSent := start, 0
 	for {
@@ -168,16 +229,18 @@ func run() error {
 			default:
 			}
 		} else if (smp.Desired <= 1 && smp.Ready <= 1) || time.Since(doneAt) > 2*time.Minute {
-			break
+			return start, samples, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return start, samples, ctx.Err()
 		case <-tick.C:
 		}
 	}
+}
 
-	// Summary.
+// report prints the summary and writes the chart and the timeline CSV.
+func (o *options) report(start time.Time, gw *loadgen.Gateway, samples []stack.Sample) error {
 	all := loadgen.Summarize(gw.Results(), time.Time{})
 	var peakDesired, peakReady int32
 	var peakSat, peakQueue float64
@@ -196,21 +259,15 @@ func run() error {
 	}
 	fmt.Printf("\nsummary\n  requests: %s\n  replicas: 1 → peak %d desired / %d ready (first scale-up after %s), back to %d\n  peak llm_saturation %.3f, peak queue %.0f\n",
 		all, peakDesired, peakReady, firstScale.Round(time.Second), samples[len(samples)-1].Ready, peakSat, peakQueue)
-	chart := filepath.Join(*out, "timeline.svg")
-	if err := writeChart(chart, fmt.Sprintf("HPA on llm_saturation (Value 1) · Azure conversation trace, calm then %gx burst", *speedup), samples); err != nil {
+	chart := filepath.Join(o.out, "timeline.svg")
+	if err := writeChart(chart, fmt.Sprintf("HPA on llm_saturation (Value 1) · Azure conversation trace, calm then %gx burst", o.speedup), samples); err != nil {
 		return err
 	}
-	csvPath := filepath.Join(*out, "timeline.csv")
+	csvPath := filepath.Join(o.out, "timeline.csv")
 	if err := writeCSV(csvPath, start, samples); err != nil {
 		return err
 	}
 	fmt.Printf("  chart: %s\n  data:  %s\n", chart, csvPath)
-
-	if *keep {
-		fmt.Printf("\ncluster kept running. Try:\n  export KUBECONFIG=%s\n  %s get hpa -n demo -w\n  %s get --raw \"/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/llm_saturation?labelSelector=app%%3Dvllm\"\nCtrl-C to stop.\n",
-			s.Cluster.AdminKubeconfig, filepath.Join(tools, "kubectl"), filepath.Join(tools, "kubectl"))
-		<-ctx.Done()
-	}
 	return nil
 }
 
@@ -246,21 +303,4 @@ func pct(v float64) string {
 		return "-" // the adapter has no value (yet): its error is in the HPA status
 	}
 	return fmt.Sprintf("%.0f%%", 100*v)
-}
-
-// repoRoot finds the repository root from the working directory (make runs the demo in
-// test/e2e).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "cmd", "adapter")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("repository root not found above %s", dir)
-		}
-	}
 }
