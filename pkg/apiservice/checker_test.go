@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/metricdocs"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -213,5 +215,35 @@ func TestNewCheckerErrors(t *testing.T) {
 	}
 	if _, err := NewChecker(newDynamic(), []string{ExternalMetrics}, self, clk, reg); err == nil {
 		t.Error("registering twice on one registry: want an error")
+	}
+}
+
+// TestMetricsDocumented keeps the README's metric table and the Checker's gauge
+// in step: name, type and label.
+func TestMetricsDocumented(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, err := NewChecker(newDynamic(), []string{ExternalMetrics}, self, clocktesting.NewFakeClock(t0), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Check(context.Background()) // missing: sets the gauge to 0
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented, err := metricdocs.Read("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := metricdocs.FromFamilies(fams, "apiservice")
+	want := map[string]metricdocs.Metric{}
+	for name := range got {
+		want[name] = documented[name]
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("README's metric table and the registry differ (-README +registry):\n%s", diff)
+	}
+	if len(got) != 1 {
+		t.Errorf("gathered %d families, want 1", len(got))
 	}
 }

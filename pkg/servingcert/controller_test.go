@@ -744,3 +744,40 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 		}
 	}
 }
+
+// During a rollout that renames the Service, old and new replicas share the
+// Secret: the new one adds its names once, keeping the old ones, and neither
+// renews back and forth.
+func TestServiceRenameDoesNotPingPong(t *testing.T) {
+	c := newCluster()
+	old := c.replica(t)
+	renamedCfg := testConfig()
+	renamedCfg.DNSNames = DNSNames(apiservice.Service{Namespace: ns, Name: "llm-adapter"})
+	renamed, err := New(renamedCfg, c.client, nil, c.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.client.ClearActions()
+	for range 5 {
+		for _, ctl := range []*Controller{renamed, old} {
+			if err := ctl.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.clock.Step(time.Minute)
+	}
+	if _, updates := c.writes(); updates != 1 {
+		t.Errorf("%d updates, want 1 (the renamed replica adds its names once)", updates)
+	}
+	cert, _ := old.CurrentCertKeyContent()
+	want := []string{"llm-adapter.saturation-adapter.svc", "llm-adapter.saturation-adapter.svc.cluster.local", serverName, serverName + ".cluster.local"}
+	if diff := cmp.Diff(want, leaf(t, cert).DNSNames); diff != "" {
+		t.Errorf("DNS names (-want +got):\n%s", diff)
+	}
+	if err := verify(cert, old.CABundle(), c.clock.Now()); err != nil {
+		t.Errorf("old name no longer verifies: %v", err)
+	}
+}

@@ -283,10 +283,12 @@ func issuedAt(c *x509.Certificate) time.Time { return c.NotBefore.Add(Backdate) 
 //  1. The signing CA is replaced when less than a third of caValidity remains
 //     (or it expired). The new CA goes first in the bundle; the old one stays,
 //     since the serving certificate in use is still the one it signed.
-//  2. The serving certificate is renewed when it is invalid now, has the wrong
-//     DNS names (at once: it fails verification anyway), or when less than a
-//     third of servingValidity remains, it outlives servingValidity (the
-//     policy was shortened) or a newer CA exists. Such a planned renewal by a
+//  2. The serving certificate is renewed when it is invalid now, lacks one of
+//     the DNS names (at once: it fails verification anyway), or when less
+//     than a third of servingValidity remains or a newer CA exists (a shorter
+//     servingValidity therefore applies from the next renewal on, and
+//     replicas briefly running different validities do not undo each other's
+//     work). Such a planned renewal by a
 //     CA younger than grace, or not yet published, waits: the aggregator must
 //     trust the new CA before any replica serves a certificate it signed.
 //  3. CAs leave the bundle when they expired, or when the serving certificate
@@ -310,18 +312,22 @@ func plan(m *material, now time.Time, p policy, published bool) (*material, []st
 	}
 
 	s := m.serving
+	names := p.dnsNames
 	var urgent, due string
 	switch left := s.NotAfter.Sub(now); {
 	case now.Before(s.NotBefore) || left <= 0:
 		urgent = fmt.Sprintf("it is not valid now (valid %s to %s)", s.NotBefore.Format(time.RFC3339), s.NotAfter.Format(time.RFC3339))
-	case !sameNames(s.DNSNames, p.dnsNames):
-		urgent = fmt.Sprintf("its DNS names %v are not %v", s.DNSNames, p.dnsNames)
+	case !containsAll(s.DNSNames, p.dnsNames):
+		urgent = fmt.Sprintf("its DNS names %v lack some of %v", s.DNSNames, p.dnsNames)
+		// Keep the names it had: a replica still running with the old Service
+		// name then finds its names too and does not renew back, which would
+		// start a ping-pong through the two replicas' watches. The next planned
+		// renewal drops them.
+		names = union(p.dnsNames, s.DNSNames)
 	case next.issuer != next.signer:
 		due = fmt.Sprintf("CA %q is newer than its issuer %q", next.signer.Subject.CommonName, next.issuer.Subject.CommonName)
 	case left < p.servingValidity/renewDivisor:
 		due = fmt.Sprintf("it expires in %s (renewed with less than 1/%d of %s left)", left.Round(time.Second), renewDivisor, p.servingValidity)
-	case left > p.servingValidity:
-		due = fmt.Sprintf("it expires in %s, beyond the validity of %s", left.Round(time.Second), p.servingValidity)
 	}
 	if due != "" && (now.Sub(issuedAt(next.signer)) < p.grace || !published) {
 		klog.V(2).InfoS("Serving certificate renewal waits until the CA has reached every verifier",
@@ -329,7 +335,7 @@ func plan(m *material, now time.Time, p policy, published bool) (*material, []st
 		due = ""
 	}
 	if why := urgent + due; why != "" {
-		cert, key, err := newServing(now, p.servingValidity, p.dnsNames, next.signer, next.caKey)
+		cert, key, err := newServing(now, p.servingValidity, names, next.signer, next.caKey)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -362,9 +368,23 @@ func plan(m *material, now time.Time, p policy, published bool) (*material, []st
 	return &next, reasons, nil
 }
 
-func sameNames(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
+// containsAll reports whether have holds every name of want.
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// union returns a followed by the names of b not in a.
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, n := range b {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/cli"
@@ -446,5 +447,37 @@ func assertSameFile(t *testing.T, want, got string) {
 	}
 	if diff := cmp.Diff([]string{InstalledBinaryName}, names); diff != "" {
 		t.Errorf("install left other files (-want +got):\n%s", diff)
+	}
+}
+
+// The README's drain flag table lists every flag with its real default.
+func TestDrainFlagsDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## `adapter drain`")
+	if !ok {
+		t.Fatal("README has no adapter drain section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 3 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`--") {
+			documented[strings.Trim(strings.TrimSpace(cells[1]), "`-")] = strings.Trim(strings.TrimSpace(cells[2]), "`")
+		}
+	}
+	got := map[string]string{}
+	newDrainCommand().Flags().VisitAll(func(f *pflag.Flag) {
+		got[f.Name] = f.DefValue
+		// Durations compare by value: the README says 10m where the flag says 10m0s.
+		if want, err := time.ParseDuration(documented[f.Name]); err == nil {
+			if d, err := time.ParseDuration(f.DefValue); err == nil && d == want {
+				got[f.Name] = documented[f.Name]
+			}
+		}
+	})
+	if diff := cmp.Diff(documented, got); diff != "" {
+		t.Errorf("README drain flags (-README +command):\n%s", diff)
 	}
 }
