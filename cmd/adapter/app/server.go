@@ -84,10 +84,11 @@ values such as llm_saturation and llm_demand_replicas to autoscaling/v2 HPAs.`,
 			defaultHelp(c, args)
 			return
 		}
-		fmt.Fprintf(c.OutOrStdout(), "%s\n\nUsage:\n  %s\n  %s explain FILE...\n", c.Long, c.UseLine(), c.CommandPath())
+		fmt.Fprintf(c.OutOrStdout(), "%s\n\nUsage:\n  %s\n  %s explain FILE...\n  %s drain [flags]\n", c.Long, c.UseLine(), c.CommandPath(), c.CommandPath())
 		cliflag.PrintSections(c.OutOrStdout(), fss, cols)
 	})
 	cmd.AddCommand(newExplainCommand())
+	cmd.AddCommand(newDrainCommand())
 	return cmd
 }
 
