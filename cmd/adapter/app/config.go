@@ -1,13 +1,13 @@
 package app
 
 import (
-	"time"
-
 	"fmt"
+	"time"
 
 	promconfig "github.com/prometheus/common/config"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,9 +18,11 @@ import (
 	generatedcustommetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/custommetrics"
 	generatedexternalmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/externalmetrics"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
+	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -35,10 +37,24 @@ type Config struct {
 	// Generic is the generic API server's configuration (secure serving,
 	// delegated authentication and authorization, audit, OpenAPI).
 	Generic *genericapiserver.RecommendedConfig
-	// Client reads pods and HorizontalPodAutoscalers.
+	// Client reads pods and HorizontalPodAutoscalers (and, with ManagedTLS,
+	// writes the serving certificate's Secret).
 	Client kubernetes.Interface
-	// Clock timestamps readings and ages them.
-	Clock clock.Clock
+	// Dynamic reads the APIServices (ownership check) and writes their
+	// caBundle (ManagedTLS).
+	Dynamic dynamic.Interface
+	// Clock timestamps readings and ages them, and ticks the APIService check
+	// and certificate rotation.
+	Clock clock.WithTicker
+
+	// APIServices should route to Self. The ownership check runs when both
+	// are known (Self.Namespace is empty outside a pod without
+	// --adapter-namespace).
+	APIServices []string
+	Self        apiservice.Service
+	// ManagedTLS, when not nil, is the managed serving certificate; it
+	// replaces the generic server's certificate.
+	ManagedTLS *servingcert.Config
 
 	// Namespaces watched; all when empty.
 	Namespaces []string
@@ -72,6 +88,10 @@ func (o *Options) Config() (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building Kubernetes client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building Kubernetes dynamic client: %w", err)
+	}
 	generic := genericapiserver.NewRecommendedConfig(cmapiserver.Codecs)
 	generic.ClientConfig = restConfig
 	o.Server.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, openapinamer.NewDefinitionNamer(cmapiserver.Scheme))
@@ -81,12 +101,25 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.Server.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("configuring the API server: %w", err)
 	}
+	var managed *servingcert.Config
+	if o.ManagedTLS.Enabled() {
+		c := o.ManagedTLS.Config(o.Identity)
+		managed = &c
+	}
+	var self apiservice.Service
+	if o.Identity.Enabled() {
+		self = o.Identity.Self()
+	}
 	return &Config{
-		Generic:    generic,
-		Client:     client,
-		Clock:      clock.RealClock{},
-		Namespaces: o.Namespaces,
-		Catalog:    catalog,
+		Generic:     generic,
+		Client:      client,
+		Dynamic:     dyn,
+		Clock:       clock.RealClock{},
+		APIServices: o.Identity.APIServices,
+		Self:        self,
+		ManagedTLS:  managed,
+		Namespaces:  o.Namespaces,
+		Catalog:     catalog,
 		Select: podselect.Options{
 			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
 			IdleTimeout: o.SelectorIdleTimeout,

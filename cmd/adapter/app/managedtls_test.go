@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,9 +26,8 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 )
 
-// The managed serving certificate in the assembled server: set as the generic
-// server's SecureServing.Cert between Options.Config and Complete().New() (where
-// Config should put it when --tls-managed-secret is set), the server is
+// The managed serving certificate in the assembled server: with
+// --tls-managed-secret and --adapter-namespace set, the server is
 // verified with the caBundle written into the APIService, for the Service's
 // name, as the aggregator verifies it; a rotation is served without a restart.
 func TestAssembledServerWithManagedCertificate(t *testing.T) {
@@ -50,28 +51,22 @@ func TestAssembledServerWithManagedCertificate(t *testing.T) {
 	o.Server.Authentication.ClientCert.ClientCA = pki.caFile
 	o.Server.Authorization.RemoteKubeConfigFileOptional = true
 	o.Kubeconfig = kubeconfig
+	// What --adapter-namespace=saturation-adapter and
+	// --tls-managed-secret=saturation-adapter-tls give.
+	o.Identity.Namespace = "saturation-adapter"
+	o.ManagedTLS.SecretName = "saturation-adapter-tls"
 	o.Complete()
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
-	}
-	// What the aggregation flags give: --adapter-namespace, --adapter-service,
-	// --apiservices and --tls-managed-secret.
-	id := apiservice.NewOptions()
-	id.Namespace = "saturation-adapter"
-	managed := servingcert.NewOptions()
-	managed.SecretName = "saturation-adapter-tls"
-	// Before Config: its ApplyTo sets --tls-cert-file to the self-signed pair it
-	// writes into --cert-dir.
-	if errs := append(id.Validate(), managed.Validate(id, o.Server.SecureServing.ServerCert.CertKey.CertFile)...); len(errs) > 0 {
-		t.Fatal(errs)
 	}
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.ManagedTLS == nil || cfg.Self.String() != "saturation-adapter/saturation-adapter" {
+		t.Fatalf("Config: ManagedTLS %v, Self %s; want the managed certificate for saturation-adapter/saturation-adapter", cfg.ManagedTLS, cfg.Self)
+	}
 	client := fake.NewClientset()
-	cfg.Client = client
-
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{apiservice.Resource: "APIServiceList"},
 		&unstructured.Unstructured{Object: map[string]any{
@@ -82,11 +77,7 @@ func TestAssembledServerWithManagedCertificate(t *testing.T) {
 				"service": map[string]any{"namespace": "saturation-adapter", "name": "saturation-adapter", "port": int64(443)}},
 		}})
 	clk := clocktesting.NewFakeClock(time.Now())
-	cert, err := servingcert.New(managed.Config(id), client, apiservice.NewPublisher(dyn, id.APIServices, id.Self()), clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Generic.SecureServing.Cert = cert
+	cfg.Client, cfg.Dynamic, cfg.Clock = client, dyn, clk
 
 	s, err := cfg.Complete().New()
 	if err != nil {
@@ -104,6 +95,7 @@ func TestAssembledServerWithManagedCertificate(t *testing.T) {
 
 	// As the aggregator: the APIService's caBundle, the Service's DNS name and
 	// the front-proxy client certificate.
+	var lastBody string
 	get := func(path string) (*x509.Certificate, error) {
 		u, err := dyn.Resource(apiservice.Resource).Get(context.Background(), apiservice.ExternalMetrics, metav1.GetOptions{})
 		if err != nil {
@@ -122,7 +114,12 @@ func TestAssembledServerWithManagedCertificate(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
+		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		lastBody = string(b)
 		if resp.StatusCode != http.StatusOK {
 			return nil, &statusError{resp.StatusCode}
 		}
@@ -133,6 +130,21 @@ func TestAssembledServerWithManagedCertificate(t *testing.T) {
 	for first, err = get("/readyz"); err != nil; first, err = get("/readyz") {
 		if time.Now().After(deadline) {
 			t.Fatalf("GET /readyz verifying with the APIService's caBundle: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The ownership check ran and says the APIService routes here.
+	want := `saturation_adapter_apiservice_owned{apiservice="v1beta1.external.metrics.k8s.io"} 1`
+	for {
+		if _, err := get("/metrics"); err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		if strings.Contains(lastBody, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %s:\n%s", want, lastBody)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

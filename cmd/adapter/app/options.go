@@ -21,6 +21,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
+	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -122,6 +124,11 @@ type Options struct {
 	SelectorIdleTimeout time.Duration
 	Scrape              ScrapeOptions
 	Scoring             ScoringOptions
+	// Identity names the adapter's Service and the APIServices that should
+	// route to it (ownership check, caBundle of the managed certificate).
+	Identity *apiservice.Options
+	// ManagedTLS manages the serving certificate in a Secret when enabled.
+	ManagedTLS *servingcert.Options
 	// PrintVersion prints the version and exits.
 	PrintVersion bool
 }
@@ -150,7 +157,9 @@ func NewOptions() *Options {
 			Path:         "/metrics",
 			Scheme:       "http",
 		},
-		Scoring: NewScoringOptions(),
+		Scoring:    NewScoringOptions(),
+		Identity:   apiservice.NewOptions(),
+		ManagedTLS: servingcert.NewOptions(),
 	}
 }
 
@@ -191,6 +200,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	o.Scoring.AddFlags(fss.FlagSet("saturation"))
 
+	agg := fss.FlagSet("aggregation (APIService ownership, managed serving certificate)")
+	o.Identity.AddFlags(agg)
+	o.ManagedTLS.AddFlags(agg)
+
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 
 	misc := fss.FlagSet("misc")
@@ -204,6 +217,7 @@ func (o *Options) Complete() {
 		o.Scrape.MaxSampleAge = 3 * o.Scrape.Interval
 	}
 	o.Scrape.Path = strings.TrimSpace(o.Scrape.Path)
+	o.Identity.Complete()
 }
 
 // Validate returns every invalid option at once, each naming its flag and value.
@@ -257,6 +271,10 @@ func (o *Options) Validate() error {
 		}
 	}
 	errs = append(errs, o.Scoring.Validate()...)
+	errs = append(errs, o.Identity.Validate()...)
+	// Before Config: its ApplyTo points --tls-cert-file at the self-signed pair
+	// it writes into --cert-dir, which this check would then reject.
+	errs = append(errs, o.ManagedTLS.Validate(o.Identity, o.Server.SecureServing.ServerCert.CertKey.CertFile)...)
 	errs = append(errs, o.Server.Validate()...)
 	// Validate only: applying the logging configuration is Run's, once per process.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, field.NewPath("logging")).ToAggregate())

@@ -21,9 +21,11 @@ import (
 	"k8s.io/klog/v2"
 	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
+	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -105,6 +107,7 @@ type Server struct {
 	informers *podselect.Informers
 	pools     *podselect.Selection
 	scraper   *scrape.Scraper
+	checker   *apiservice.Checker // nil when the adapter does not know its Service
 	config    CompletedConfig
 	// synced is closed once the pod and HPA caches are filled.
 	synced chan struct{}
@@ -140,6 +143,22 @@ func (c CompletedConfig) New() (*Server, error) {
 	scraper := scrape.New(c.Scrape, httpClient, signals.NewExtractor(), c.Clock, scrapeMetrics)
 	prov := provider.New(c.Provider, c.Catalog, pools, scraper, c.Clock, providerMetrics)
 
+	if c.ManagedTLS != nil {
+		// The generic server runs it (RunOnce before listening, then Run): it is
+		// a dynamiccertificates.ControllerRunner.
+		cert, err := servingcert.New(*c.ManagedTLS, c.Client, apiservice.NewPublisher(c.Dynamic, c.APIServices, c.Self), c.Clock)
+		if err != nil {
+			return nil, err
+		}
+		c.Generic.SecureServing.Cert = cert
+	}
+	var checker *apiservice.Checker
+	if c.Self.Namespace != "" && c.Dynamic != nil {
+		if checker, err = apiservice.NewChecker(c.Dynamic, c.APIServices, c.Self, c.Clock, reg); err != nil {
+			return nil, err
+		}
+	}
+
 	// No SharedInformerFactory for the generic server: the adapter's informers
 	// are its own, and the library would register a second informer-sync check.
 	cmConfig := &cmapiserver.Config{GenericConfig: &c.Generic.Config}
@@ -147,7 +166,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
-	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, config: c, synced: make(chan struct{})}
+	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, config: c, synced: make(chan struct{})}
 
 	// /metrics serves the API server's own metrics (request latencies, Go and
 	// process collectors, from component-base's registry) beside the adapter's.
@@ -162,6 +181,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := s.generic.AddPostStartHook("saturation-adapter-start-pipeline", s.startPipeline); err != nil {
 		return nil, err
+	}
+	if checker != nil {
+		if err := s.generic.AddPostStartHook("saturation-adapter-apiservice-check", func(ctx genericapiserver.PostStartHookContext) error {
+			go checker.Run(ctx, apiservice.DefaultCheckInterval)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
