@@ -149,8 +149,8 @@ func checkHardening(t *testing.T, d *appsv1.Deployment) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		t.Errorf("replicas = %v, want at least 2 (the PDB keeps one up)", d.Spec.Replicas)
 	}
-	if pod.ServiceAccountName != adapterName {
-		t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, adapterName)
+	if pod.ServiceAccountName != d.Name {
+		t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, d.Name)
 	}
 	psc := pod.SecurityContext
 	if psc == nil {

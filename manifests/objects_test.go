@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -220,4 +221,9 @@ func all[T any](objs []any) []T {
 		}
 	}
 	return found
+}
+
+// metav1LabelSelector converts a label selector, as metav1.LabelSelectorAsSelector.
+func metav1LabelSelector(s metav1.LabelSelector) (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(&s)
 }
