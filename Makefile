@@ -134,20 +134,20 @@ manifests: $(KUSTOMIZE)
 	cp manifests/monitoring/dashboard.json $(CHART)/dashboards/saturation-adapter.json
 
 # Fails when the committed rendering differs from a fresh one (or manifests/rendered holds
-# a file no kustomization renders) or the chart's dashboard copy drifted, then checks
-# that every document decodes into a known object and keeps its hardening
-# (manifests_test.go).
-verify-manifests: $(KUSTOMIZE)
+# a file no kustomization renders) or the chart's dashboard copy drifted, then runs the
+# manifest and chart tests: every document decodes into a known object and keeps its
+# hardening, each TLS mode is consistent, the chart renders what kustomize renders, the
+# rules pass Prometheus's rule checks and the dashboard's queries parse.
+verify-manifests: tools
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(call render-all-manifests,"$$tmp") && \
 		{ diff -ru manifests/rendered "$$tmp" || { echo "manifests/rendered is stale: run 'make manifests'"; exit 1; }; }
 	@cmp manifests/monitoring/dashboard.json $(CHART)/dashboards/saturation-adapter.json || \
 		{ echo "$(CHART)/dashboards/saturation-adapter.json is stale: run 'make manifests'"; exit 1; }
-	$(GO) test -count=1 ./manifests/...
+	$(TEST_TOOLS_ENV) $(GO) test -count=1 ./manifests/...
 
-# helm lint (strict: warnings fail) and the chart's rendering tests (charts/charts_test.go).
-chart-lint: tools
+# helm lint, strict (warnings fail); manifests/chart_test.go lints each TLS mode too.
+chart-lint: $(HELM)
 	$(HELM) lint --strict $(CHART)
-	$(TEST_TOOLS_ENV) $(GO) test -count=1 ./charts/...
 
 # Build args become the version ldflags and the image's OCI labels (see Dockerfile).
 image:

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -423,6 +424,29 @@ func flagKey(flag string) string {
 	return strings.Join(parts, "")
 }
 
+// sampleFlagValue returns a value for a flag that its schema (values.schema.json)
+// accepts: a number where it wants digits, a duration, the first allowed value of an
+// enum, true for a boolean, and otherwise a string naming the key.
+func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
+	t.Helper()
+	if schema == nil {
+		t.Fatalf("values.schema.json has no flags.%s", key)
+	}
+	if enum, ok := schema["enum"].([]any); ok {
+		return fmt.Sprint(enum[len(enum)-2]) // the last before null
+	}
+	types := fmt.Sprint(schema["type"])
+	switch pattern, _ := schema["pattern"].(string); {
+	case strings.Contains(pattern, "ms|s|m|h"):
+		return "7s"
+	case strings.HasPrefix(pattern, "^[0-9]+"):
+		return "17"
+	case strings.Contains(types, "boolean"):
+		return "true"
+	}
+	return "sample-" + key
+}
+
 // TestChartFlags checks that every flag of the README's Flags table has a chart value
 // (and no value names a flag the README lacks), that each renders to --<flag>=<value>,
 // and that unset values render nothing.
@@ -441,6 +465,20 @@ func TestChartFlags(t *testing.T) {
 	for k := range values.Flags {
 		valueKeys = append(valueKeys, k)
 	}
+	var schema struct {
+		Properties struct {
+			Flags struct {
+				Properties map[string]map[string]any `json:"properties"`
+			} `json:"flags"`
+		} `json:"properties"`
+	}
+	rawSchema, err := os.ReadFile(chartDir + "/values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(rawSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
 	defaults := mustHelmTemplate(t)
 	for _, row := range readmeTable(t, "## Flags") {
 		flag := row[0]
@@ -456,16 +494,9 @@ func TestChartFlags(t *testing.T) {
 			if strings.Contains(string(defaults), flag+"=") {
 				t.Errorf("%s rendered with the default values: null must leave the adapter's default", flag)
 			}
-			set, value := "--set-string", "sample-"+key
+			set, value := "--set-string", sampleFlagValue(t, schema.Properties.Flags.Properties[key], key)
 			if key == "namespaces" {
 				set, value = "--set", "{ns-a,ns-b}"
-			}
-			// Values the chart's schema constrains get a valid sample.
-			switch key {
-			case "scrapeScheme":
-				value = "https"
-			case "selectorIdleTimeout", "scrapeInterval", "scrapeTimeout", "maxSampleAge":
-				value = "7s"
 			}
 			objs := decode(t, "helm template", mustHelmTemplate(t, set, "flags."+key+"="+value))
 			args := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args

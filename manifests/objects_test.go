@@ -227,3 +227,17 @@ func all[T any](objs []any) []T {
 func metav1LabelSelector(s metav1.LabelSelector) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(&s)
 }
+
+// labelSet is labels.Set(m).
+func labelSet(m map[string]string) labels.Set { return labels.Set(m) }
+
+// mapKeys yields the keys of m.
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

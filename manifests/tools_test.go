@@ -32,7 +32,7 @@ func tool(t *testing.T, env string) string {
 	t.Helper()
 	path := os.Getenv(env)
 	if path == "" {
-		t.Fatalf("%s is not set: run these tests with `make test-unit` (or `make chart-lint`), which builds helm and kustomize into .cache/bin and sets %s and %s", env, helmEnv, kustomizeEnv)
+		t.Fatalf("%s is not set: run these tests with `make test-unit` (or `make verify-manifests`), which builds helm and kustomize into .cache/bin and sets %s and %s", env, helmEnv, kustomizeEnv)
 	}
 	return path
 }
