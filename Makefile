@@ -7,7 +7,7 @@ CACHE := $(CURDIR)/.cache
 IMAGE ?= saturation-adapter:dev
 
 .PHONY: all build test test-unit test-e2e bench verify demo image manifests clean e2e-tools \
-	chart-lint release tools kustomize helm
+	chart-lint release tools kustomize helm version-ldflags
 
 all: build
 
@@ -30,6 +30,10 @@ VERSION_PKG := k8s.io/component-base/version
 VERSION_LDFLAGS = -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) \
 	-X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE) -X $(VERSION_PKG).buildDate=$(BUILD_DATE) \
 	-X $(VERSION_PKG).gitMajor=$(VERSION_MAJOR) -X $(VERSION_PKG).gitMinor=$(VERSION_MINOR)
+
+# Prints the ldflags (hack/version_test.go builds a program with them).
+version-ldflags:
+	@echo '$(VERSION_LDFLAGS)'
 
 build:
 	$(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/adapter ./cmd/adapter
