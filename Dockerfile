@@ -1,10 +1,20 @@
-# saturation-adapter image: `make image IMAGE=<registry>/saturation-adapter:<tag>`.
+# saturation-adapter image: `make image IMAGE=<registry>/saturation-adapter:<tag>`, which
+# passes VERSION, GIT_COMMIT, GIT_TREE_STATE and BUILD_DATE (the build context has no .git).
 #
-# Builder pinned to a patch release (the toolchain `make test` runs here); keep it at
-# or above the go line of go.mod. It runs on the build host's platform and
-# cross-compiles, so `docker buildx build --platform linux/amd64,linux/arm64` needs no
-# emulation.
-FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm AS build
+# Base images are pinned by digest: a tag can be re-pushed, a digest cannot, so the same
+# Dockerfile builds the same image. The tag beside each digest says what it is. These
+# digests were NOT pulled or verified on the machine that wrote this file (it has no
+# container engine): they are the multi-platform index digests other public projects pin
+# for the same tags (e.g. kubeswift-io/kubeswift-spin's Dockerfile, 2026). Verify and
+# refresh them with
+#   crane digest golang:1.26.8-bookworm
+#   crane digest gcr.io/distroless/static-debian12:nonroot
+# (or `docker buildx imagetools inspect <image>`), and bump them on purpose, in a commit.
+#
+# Builder pinned to a patch release (the toolchain `make test` runs here); keep it at or
+# above the go line of go.mod. It runs on the build host's platform and cross-compiles,
+# so `docker buildx build --platform linux/amd64,linux/arm64` needs no emulation.
+FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm@sha256:a688600ca24f8a4d3ca77f95b0dd40704a9fc787c826660eb7ba0b641b8b175d AS build
 ARG TARGETOS
 ARG TARGETARCH
 WORKDIR /src
@@ -14,11 +24,35 @@ RUN go mod download
 # Then only the sources the binary is built from (see .dockerignore).
 COPY cmd/ cmd/
 COPY pkg/ pkg/
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags='-s -w' -o /out/adapter ./cmd/adapter
+# The version, as `make build` stamps it (see VERSION_LDFLAGS in the Makefile).
+ARG VERSION=v0.0.0-0-gunknown
+ARG GIT_COMMIT=unknown
+ARG GIT_TREE_STATE=unknown
+ARG BUILD_DATE=1970-01-01T00:00:00Z
+RUN major="${VERSION#v}"; major="${major%%.*}"; minor="${VERSION#v*.}"; minor="${minor%%.*}"; \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w \
+      -X k8s.io/component-base/version.gitVersion=${VERSION} \
+      -X k8s.io/component-base/version.gitCommit=${GIT_COMMIT} \
+      -X k8s.io/component-base/version.gitTreeState=${GIT_TREE_STATE} \
+      -X k8s.io/component-base/version.buildDate=${BUILD_DATE} \
+      -X k8s.io/component-base/version.gitMajor=${major} \
+      -X k8s.io/component-base/version.gitMinor=${minor}" \
+    -o /out/adapter ./cmd/adapter
 
 # Static, shell-less, non-root base: CA certificates, tzdata and /etc/passwd only.
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
+ARG VERSION=v0.0.0-0-gunknown
+ARG GIT_COMMIT=unknown
+ARG BUILD_DATE=1970-01-01T00:00:00Z
+ARG SOURCE=https://github.com/saturation-adapter/saturation-adapter
+# OCI image annotations (https://github.com/opencontainers/image-spec/blob/main/annotations.md).
+LABEL org.opencontainers.image.title="saturation-adapter" \
+      org.opencontainers.image.description="Kubernetes External metrics API server that autoscales LLM inference servers on queue depth and KV-cache usage" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${GIT_COMMIT}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/adapter /adapter
 # distroless's nonroot user; the Deployment runs it as 65534 instead, which works too
 # since the binary is world-executable and the adapter writes only to --cert-dir.

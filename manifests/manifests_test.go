@@ -1,18 +1,14 @@
-// Package manifests holds the Kubernetes objects a user applies to run the adapter
-// (kustomization.yaml, custom-metrics/ and their renderings in rendered/).
-// Its tests decode the rendered install and the examples strictly (unknown or
-// misspelt fields fail) and pin the settings that must not silently disappear:
-// the pod's hardening, probes and resources, read-only RBAC, and the wiring
-// APIService → Service → pod port.
+// Package manifests holds the Kubernetes objects a user applies to run the adapter: the
+// kustomize install (base/, components/, the variants beside them, monitoring/ and their
+// renderings in rendered/) and, in its tests, the Helm chart in ../charts.
+// The tests decode every rendering strictly (unknown or misspelt fields fail) and pin
+// the settings that must not silently disappear: the pod's hardening, probes and
+// resources, least-privilege RBAC, each TLS mode, the wiring APIService → Service → pod
+// port, and that the chart renders the same objects as kustomize for the same settings.
 package manifests
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,11 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -40,95 +32,26 @@ import (
 const (
 	renderedPath      = "rendered/saturation-adapter.yaml"
 	customMetricsPath = "rendered/custom-metrics.yaml"
+	certManagerPath   = "rendered/saturation-adapter-cert-manager.yaml"
+	insecurePath      = "rendered/saturation-adapter-insecure.yaml"
+	monitoringPath    = "rendered/monitoring.yaml"
 	namespace         = "saturation-adapter"
 	adapterName       = "saturation-adapter"
+
+	externalAPIService = "v1beta1.external.metrics.k8s.io"
+	servingCertSecret  = "saturation-adapter-serving-cert"
 )
 
-// apiService mirrors the fields of apiregistration.k8s.io/v1 APIService that the
-// install sets. k8s.io/kube-aggregator has the real type, but requiring it would
-// raise k8s.io/apiserver and others in go.mod for one test; strict decoding into
-// this mirror still rejects unknown and misspelt fields.
-type apiService struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
-		Service *struct {
-			Namespace string `json:"namespace"`
-			Name      string `json:"name"`
-			Port      *int32 `json:"port"`
-		} `json:"service"`
-		Group                 string `json:"group"`
-		Version               string `json:"version"`
-		InsecureSkipTLSVerify bool   `json:"insecureSkipTLSVerify"`
-		CABundle              []byte `json:"caBundle"`
-		GroupPriorityMinimum  int32  `json:"groupPriorityMinimum"`
-		VersionPriority       int32  `json:"versionPriority"`
-	} `json:"spec"`
+// installs returns the rendered install variants: each is a whole install.
+func installs() []string {
+	return []string{renderedPath, customMetricsPath, certManagerPath, insecurePath}
 }
 
-// decodeFile returns every YAML document of path as a typed object: a client-go
-// type (*appsv1.Deployment, ...) or an *apiService. Unknown kinds, unknown
-// fields and duplicate fields fail the test.
-func decodeFile(t *testing.T, path string) []any {
+// objectIDs returns "Kind namespace/name" of every object, sorted.
+func objectIDs(t *testing.T, objs []any) []string {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var objs []any
-	for i := 0; ; i++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: document %d: %v", path, i, err)
-		}
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &tm); err != nil {
-			t.Fatalf("%s: document %d: %v", path, i, err)
-		}
-		if tm.Kind == "" { // comments only
-			continue
-		}
-		if tm.APIVersion == "apiregistration.k8s.io/v1" && tm.Kind == "APIService" {
-			var a apiService
-			if err := yaml.UnmarshalStrict(doc, &a); err != nil {
-				t.Fatalf("%s: document %d (%s): %v", path, i, tm.Kind, err)
-			}
-			objs = append(objs, &a)
-			continue
-		}
-		obj, _, err := strict.Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("%s: document %d (%s %s): %v", path, i, tm.APIVersion, tm.Kind, err)
-		}
-		objs = append(objs, obj)
-	}
-	return objs
-}
-
-// only returns the one object of type T named name, failing the test otherwise.
-func only[T interface{ GetName() string }](t *testing.T, objs []any, name string) T {
-	t.Helper()
-	var found []T
+	var ids []string
 	for _, o := range objs {
-		if v, ok := o.(T); ok && v.GetName() == name {
-			found = append(found, v)
-		}
-	}
-	if len(found) != 1 {
-		var zero T
-		t.Fatalf("want one %T named %q, found %d", zero, name, len(found))
-	}
-	return found[0]
-}
-
-func TestRenderedObjects(t *testing.T) {
-	var got []string
-	for _, o := range decodeFile(t, renderedPath) {
 		m, ok := o.(interface {
 			metav1.Object
 			GetObjectKind() schema.ObjectKind
@@ -136,14 +59,21 @@ func TestRenderedObjects(t *testing.T) {
 		if !ok {
 			t.Fatalf("%T has no object metadata", o)
 		}
-		got = append(got, fmt.Sprintf("%s %s/%s", m.GetObjectKind().GroupVersionKind().Kind, m.GetNamespace(), m.GetName()))
+		ids = append(ids, fmt.Sprintf("%s %s/%s", m.GetObjectKind().GroupVersionKind().Kind, m.GetNamespace(), m.GetName()))
 	}
-	slices.Sort(got)
-	want := []string{
+	slices.Sort(ids)
+	return ids
+}
+
+// baseObjects are the objects of every install variant.
+func baseObjects() []string {
+	return []string{
 		"APIService /v1beta1.external.metrics.k8s.io",
 		"ClusterRole /saturation-adapter",
+		"ClusterRole /saturation-adapter:apiservices",
 		"ClusterRole /saturation-adapter:external-metrics-reader",
 		"ClusterRoleBinding /saturation-adapter",
+		"ClusterRoleBinding /saturation-adapter:apiservices",
 		"ClusterRoleBinding /saturation-adapter:hpa-external-metrics-reader",
 		"ClusterRoleBinding /saturation-adapter:system:auth-delegator",
 		"Deployment saturation-adapter/saturation-adapter",
@@ -153,21 +83,74 @@ func TestRenderedObjects(t *testing.T) {
 		"Service saturation-adapter/saturation-adapter",
 		"ServiceAccount saturation-adapter/saturation-adapter",
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("objects in %s (-want +got):\n%s", renderedPath, diff)
+}
+
+func TestRenderedObjects(t *testing.T) {
+	selfManagedTLS := []string{
+		"Role saturation-adapter/saturation-adapter:serving-cert",
+		"RoleBinding saturation-adapter/saturation-adapter:serving-cert",
+	}
+	sorted := func(groups ...[]string) []string {
+		s := slices.Concat(groups...)
+		slices.Sort(s)
+		return s
+	}
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{renderedPath, sorted(baseObjects(), selfManagedTLS)},
+		{customMetricsPath, sorted(baseObjects(), selfManagedTLS, []string{
+			"APIService /v1beta1.custom.metrics.k8s.io",
+			"APIService /v1beta2.custom.metrics.k8s.io",
+			"ClusterRole /saturation-adapter:custom-metrics-reader",
+			"ClusterRoleBinding /saturation-adapter:hpa-custom-metrics-reader",
+		})},
+		{certManagerPath, sorted(baseObjects(), []string{
+			"Certificate saturation-adapter/saturation-adapter",
+			"Certificate saturation-adapter/saturation-adapter-ca",
+			"Issuer saturation-adapter/saturation-adapter-ca",
+			"Issuer saturation-adapter/saturation-adapter-selfsigned",
+		})},
+		{insecurePath, sorted(baseObjects())},
+		{monitoringPath, []string{
+			"ClusterRole /saturation-adapter:metrics-reader",
+			"ClusterRoleBinding /saturation-adapter:prometheus-metrics-reader",
+			"ConfigMap saturation-adapter/saturation-adapter-dashboard",
+			"PrometheusRule saturation-adapter/saturation-adapter",
+			"ServiceMonitor saturation-adapter/saturation-adapter",
+		}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, objectIDs(t, decodeFile(t, tc.path))); diff != "" {
+				t.Errorf("objects (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
 func TestDeploymentHardening(t *testing.T) {
-	objs := decodeFile(t, renderedPath)
-	d := only[*appsv1.Deployment](t, objs, adapterName)
+	for _, path := range installs() {
+		t.Run(path, func(t *testing.T) {
+			checkHardening(t, only[*appsv1.Deployment](t, decodeFile(t, path), adapterName))
+		})
+	}
+}
+
+// checkHardening fails the test unless d keeps the install's hardening: two replicas,
+// non-root, read-only root filesystem, no capabilities or privilege escalation,
+// seccomp RuntimeDefault, HTTPS probes on /livez and /readyz, requests and a memory
+// limit above GOMEMLIMIT, --cert-dir on a writable emptyDir, and the https port at
+// --secure-port.
+func checkHardening(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
 	pod := d.Spec.Template.Spec
 
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		t.Errorf("replicas = %v, want at least 2 (the PDB keeps one up)", d.Spec.Replicas)
 	}
-	if pod.ServiceAccountName != adapterName {
-		t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, adapterName)
+	if pod.ServiceAccountName != d.Name {
+		t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, d.Name)
 	}
 	psc := pod.SecurityContext
 	if psc == nil {
@@ -300,7 +283,15 @@ func containerPort(c corev1.Container, name string) string {
 }
 
 func TestWiring(t *testing.T) {
-	objs := decodeFile(t, renderedPath)
+	for _, path := range installs() {
+		t.Run(path, func(t *testing.T) { checkWiring(t, decodeFile(t, path)) })
+	}
+}
+
+// checkWiring fails the test unless objs wire APIService -> Service -> pod port and
+// the PDB selects the pods.
+func checkWiring(t *testing.T, objs []any) {
+	t.Helper()
 	d := only[*appsv1.Deployment](t, objs, adapterName)
 	podLabels := labels.Set(d.Spec.Template.Labels)
 	svc := only[*corev1.Service](t, objs, adapterName)
@@ -321,8 +312,8 @@ func TestWiring(t *testing.T) {
 	if s.Service == nil || s.Service.Namespace != svc.Namespace || s.Service.Name != svc.Name || ptr.Deref(s.Service.Port, 443) != 443 {
 		t.Errorf("APIService service = %+v, want %s/%s port 443", s.Service, svc.Namespace, svc.Name)
 	}
-	if s.InsecureSkipTLSVerify == (len(s.CABundle) > 0) {
-		t.Errorf("APIService: want exactly one of insecureSkipTLSVerify and caBundle")
+	if s.InsecureSkipTLSVerify && len(s.CABundle) > 0 {
+		t.Errorf("APIService: insecureSkipTLSVerify beside a caBundle (the API server rejects it)")
 	}
 
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
@@ -334,11 +325,11 @@ func TestWiring(t *testing.T) {
 	}
 }
 
-// TestCustomMetrics checks the opt-in custom.metrics.k8s.io addition: both versions
+// TestCustomMetrics checks the opt-in custom.metrics.k8s.io variant: both versions
 // point at the base install's Service, and the HPA controller may read them.
 func TestCustomMetrics(t *testing.T) {
-	svc := only[*corev1.Service](t, decodeFile(t, renderedPath), adapterName)
 	objs := decodeFile(t, customMetricsPath)
+	svc := only[*corev1.Service](t, objs, adapterName)
 	for _, tc := range []struct {
 		name     string
 		version  string

@@ -1,0 +1,106 @@
+{{/* Chart name, overridable. */}}
+{{- define "saturation-adapter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified name: the release name when it already contains the chart name. */}}
+{{- define "saturation-adapter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels: the pods, Service, PDB and ServiceMonitor match on these. */}}
+{{- define "saturation-adapter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "saturation-adapter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "saturation-adapter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "saturation-adapter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: saturation-adapter
+{{- end }}
+
+{{- define "saturation-adapter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "saturation-adapter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository@digest, else repository:tag (tag defaults to appVersion). */}}
+{{- define "saturation-adapter.image" -}}
+{{- if .Values.image.digest }}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .Values.image.digest) }}
+{{- fail (printf "image.digest=%q: want sha256:<64 hex digits>" .Values.image.digest) }}
+{{- end }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) }}
+{{- end }}
+{{- end }}
+
+{{/* The APIServices this release registers, in order. */}}
+{{- define "saturation-adapter.apiServiceNames" -}}
+{{- $names := list "v1beta1.external.metrics.k8s.io" }}
+{{- if .Values.customMetrics.enabled }}
+{{- $names = concat $names (list "v1beta2.custom.metrics.k8s.io" "v1beta1.custom.metrics.k8s.io") }}
+{{- end }}
+{{- join "," $names }}
+{{- end }}
+
+{{- define "saturation-adapter.servingCertSecret" -}}
+{{- default (printf "%s-serving-cert" (include "saturation-adapter.fullname" .)) .Values.tls.selfManaged.secretName }}
+{{- end }}
+
+{{/* The Secret holding tls.crt and tls.key in the certManager and secret modes. */}}
+{{- define "saturation-adapter.tlsSecret" -}}
+{{- if eq .Values.tls.mode "certManager" }}
+{{- printf "%s-tls" (include "saturation-adapter.fullname" .) }}
+{{- else if eq .Values.tls.mode "secret" }}
+{{- required "tls.secret.name is required when tls.mode is secret" .Values.tls.secret.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Service's in-cluster DNS name, which the serving certificate must carry. */}}
+{{- define "saturation-adapter.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "saturation-adapter.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+A flag value as the adapter parses it: lists joined with commas, whole numbers without
+an exponent (values files give Helm float64s: 4194304 would print as 4.194304e+06).
+*/}}
+{{- define "saturation-adapter.flagValue" -}}
+{{- if kindIs "slice" . }}
+{{- join "," . }}
+{{- else if and (kindIs "float64" .) (eq (float64 (int64 .)) .) }}
+{{- int64 . }}
+{{- else }}
+{{- toString . }}
+{{- end }}
+{{- end }}
+
+{{- define "saturation-adapter.validate" -}}
+{{- if and (eq .Values.tls.mode "secret") (not .Values.tls.secret.caBundle) }}
+{{- fail "tls.secret.caBundle is required when tls.mode is secret: the PEM of the CA that signed the Secret's certificate" }}
+{{- end }}
+{{- if and (eq .Values.tls.mode "certManager") .Values.tls.certManager.issuerRef (not .Values.tls.certManager.issuerRef.name) }}
+{{- fail "tls.certManager.issuerRef.name is required when tls.certManager.issuerRef is set" }}
+{{- end }}
+{{- if and .Values.flags.scrapeCaFile .Values.flags.scrapeInsecureSkipVerify }}
+{{- fail "flags.scrapeCaFile and flags.scrapeInsecureSkipVerify exclude each other" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,297 @@
+package hack
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/yaml"
+)
+
+// run runs a command in dir and returns its standard output, or its error with its
+// standard error.
+func run(t *testing.T, dir, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// dockerfileInstructions returns the Dockerfile's instructions, continuation lines
+// joined and comments dropped, as [keyword, rest].
+func dockerfileInstructions(t *testing.T) [][2]string {
+	t.Helper()
+	data, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][2]string
+	var cur strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && cur.Len() == 0) {
+			continue
+		}
+		if s, ok := strings.CutSuffix(trimmed, "\\"); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		if kw, rest, ok := strings.Cut(cur.String(), " "); ok {
+			out = append(out, [2]string{strings.ToUpper(kw), strings.TrimSpace(rest)})
+		}
+		cur.Reset()
+	}
+	return out
+}
+
+// TestDockerfile checks what the image promises: every base image pinned by digest
+// beside its tag, a distroless nonroot final stage running as a non-root user with an
+// exec-form entrypoint, the OCI labels, and the version ldflags from build args.
+func TestDockerfile(t *testing.T) {
+	ins := dockerfileInstructions(t)
+	pinned := regexp.MustCompile(`^(--platform=\S+ )?[a-z0-9./-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}( AS \S+)?$`)
+	var froms []string
+	lastFrom := 0
+	for i, in := range ins {
+		if in[0] == "FROM" {
+			froms = append(froms, in[1])
+			lastFrom = i
+			if !pinned.MatchString(in[1]) {
+				t.Errorf("FROM %s: want <image>:<tag>@sha256:<digest>", in[1])
+			}
+		}
+	}
+	if len(froms) < 2 {
+		t.Fatalf("FROM lines %q: want a build stage and a final stage", froms)
+	}
+	if final := froms[len(froms)-1]; !strings.HasPrefix(final, "gcr.io/distroless/static-debian12:nonroot@") {
+		t.Errorf("final stage FROM %s: want gcr.io/distroless/static-debian12:nonroot", final)
+	}
+
+	final := ins[lastFrom:]
+	var user, entrypoint string
+	labels := map[string]string{}
+	labelPair := regexp.MustCompile(`([a-z.]+)="([^"]*)"`)
+	for _, in := range final {
+		switch in[0] {
+		case "USER":
+			user = in[1]
+		case "ENTRYPOINT":
+			entrypoint = in[1]
+		case "LABEL":
+			for _, m := range labelPair.FindAllStringSubmatch(in[1], -1) {
+				labels[m[1]] = m[2]
+			}
+		}
+	}
+	if uid, _, _ := strings.Cut(user, ":"); uid == "" || uid == "0" || uid == "root" {
+		t.Errorf("final stage USER %q: want a non-root user", user)
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(entrypoint), &argv); err != nil || len(argv) == 0 {
+		t.Errorf("ENTRYPOINT %s: want exec form (a JSON array): %v", entrypoint, err)
+	}
+	wantLabels := map[string]string{
+		"org.opencontainers.image.title":       "saturation-adapter",
+		"org.opencontainers.image.source":      "${SOURCE}",
+		"org.opencontainers.image.version":     "${VERSION}",
+		"org.opencontainers.image.revision":    "${GIT_COMMIT}",
+		"org.opencontainers.image.created":     "${BUILD_DATE}",
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.description": labels["org.opencontainers.image.description"],
+	}
+	if labels["org.opencontainers.image.description"] == "" {
+		t.Error("no org.opencontainers.image.description label")
+	}
+	if diff := cmp.Diff(wantLabels, labels); diff != "" {
+		t.Errorf("OCI labels (-want +got):\n%s", diff)
+	}
+
+	// The build stage stamps what `make build` stamps, from the build args `make image`
+	// passes.
+	data, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"gitVersion=${VERSION}", "gitCommit=${GIT_COMMIT}", "gitTreeState=${GIT_TREE_STATE}", "buildDate=${BUILD_DATE}", "gitMajor=${major}", "gitMinor=${minor}"} {
+		if !strings.Contains(string(data), "-X k8s.io/component-base/version."+v) {
+			t.Errorf("Dockerfile does not stamp %s", v)
+		}
+	}
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{"VERSION", "GIT_COMMIT", "GIT_TREE_STATE", "BUILD_DATE"} {
+		if !strings.Contains(string(makefile), "--build-arg "+arg+"=$("+arg+")") {
+			t.Errorf("make image does not pass --build-arg %s", arg)
+		}
+		if !slices.ContainsFunc(ins, func(in [2]string) bool { return in[0] == "ARG" && strings.HasPrefix(in[1], arg+"=") }) {
+			t.Errorf("Dockerfile has no ARG %s with a default", arg)
+		}
+	}
+}
+
+// versionReport is what testdata/version prints.
+type versionReport struct {
+	Info struct {
+		Major        string `json:"major"`
+		Minor        string `json:"minor"`
+		GitVersion   string `json:"gitVersion"`
+		GitCommit    string `json:"gitCommit"`
+		GitTreeState string `json:"gitTreeState"`
+		BuildDate    string `json:"buildDate"`
+	} `json:"info"`
+	BinaryVersion string `json:"binaryVersion"`
+}
+
+// buildVersionReport builds testdata/version with the Makefile's version ldflags for
+// makeArgs and returns what it prints.
+func buildVersionReport(t *testing.T, makeArgs ...string) versionReport {
+	t.Helper()
+	ldflags := strings.TrimSpace(string(run(t, "..", "make", append([]string{"-s", "version-ldflags"}, makeArgs...)...)))
+	bin := filepath.Join(t.TempDir(), "version")
+	run(t, ".", "go", "build", "-ldflags", ldflags, "-o", bin, "./testdata/version")
+	var r versionReport
+	if err := json.Unmarshal(run(t, ".", bin), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestVersionLDFlags builds a program with the Makefile's version ldflags and checks
+// that k8s.io/component-base/version reports them, and that the version derived from
+// git without a tag is one the generic API server can parse (it panics otherwise).
+func TestVersionLDFlags(t *testing.T) {
+	r := buildVersionReport(t, "VERSION=v1.2.3-rc.1", "GIT_COMMIT=0123abcd", "GIT_TREE_STATE=clean", "BUILD_DATE=2026-01-02T03:04:05Z")
+	want := versionReport{BinaryVersion: "1.2.3-rc.1"}
+	want.Info.Major, want.Info.Minor, want.Info.GitVersion = "1", "2", "v1.2.3-rc.1"
+	want.Info.GitCommit, want.Info.GitTreeState, want.Info.BuildDate = "0123abcd", "clean", "2026-01-02T03:04:05Z"
+	if diff := cmp.Diff(want, r); diff != "" {
+		t.Errorf("stamped version (-want +got):\n%s", diff)
+	}
+
+	// The default, from `git describe` (a bare commit in a clone without tags).
+	r = buildVersionReport(t)
+	if _, err := version.ParseSemantic(r.Info.GitVersion); err != nil || !strings.HasPrefix(r.Info.GitVersion, "v") {
+		t.Errorf("default gitVersion %q is not a v-prefixed semantic version: %v", r.Info.GitVersion, err)
+	}
+	if r.Info.GitCommit == "" || r.Info.BuildDate == "1970-01-01T00:00:00Z" || (r.Info.GitTreeState != "clean" && r.Info.GitTreeState != "dirty") {
+		t.Errorf("default version info %+v: want the commit, its date and the tree state", r.Info)
+	}
+}
+
+// TestRelease runs the README's release command as written and checks its outputs:
+// the install with the image pinned to the version (otherwise the committed rendering),
+// the chart packaged with that version, and checksums.
+func TestRelease(t *testing.T) {
+	helm := os.Getenv("SATURATION_ADAPTER_HELM")
+	if helm == "" {
+		t.Fatal("SATURATION_ADAPTER_HELM is not set: run the tests with `make test-unit`, which builds helm into .cache/bin and sets it")
+	}
+	run(t, "..", "make", "-s", "release", "VERSION=v0.1.0", "IMAGE_REPO=registry.example.com/saturation-adapter")
+	dir := "../_output/release"
+
+	got, err := os.ReadFile(filepath.Join(dir, "saturation-adapter-v0.1.0.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := os.ReadFile("../manifests/rendered/saturation-adapter.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(b []byte) string { // the YAML without its leading comment lines
+		lines := strings.Split(string(b), "\n")
+		for len(lines) > 0 && strings.HasPrefix(lines[0], "#") {
+			lines = lines[1:]
+		}
+		return strings.Join(lines, "\n")
+	}
+	want := strings.Replace(body(rendered), "image: saturation-adapter:dev", "image: registry.example.com/saturation-adapter:v0.1.0", 1)
+	if diff := cmp.Diff(want, body(got)); diff != "" {
+		t.Errorf("release YAML vs rendered install with the image replaced (-want +got):\n%s", diff)
+	}
+
+	chart := filepath.Join(dir, "saturation-adapter-v0.1.0.tgz")
+	files := untar(t, chart)
+	var meta struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(files["saturation-adapter/Chart.yaml"], &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.Version != "0.1.0" || meta.AppVersion != "v0.1.0" {
+		t.Errorf("packaged Chart.yaml version %q appVersion %q, want 0.1.0 and v0.1.0", meta.Version, meta.AppVersion)
+	}
+	out := run(t, ".", helm, "template", "saturation-adapter", chart, "--namespace", "saturation-adapter")
+	if !strings.Contains(string(out), `image: "registry.example.com/saturation-adapter:v0.1.0"`) {
+		t.Error("the packaged chart does not default to image registry.example.com/saturation-adapter:v0.1.0")
+	}
+
+	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"saturation-adapter-v0.1.0.yaml", "saturation-adapter-v0.1.0.tgz"} {
+		if !regexp.MustCompile(`(?m)^[0-9a-f]{64}  ` + regexp.QuoteMeta(f) + `$`).Match(sums) {
+			t.Errorf("SHA256SUMS lacks %s:\n%s", f, sums)
+		}
+	}
+
+	// A version that is not vMAJOR.MINOR.PATCH is refused.
+	cmd := exec.Command("make", "-s", "release", "VERSION=0.1")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION=0.1: want vMAJOR.MINOR.PATCH") {
+		t.Errorf("make release VERSION=0.1: err %v, output %s", err, out)
+	}
+}
+
+// untar returns the files of a .tgz by name.
+func untar(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = b
+	}
+}

@@ -1,0 +1,498 @@
+package manifests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// TestChartLint runs `helm lint --strict` (warnings fail) on the chart as shipped and in
+// each TLS mode.
+func TestChartLint(t *testing.T) {
+	helm := tool(t, helmEnv)
+	for _, args := range [][]string{
+		nil,
+		{"--set", "tls.mode=certManager", "--set", "customMetrics.enabled=true"},
+		{"--set", "tls.mode=secret", "--set", "tls.secret.name=tls", "--set", "tls.secret.caBundle=PEM"},
+		{"--set", "tls.mode=insecure"},
+		{"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "networkPolicy.enabled=true"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			if out, err := run(helm, append([]string{"lint", "--strict", chartDir}, args...)...); err != nil {
+				t.Errorf("helm lint: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// helmOnlyLabels are the labels the chart adds to every object's metadata on purpose
+// (Helm's recommended labels); the kustomize install has only app.kubernetes.io/part-of
+// there. app.kubernetes.io/instance is also in the chart's selectors (so two releases
+// never select each other's pods); kustomize selects on app.kubernetes.io/name alone.
+var helmOnlyLabels = []string{"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}
+
+// normalise removes from obj what the chart adds on purpose (see helmOnlyLabels, and
+// checksum/* pod annotations that restart pods on config changes) so the rest can be
+// compared with the kustomize rendering.
+func normalise(obj map[string]any) map[string]any {
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			delete(v, "app.kubernetes.io/instance")
+			for k, x := range v {
+				if strings.HasPrefix(k, "checksum/") {
+					delete(v, k)
+					continue
+				}
+				walk(x)
+			}
+			for _, k := range []string{"labels", "annotations", "matchLabels"} {
+				if m, ok := v[k].(map[string]any); ok && len(m) == 0 {
+					delete(v, k)
+				}
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		if l, ok := md["labels"].(map[string]any); ok {
+			for _, k := range helmOnlyLabels {
+				delete(l, k)
+			}
+		}
+	}
+	walk(obj)
+	return obj
+}
+
+// byID indexes objects by "Kind namespace/name", leaving out kinds in skip.
+func byID(t *testing.T, objs []map[string]any, skip ...string) map[string]map[string]any {
+	t.Helper()
+	m := map[string]map[string]any{}
+	for _, o := range objs {
+		kind, _ := o["kind"].(string)
+		if slices.Contains(skip, kind) {
+			continue
+		}
+		md, _ := o["metadata"].(map[string]any)
+		id := fmt.Sprintf("%s %v/%v", kind, md["namespace"], md["name"])
+		if _, dup := m[id]; dup {
+			t.Fatalf("two objects %s", id)
+		}
+		m[id] = normalise(o)
+	}
+	return m
+}
+
+// TestChartMatchesKustomize renders the chart and the kustomize install for the same
+// settings and compares every object. The only difference allowed is the Namespace,
+// which the chart leaves to `helm install --create-namespace`.
+func TestChartMatchesKustomize(t *testing.T) {
+	monitoring := []string{"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true"}
+	for _, tc := range []struct {
+		name       string
+		values     []string
+		resources  []string
+		components []string
+	}{
+		{"default", nil, []string{"base"}, nil},
+		{"custom metrics", []string{"--set", "customMetrics.enabled=true"}, []string{"base"}, []string{"custom-metrics"}},
+		{"cert-manager", []string{"--set", "tls.mode=certManager"}, []string{"base"}, []string{"cert-manager"}},
+		{"insecure", []string{"--set", "tls.mode=insecure"}, []string{"base"}, []string{"insecure"}},
+		{"custom metrics + cert-manager", []string{"--set", "customMetrics.enabled=true", "--set", "tls.mode=certManager"}, []string{"base"}, []string{"custom-metrics", "cert-manager"}},
+		{"custom metrics + insecure", []string{"--set", "customMetrics.enabled=true", "--set", "tls.mode=insecure"}, []string{"base"}, []string{"custom-metrics", "insecure"}},
+		{"monitoring", monitoring, []string{"base", "monitoring"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := byID(t, documents(t, kustomizeBuild(t, tc.resources, tc.components...)), "Namespace")
+			got := byID(t, documents(t, mustHelmTemplate(t, append([]string{"--set", "image.tag=dev"}, tc.values...)...)))
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("kustomize (-want) and chart (+got) differ:\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestChartTLSModes checks every TLS mode, with and without custom.metrics.k8s.io, with
+// the same checks as the kustomize variants: TLS wiring, hardening, wiring.
+func TestChartTLSModes(t *testing.T) {
+	const caBundle = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	for _, mode := range []string{modeSelfManaged, modeCertManager, modeSecret, modeInsecure} {
+		for _, custom := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/customMetrics=%v", mode, custom), func(t *testing.T) {
+				args := []string{"--set", "tls.mode=" + mode, "--set", fmt.Sprintf("customMetrics.enabled=%v", custom)}
+				if mode == modeSecret {
+					args = append(args, "--set", "tls.secret.name=user-provided-tls", "--set-string", "tls.secret.caBundle="+caBundle)
+				}
+				objs := decode(t, "helm template", mustHelmTemplate(t, args...))
+				checkTLS(t, objs, mode, []byte(caBundle))
+				checkHardening(t, only[*appsv1.Deployment](t, objs, adapterName))
+				checkWiring(t, objs)
+				if n := len(all[*apiService](objs)); n != map[bool]int{false: 1, true: 3}[custom] {
+					t.Errorf("%d APIServices", n)
+				}
+			})
+		}
+	}
+}
+
+// TestChartOptions renders the chart with each option and checks what it must change,
+// and that the pod keeps its hardening whatever the values.
+func TestChartOptions(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, objs []any)
+	}{
+		{"release name and namespace", []string{"--set", "fullnameOverride=llm-autoscaler"}, func(t *testing.T, objs []any) {
+			d := only[*appsv1.Deployment](t, objs, "llm-autoscaler")
+			if got := flagValue(d.Spec.Template.Spec.Containers[0].Args, "--tls-managed-secret"); got != "llm-autoscaler-serving-cert" {
+				t.Errorf("--tls-managed-secret = %q", got)
+			}
+			api := only[*apiService](t, objs, externalAPIService)
+			if api.Spec.Service.Name != "llm-autoscaler" {
+				t.Errorf("APIService service = %+v", api.Spec.Service)
+			}
+		}},
+		{"image by digest", []string{"--set", "image.repository=registry.example.com/sa", "--set", "image.tag=v9", "--set", "image.digest=" + digest}, func(t *testing.T, objs []any) {
+			if got, want := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Image, "registry.example.com/sa@"+digest; got != want {
+				t.Errorf("image = %q, want %q", got, want)
+			}
+		}},
+		{"image by tag", []string{"--set", "image.repository=registry.example.com/sa", "--set", "image.tag=v9"}, func(t *testing.T, objs []any) {
+			if got, want := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Image, "registry.example.com/sa:v9"; got != want {
+				t.Errorf("image = %q, want %q", got, want)
+			}
+		}},
+		{"namespaced RBAC", []string{"--set", "flags.namespaces={llm-a,llm-b}"}, func(t *testing.T, objs []any) {
+			if got := flagValue(only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args, "--namespaces"); got != "llm-a,llm-b" {
+				t.Errorf("--namespaces = %q", got)
+			}
+			for _, r := range all[*rbacv1.ClusterRole](objs) {
+				if r.Name == adapterName {
+					t.Error("ClusterRole saturation-adapter still rendered with namespaces set")
+				}
+			}
+			want := []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+				{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: []string{"list", "watch"}},
+			}
+			var nss []string
+			for _, r := range all[*rbacv1.Role](objs) {
+				if r.Name != adapterName {
+					continue
+				}
+				nss = append(nss, r.Namespace)
+				if diff := cmp.Diff(want, r.Rules); diff != "" {
+					t.Errorf("Role in %s (-want +got):\n%s", r.Namespace, diff)
+				}
+			}
+			for _, b := range all[*rbacv1.RoleBinding](objs) {
+				if b.Name == adapterName && (b.RoleRef.Name != adapterName || b.Subjects[0].Name != adapterName || b.Subjects[0].Namespace != namespace) {
+					t.Errorf("RoleBinding in %s = %+v", b.Namespace, b)
+				}
+			}
+			if diff := cmp.Diff([]string{"llm-a", "llm-b"}, nss, sortStrings); diff != "" {
+				t.Errorf("Roles by namespace (-want +got):\n%s", diff)
+			}
+		}},
+		{"network policy", []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServer.cidrs={10.0.0.1/32}"}, func(t *testing.T, objs []any) {
+			np := only[*networkingv1.NetworkPolicy](t, objs, adapterName)
+			pod := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template
+			if sel, err := metav1LabelSelector(np.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+				t.Errorf("podSelector %v does not select the adapter's pods", np.Spec.PodSelector)
+			}
+			if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 6443 {
+				t.Errorf("ingress = %+v, want the secure port 6443 only", np.Spec.Ingress)
+			}
+			var ports []int
+			for _, e := range np.Spec.Egress {
+				for _, p := range e.Ports {
+					ports = append(ports, p.Port.IntValue())
+				}
+			}
+			if diff := cmp.Diff([]int{8000, 443, 6443}, ports); diff != "" {
+				t.Errorf("egress ports (-want +got):\n%s", diff)
+			}
+			if to := np.Spec.Egress[1].To; len(to) != 1 || to[0].IPBlock == nil || to[0].IPBlock.CIDR != "10.0.0.1/32" {
+				t.Errorf("API server egress to = %+v", to)
+			}
+			if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes); diff != "" {
+				t.Errorf("policyTypes (-want +got):\n%s", diff)
+			}
+		}},
+		{"extra args last, logging", []string{"--set", "extraArgs={--profiling=false}", "--set", "logging.format=json", "--set", "logging.verbosity=2"}, func(t *testing.T, objs []any) {
+			args := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args
+			if args[len(args)-1] != "--profiling=false" || flagValue(args, "--logging-format") != "json" || flagValue(args, "--v") != "2" {
+				t.Errorf("args = %q", args)
+			}
+		}},
+		{"priority, replicas, no PDB", []string{"--set", "priorityClassName=system-cluster-critical", "--set", "replicas=3", "--set", "podDisruptionBudget.enabled=false"}, func(t *testing.T, objs []any) {
+			d := only[*appsv1.Deployment](t, objs, adapterName)
+			if d.Spec.Template.Spec.PriorityClassName != "system-cluster-critical" || *d.Spec.Replicas != 3 {
+				t.Errorf("priorityClassName %q, replicas %d", d.Spec.Template.Spec.PriorityClassName, *d.Spec.Replicas)
+			}
+			if n := len(all[*policyv1.PodDisruptionBudget](objs)); n != 0 {
+				t.Errorf("%d PDBs", n)
+			}
+		}},
+		{"affinity override", []string{"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool", "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists"}, func(t *testing.T, objs []any) {
+			a := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Affinity
+			if a == nil || a.NodeAffinity == nil || a.PodAntiAffinity != nil {
+				t.Errorf("affinity = %+v, want the given one instead of the default", a)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := decode(t, "helm template", mustHelmTemplate(t, tc.args...))
+			for _, d := range all[*appsv1.Deployment](objs) {
+				checkHardening(t, d)
+			}
+			tc.check(t, objs)
+		})
+	}
+}
+
+// TestChartServiceMonitorTLS checks that Prometheus verifies the adapter against the CA
+// of each TLS mode.
+func TestChartServiceMonitorTLS(t *testing.T) {
+	for _, tc := range []struct {
+		mode, secret string
+		insecure     bool
+	}{
+		{modeSelfManaged, "saturation-adapter-serving-cert", false},
+		{modeCertManager, "saturation-adapter-tls", false},
+		{modeSecret, "user-provided-tls", false},
+		{modeInsecure, "", true},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			objs := decode(t, "helm template", mustHelmTemplate(t, "--set", "serviceMonitor.enabled=true", "--set", "tls.mode="+tc.mode,
+				"--set", "tls.secret.name=user-provided-tls", "--set", "tls.secret.caBundle=PEM"))
+			sm := only[*serviceMonitor](t, objs, adapterName)
+			svc := only[*corev1.Service](t, objs, adapterName)
+			if sel, err := metav1LabelSelector(sm.Spec.Selector); err != nil || !sel.Matches(labels.Set(svc.Labels)) {
+				t.Errorf("ServiceMonitor selector %v does not match the Service's labels %v", sm.Spec.Selector, svc.Labels)
+			}
+			checkServiceMonitor(t, sm, tc.secret, tc.insecure)
+		})
+	}
+}
+
+// checkServiceMonitor fails the test unless sm scrapes /metrics on the https port with
+// Prometheus's token, keeps the adapter's namespace label, and verifies TLS with the
+// ca.crt of caSecret (or, when insecure, skips verification).
+func checkServiceMonitor(t *testing.T, sm *serviceMonitor, caSecret string, insecure bool) {
+	t.Helper()
+	if len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("%d endpoints", len(sm.Spec.Endpoints))
+	}
+	e := sm.Spec.Endpoints[0]
+	if e.Port != "https" || e.Scheme != "https" || e.Path != "/metrics" || !e.HonorLabels || e.BearerTokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+		t.Errorf("endpoint = %+v", e)
+	}
+	tls := e.TLSConfig
+	switch {
+	case tls == nil:
+		t.Error("no tlsConfig")
+	case insecure:
+		if !tls.InsecureSkipVerify || tls.CA != nil {
+			t.Errorf("tlsConfig = %+v, want insecureSkipVerify only", tls)
+		}
+	default:
+		if tls.InsecureSkipVerify || tls.CA == nil || tls.CA.Secret == nil || tls.CA.Secret.Name != caSecret || tls.CA.Secret.Key != "ca.crt" || tls.ServerName != "saturation-adapter.saturation-adapter.svc" {
+			t.Errorf("tlsConfig = %+v, want CA %s/ca.crt and serverName saturation-adapter.saturation-adapter.svc", tls, caSecret)
+		}
+	}
+}
+
+// TestChartRejectsBadValues checks that bad values fail the render with a message
+// naming the value, instead of rendering something broken.
+func TestChartRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "tls.mode=none"}, "/tls/mode"},
+		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.name=x"}, "tls.secret.caBundle is required"},
+		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.caBundle=PEM"}, "tls.secret.name is required"},
+		{[]string{"--set", "flags.scrapeIntervall=5s"}, "scrapeIntervall"},
+		{[]string{"--set", "flags.scrapeScheme=ftp"}, "/flags/scrapeScheme"},
+		{[]string{"--set", "flags.scrapeTimeout=soon"}, "/flags/scrapeTimeout"},
+		{[]string{"--set", "image.digest=latest"}, "/image/digest"},
+		{[]string{"--set", "flags.scrapeCaFile=/ca.pem", "--set", "flags.scrapeInsecureSkipVerify=true"}, "exclude each other"},
+		{[]string{"--set", "prometheusRule.engines.kvCacheUsage.threshold=95"}, "/prometheusRule/engines/kvCacheUsage/threshold"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := helmTemplate(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// readmeTable returns the rows of the first Markdown table after the README heading,
+// each as its cells with surrounding spaces and backquotes trimmed.
+func readmeTable(t *testing.T, heading string) [][]string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README has no heading %q", heading)
+	}
+	var rows [][]string
+	for _, line := range strings.Split(after, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if len(rows) > 0 {
+				break
+			}
+			continue
+		}
+		var cells []string
+		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
+			cells = append(cells, strings.Trim(strings.TrimSpace(c), "`"))
+		}
+		if strings.HasPrefix(cells[0], "---") || cells[0] == "flag" || cells[0] == "metric" {
+			continue
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("README %q has no table", heading)
+	}
+	return rows
+}
+
+// flagKey is the chart value of an adapter flag: its name in lowerCamelCase
+// (--scrape-ca-file: flags.scrapeCaFile).
+func flagKey(flag string) string {
+	parts := strings.Split(strings.TrimPrefix(flag, "--"), "-")
+	for i := 1; i < len(parts); i++ {
+		r := []rune(parts[i])
+		r[0] = unicode.ToUpper(r[0])
+		parts[i] = string(r)
+	}
+	return strings.Join(parts, "")
+}
+
+// sampleFlagValue returns a value for a flag that its schema (values.schema.json)
+// accepts: a number where it wants digits, a duration, the first allowed value of an
+// enum, true for a boolean, and otherwise a string naming the key.
+func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
+	t.Helper()
+	if schema == nil {
+		t.Fatalf("values.schema.json has no flags.%s", key)
+	}
+	if enum, ok := schema["enum"].([]any); ok {
+		return fmt.Sprint(enum[len(enum)-2]) // the last before null
+	}
+	types := fmt.Sprint(schema["type"])
+	switch pattern, _ := schema["pattern"].(string); {
+	case strings.Contains(pattern, "ms|s|m|h"):
+		return "7s"
+	case strings.HasPrefix(pattern, "^[0-9]+"):
+		return "17"
+	case strings.Contains(types, "boolean"):
+		return "true"
+	}
+	return "sample-" + key
+}
+
+// TestChartFlags checks that every flag of the README's Flags table has a chart value
+// (and no value names a flag the README lacks), that each renders to --<flag>=<value>,
+// and that unset values render nothing.
+func TestChartFlags(t *testing.T) {
+	raw, err := os.ReadFile(chartDir + "/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Flags map[string]any `json:"flags"`
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	var readmeKeys, valueKeys []string
+	for k := range values.Flags {
+		valueKeys = append(valueKeys, k)
+	}
+	var schema struct {
+		Properties struct {
+			Flags struct {
+				Properties map[string]map[string]any `json:"properties"`
+			} `json:"flags"`
+		} `json:"properties"`
+	}
+	rawSchema, err := os.ReadFile(chartDir + "/values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(rawSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	defaults := mustHelmTemplate(t)
+	for _, row := range readmeTable(t, "## Flags") {
+		flag := row[0]
+		if !regexp.MustCompile(`^--[a-z0-9-]+$`).MatchString(flag) {
+			t.Fatalf("README Flags row %q: not a flag", row)
+		}
+		key := flagKey(flag)
+		readmeKeys = append(readmeKeys, key)
+		t.Run(flag, func(t *testing.T) {
+			if _, ok := values.Flags[key]; !ok {
+				t.Fatalf("values.yaml has no flags.%s for %s", key, flag)
+			}
+			if strings.Contains(string(defaults), flag+"=") {
+				t.Errorf("%s rendered with the default values: null must leave the adapter's default", flag)
+			}
+			set, value := "--set-string", sampleFlagValue(t, schema.Properties.Flags.Properties[key], key)
+			if key == "namespaces" {
+				set, value = "--set", "{ns-a,ns-b}"
+			}
+			objs := decode(t, "helm template", mustHelmTemplate(t, set, "flags."+key+"="+value))
+			args := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args
+			want := flag + "=" + strings.Trim(strings.ReplaceAll(value, "{", ""), "}")
+			if !slices.Contains(args, want) {
+				t.Errorf("args %q lack %q", args, want)
+			}
+		})
+	}
+	if diff := cmp.Diff(readmeKeys, valueKeys, sortStrings); diff != "" {
+		t.Errorf("README flags (-) and values.yaml flags (+) differ:\n%s", diff)
+	}
+
+	// Numbers from a values file keep their form (Helm reads them as float64).
+	f := t.TempDir() + "/values.yaml"
+	if err := os.WriteFile(f, []byte("flags:\n  scrapeMaxBodyBytes: 4194304\n  kvCacheUsageTarget: 0.85\n  scrapeConcurrency: 128\n  scrapeInsecureSkipVerify: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, "helm template", mustHelmTemplate(t, "-f", f))
+	args := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args
+	for _, want := range []string{"--scrape-max-body-bytes=4194304", "--kv-cache-usage-target=0.85", "--scrape-concurrency=128", "--scrape-insecure-skip-verify=false"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+}
