@@ -168,6 +168,10 @@ func TestChartOptions(t *testing.T) {
 			if got := flagValue(d.Spec.Template.Spec.Containers[0].Args, "--tls-managed-secret"); got != "llm-autoscaler-serving-cert" {
 				t.Errorf("--tls-managed-secret = %q", got)
 			}
+			// The ownership check and the certificate's DNS names follow the Service.
+			if got := flagValue(d.Spec.Template.Spec.Containers[0].Args, "--adapter-service"); got != "llm-autoscaler" {
+				t.Errorf("--adapter-service = %q, want the Service's name llm-autoscaler", got)
+			}
 			api := only[*apiService](t, objs, externalAPIService)
 			if api.Spec.Service.Name != "llm-autoscaler" {
 				t.Errorf("APIService service = %+v", api.Spec.Service)
@@ -485,12 +489,12 @@ func TestChartFlags(t *testing.T) {
 
 	// Numbers from a values file keep their form (Helm reads them as float64).
 	f := t.TempDir() + "/values.yaml"
-	if err := os.WriteFile(f, []byte("flags:\n  scrapeMaxBodyBytes: 4194304\n  kvCacheUsageTarget: 0.85\n  scrapeConcurrency: 128\n  scrapeInsecureSkipVerify: false\n"), 0o644); err != nil {
+	if err := os.WriteFile(f, []byte("flags:\n  scrapeMaxBodyBytes: 4194304\n  kvCacheUsageSetPoint: 0.85\n  scrapeConcurrency: 128\n  scrapeInsecureSkipVerify: false\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	objs := decode(t, "helm template", mustHelmTemplate(t, "-f", f))
 	args := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args
-	for _, want := range []string{"--scrape-max-body-bytes=4194304", "--kv-cache-usage-target=0.85", "--scrape-concurrency=128", "--scrape-insecure-skip-verify=false"} {
+	for _, want := range []string{"--scrape-max-body-bytes=4194304", "--kv-cache-usage-set-point=0.85", "--scrape-concurrency=128", "--scrape-insecure-skip-verify=false"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
