@@ -127,7 +127,7 @@ func within(first, arrived, slo time.Duration) bool { return first != unset && f
 func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) ([]int, int, error) {
 	L := cfg.OracleInterval
 	K := len(allowed)
-	state := newFleet(cfg.Engine, 0, t0, w.Requests, nopRecorder{}, w.Duration)
+	state := newFleet(cfg.Engine, 0, epoch(), w.Requests, nopRecorder{}, w.Duration)
 	sched := make([]int, K)
 	prev, infeasible := cfg.MinReplicas, 0
 	for k := range K {

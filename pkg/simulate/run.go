@@ -185,14 +185,15 @@ func (c Config) phases() pipelineSettings {
 	return ps
 }
 
-// t0 is the virtual wall-clock time of the simulation's start (any fixed instant).
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// epoch returns the virtual wall-clock time of a simulation's start: any fixed
+// instant (the engines and the HPA model take times, never read a clock).
+func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 // runFleet replays w on a fleet that starts with initial Ready pods, under the
 // autoscaler mk builds (nil for a static fleet).
 func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler, error)) (*outcome, error) {
 	rec := newFullRecorder(len(w.Requests))
-	f := newFleet(cfg.Engine, cfg.ColdStart, t0, w.Requests, rec, w.Duration)
+	f := newFleet(cfg.Engine, cfg.ColdStart, epoch(), w.Requests, rec, w.Duration)
 	f.observe = cfg.ObserveHistograms
 	if err := f.addReady(initial); err != nil {
 		return nil, err

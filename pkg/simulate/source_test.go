@@ -17,12 +17,12 @@ import (
 // pod 0 has 12 requests waiting, pod 1 none; both have only the null KV block in
 // use (1/27000).
 func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
-	f := newFleet(emulator.DefaultConfig(), 0, t0, nil, nopRecorder{}, time.Hour)
+	f := newFleet(emulator.DefaultConfig(), 0, epoch(), nil, nopRecorder{}, time.Hour)
 	if err := f.addReady(2); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 12 {
-		if err := f.pods[0].engine.Add(emulator.Request{ID: strconv.Itoa(i), PromptTokens: 100, MaxTokens: 10}, t0); err != nil {
+		if err := f.pods[0].engine.Add(emulator.Request{ID: strconv.Itoa(i), PromptTokens: 100, MaxTokens: 10}, epoch()); err != nil {
 			t.Fatal(err)
 		}
 	}
