@@ -68,7 +68,7 @@ func (o *SimulateOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.Window.RateScale, "rate-scale", o.Window.RateScale, "Multiply the request rate, keeping the time shape: each row is replayed floor(x) times, plus once more with probability frac(x), copies up to 1 s apart.")
 
 	ef := pflag.NewFlagSet("engine", pflag.ContinueOnError)
-	ef.StringVar(&o.Profile, "profile", o.Profile, "Engine profile file (YAML or JSON, the fields of `adapter calibrate`'s output); the engine flags below override it.")
+	ef.StringVar(&o.Profile, "profile", o.Profile, "Engine profile file (YAML or JSON: name, maxNumSeqs, maxNumBatchedTokens, blockSize, numGPUBlocks, maxModelLen, stepTime); the engine flags override its fields.")
 	ef.IntVar(&o.Engine.MaxNumSeqs, "max-num-seqs", o.Engine.MaxNumSeqs, "Most requests running at once per engine.")
 	ef.IntVar(&o.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", o.Engine.MaxNumBatchedTokens, "Token budget of one engine step (chunked prefill).")
 	ef.IntVar(&o.Engine.BlockSize, "block-size", o.Engine.BlockSize, "Tokens per KV-cache block.")
