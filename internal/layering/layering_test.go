@@ -19,6 +19,8 @@ var allowed = map[string][]string{
 	"pkg/scrape":    {"pkg/signals"},
 	"pkg/podselect": {"pkg/scrape", "pkg/signals"},
 	"pkg/provider":  {"pkg/podselect", "pkg/scrape", "pkg/signals"},
+	"pkg/hpa":       {},
+	"pkg/simulate":  {"pkg/emulator", "pkg/hpa", "pkg/signals", "pkg/trace"},
 }
 
 func TestNoPackageReachesBackwards(t *testing.T) {

@@ -490,3 +490,32 @@ func (d *deque) remove(s *seq) {
 		}
 	}
 }
+
+// Clone returns an independent copy of the engine: the same queued and running
+// requests, KV blocks, counters and last step result. Stepping either never
+// changes the other. pkg/simulate uses it to try alternatives from one state.
+func (e *Engine) Clone() *Engine {
+	c := &Engine{
+		cfg:        e.cfg,
+		freeBlocks: e.freeBlocks,
+		counters:   e.counters,
+		byID:       make(map[string]*seq, len(e.byID)),
+		running:    make([]*seq, 0, len(e.running)),
+	}
+	cp := func(s *seq) *seq {
+		n := *s
+		c.byID[n.req.ID] = &n
+		return &n
+	}
+	c.waiting.items = make([]*seq, 0, e.waiting.len())
+	for _, s := range e.waiting.items[e.waiting.head:] {
+		c.waiting.items = append(c.waiting.items, cp(s))
+	}
+	for _, s := range e.running {
+		c.running = append(c.running, cp(s))
+	}
+	c.res = e.res
+	c.res.Tokens = append([]TokenEvent(nil), e.res.Tokens...)
+	c.res.Finished = append([]Finished(nil), e.res.Finished...)
+	return c
+}

@@ -403,7 +403,8 @@ func TestHelp(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--queue-depth-set-point", "--scrape-interval", "--kubeconfig", "--secure-port", "Pod selection flags:", "--version"} {
+	for _, want := range []string{"--queue-depth-set-point", "--scrape-interval", "--kubeconfig", "--secure-port", "Pod selection flags:", "--version",
+		"adapter explain FILE...", "adapter drain [flags]", "adapter simulate --trace FILE [flags]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}

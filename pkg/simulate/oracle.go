@@ -1,0 +1,302 @@
+package simulate
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// The perfect-foresight oracle.
+//
+// Definition. Time is cut into intervals of OracleInterval (L). A schedule gives
+// each interval k a number r_k of Ready replicas. The oracle's schedule is built
+// greedily, interval by interval, with the same fleet model as every policy
+// (engines, gateway, draining):
+//
+//  1. From the fleet's exact state at the start of interval k (requests in
+//     flight, queues, KV caches, draining pods), r_k is the fewest Ready replicas
+//     (at least MinReplicas) such that, of the interval's arrivals that can meet
+//     the TTFT SLO at all (see attainableRequests), at most
+//     floor((1 - SLOTarget) × n) miss it. A candidate r is evaluated by cloning
+//     the fleet, making exactly r pods Ready (new ones at once, surplus ones
+//     drained, those with the fewest outstanding requests first), replaying the
+//     interval's arrivals, then letting the fleet run one TTFT SLO past the
+//     interval's end without further arrivals to see the last first tokens. The
+//     search assumes more replicas never hurt: it steps from r_{k-1} up or down in
+//     doubling strides, then bisects. The fleet state after the chosen candidate's
+//     interval is the next interval's start.
+//  2. Pods need a cold start: a replica Ready at the start of interval k is
+//     created ColdStart earlier, and it costs GPU time from its creation. A dip
+//     r_j < r_{j-1} that comes back within ColdStart (at most
+//     floor(ColdStart / L) intervals) is filled: keeping the pod is cheaper than
+//     draining it and starting another. During the first ColdStart no pod can be
+//     started in time, so the schedule holds its largest count of those
+//     intervals, which is also every fleet's initial size.
+//  3. The schedule is replayed from the start with the cold starts (pods created
+//     ColdStart before the interval that needs them, drained at the start of the
+//     interval that does not) and the report is that replay. Step 1 judged each
+//     interval without the next interval's arrivals; where the replay misses the
+//     target, the interval gets one more replica and the schedule is replayed
+//     again, at most three times.
+//
+// The result is a feasible schedule that knows the future, not a proven minimum:
+// the greedy choice is myopic (more replicas now could save more later) and the
+// per-interval target is stricter than one over the whole trace. Its GPU-hours are
+// an upper bound on the cheapest schedule's, so a policy's ratio to it is a
+// lower bound on its true overspend.
+
+// oracleResult is the oracle's schedule and its replay.
+type oracleResult struct {
+	schedule   []int // Ready replicas per interval, as executed
+	initial    int
+	infeasible int // intervals where even the cap missed the target
+	outcome    *outcome
+}
+
+// runOracle computes and replays the oracle's schedule.
+func runOracle(cfg Config, w Workload, attainable []bool) (*oracleResult, error) {
+	L := cfg.OracleInterval
+	// K intervals; an arrival at exactly K·L joins the last one. Interval k holds
+	// the requests [bounds[k], bounds[k+1]).
+	K := max(1, int((w.Duration+L-1)/L))
+	bounds := make([]int, K+1)
+	for k := 1; k <= K; k++ {
+		b := time.Duration(k) * L
+		bounds[k] = bounds[k-1]
+		for bounds[k] < len(w.Requests) && w.Requests[bounds[k]].At < b {
+			bounds[k]++
+		}
+	}
+	bounds[K] = len(w.Requests)
+	allowed := make([]int, K)
+	for k := range K {
+		n := 0
+		for i := bounds[k]; i < bounds[k+1]; i++ {
+			if attainable[i] {
+				n++
+			}
+		}
+		allowed[k] = int(math.Floor((1-cfg.SLOTarget)*float64(n) + 1e-9))
+	}
+	maxR := cfg.MaxReplicas
+	if maxR == 0 {
+		maxR = 1024
+	}
+
+	raw, infeasible, err := greedySchedule(cfg, w, attainable, bounds, allowed, maxR)
+	if err != nil {
+		return nil, err
+	}
+	var res *oracleResult
+	for round := 0; ; round++ {
+		sched, initial := shapeSchedule(raw, L, cfg.ColdStart)
+		out, err := runFleet(cfg, w, initial, func(*fleet) (autoscaler, error) {
+			return &schedulePolicy{events: scheduleEvents(sched, L, cfg.ColdStart)}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		res = &oracleResult{schedule: sched, initial: initial, infeasible: infeasible, outcome: out}
+		if round == 3 {
+			return res, nil
+		}
+		repaired := false
+		for k := range K {
+			misses := 0
+			for i := bounds[k]; i < bounds[k+1]; i++ {
+				if attainable[i] && !within(out.rec.first[i], w.Requests[i].At, cfg.TTFTSLO) {
+					misses++
+				}
+			}
+			if misses > allowed[k] && raw[k] < maxR {
+				raw[k] = max(raw[k], sched[k]) + 1
+				repaired = true
+			}
+		}
+		if !repaired {
+			return res, nil
+		}
+	}
+}
+
+// within reports whether a first token at first met the TTFT SLO for a request
+// arrived at.
+func within(first, arrived, slo time.Duration) bool { return first != unset && first-arrived <= slo }
+
+// greedySchedule is step 1 of the oracle.
+func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) ([]int, int, error) {
+	L := cfg.OracleInterval
+	K := len(allowed)
+	state := newFleet(cfg.Engine, 0, epoch(), w.Requests, nopRecorder{}, w.Duration)
+	sched := make([]int, K)
+	prev, infeasible := cfg.MinReplicas, 0
+	for k := range K {
+		lo, hi := bounds[k], bounds[k+1]
+		end := time.Duration(k+1) * L
+		type trial struct {
+			pass bool
+			next *fleet
+		}
+		trials := map[int]trial{}
+		var evalErr error
+		try := func(r int) bool {
+			if t, ok := trials[r]; ok {
+				return t.pass
+			}
+			rec := newWindowRecorder(lo, hi)
+			c := state.clone(rec)
+			if err := c.setReady(r); err != nil {
+				evalErr = err
+				return true
+			}
+			c.advance(end)
+			next := c.clone(nopRecorder{})
+			c.stop = c.next
+			c.advance(end + cfg.TTFTSLO)
+			misses := 0
+			for i := lo; i < hi; i++ {
+				if attainable[i] && !within(rec.first[i-lo], w.Requests[i].At, cfg.TTFTSLO) {
+					misses++
+				}
+			}
+			pass := misses <= allowed[k]
+			trials[r] = trial{pass, next}
+			return pass
+		}
+		r := min(max(prev, cfg.MinReplicas), maxR)
+		if try(r) {
+			// Down in doubling strides while it passes, then bisect.
+			good, bad, stride := r, -1, 1
+			for good > cfg.MinReplicas {
+				cand := max(good-stride, cfg.MinReplicas)
+				if !try(cand) {
+					bad = cand
+					break
+				}
+				good, stride = cand, stride*2
+			}
+			for bad >= 0 && good-bad > 1 {
+				mid := (good + bad) / 2
+				if try(mid) {
+					good = mid
+				} else {
+					bad = mid
+				}
+			}
+			r = good
+		} else {
+			bad, stride := r, 1
+			good := -1
+			for {
+				cand := min(bad+stride, maxR)
+				if try(cand) {
+					good = cand
+					break
+				}
+				bad = cand
+				if cand == maxR {
+					break
+				}
+				stride *= 2
+			}
+			if good < 0 {
+				infeasible++
+				r = maxR
+			} else {
+				for good-bad > 1 {
+					mid := (good + bad) / 2
+					if try(mid) {
+						good = mid
+					} else {
+						bad = mid
+					}
+				}
+				r = good
+			}
+		}
+		if evalErr != nil {
+			return nil, 0, evalErr
+		}
+		sched[k] = r
+		state = trials[r].next
+		prev = r
+	}
+	return sched, infeasible, nil
+}
+
+// setReady makes exactly r pods Ready at once: new pods are Ready immediately,
+// surplus ones drain.
+func (f *fleet) setReady(r int) error {
+	cur := f.count(phaseReady)
+	if r > cur {
+		return f.addReady(r - cur)
+	}
+	f.drainReady(cur - r)
+	return nil
+}
+
+// shapeSchedule is step 2 of the oracle: fill dips shorter than the cold start
+// and hold the first cold start's largest count. It returns the schedule and the
+// initial fleet.
+func shapeSchedule(raw []int, L, coldStart time.Duration) ([]int, int) {
+	s := slices.Clone(raw)
+	W := int(coldStart / L)
+	if W > 0 {
+		filled := slices.Clone(s)
+		for k := range s {
+			left, right := 0, 0
+			for j := max(0, k-W); j < k; j++ {
+				left = max(left, s[j])
+			}
+			for j := k + 1; j <= min(len(s)-1, k+W); j++ {
+				right = max(right, s[j])
+			}
+			filled[k] = max(s[k], min(left, right))
+		}
+		s = filled
+	}
+	// Intervals starting before the first cold start ends cannot get new pods.
+	first := 0
+	for k := range s {
+		if time.Duration(k)*L < coldStart || k == 0 {
+			first = max(first, s[k])
+		}
+	}
+	for k := range s {
+		if time.Duration(k)*L < coldStart || k == 0 {
+			s[k] = first
+		}
+	}
+	return s, first
+}
+
+// scheduleEvents turns a schedule into pod creations a cold start ahead of each
+// rise and drains at the start of each fall.
+func scheduleEvents(s []int, L, coldStart time.Duration) []scheduleEvent {
+	var ev []scheduleEvent
+	for k := 1; k < len(s); k++ {
+		b := time.Duration(k) * L
+		switch d := s[k] - s[k-1]; {
+		case d > 0:
+			ev = append(ev, scheduleEvent{at: b - coldStart, create: d})
+		case d < 0:
+			ev = append(ev, scheduleEvent{at: b, drain: -d})
+		}
+	}
+	slices.SortStableFunc(ev, func(a, b scheduleEvent) int {
+		switch {
+		case a.at < b.at:
+			return -1
+		case a.at > b.at:
+			return 1
+		}
+		return 0
+	})
+	return ev
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) firstToken(int, time.Duration) {}
+func (nopRecorder) finished(int, time.Duration)   {}
+func (nopRecorder) rejected(int)                  {}
