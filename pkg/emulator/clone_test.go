@@ -63,7 +63,7 @@ func TestCloneEvolvesLikeTheOriginal(t *testing.T) {
 			now = now.Add(10 * time.Millisecond)
 		}
 	}
-	if now == start {
+	if now.Equal(start) {
 		t.Fatal("no step ran after the clone")
 	}
 	before := e.Snapshot()

@@ -346,7 +346,7 @@ func usageRatioReplicas(current int32, ratio float64, tol Tolerances, pods []*co
 	}
 	ready, err := readyPodCount(pods)
 	if err != nil {
-		return 0, fmt.Errorf("unable to calculate ready pods: %s", err)
+		return 0, fmt.Errorf("unable to calculate ready pods: %w", err)
 	}
 	return ceilInt32(ratio * float64(ready)), nil
 }

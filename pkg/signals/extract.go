@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 )
@@ -171,7 +172,7 @@ func (e *Extractor) scan(body []byte) ([]rawSample, map[string]struct{}, error) 
 			// A quoted UTF-8 name ({"vllm:num_requests_waiting",engine="0"}): only the
 			// labels API knows it. Rare, so the allocation does not matter.
 			p.Labels(&lset)
-			name = []byte(lset.Get(labels.MetricName))
+			name = []byte(lset.Get(model.MetricNameLabel))
 		}
 		refs, ok := e.index[string(name)] // no allocation: Go optimises string(b) in a map index
 		if !ok {

@@ -490,7 +490,7 @@ func (c *syncClient) GetResourceMetric(name corev1.ResourceName, _ labels.Select
 }
 
 func (c *syncClient) GetObjectMetric(name string, _ autoscalingv2.CrossVersionObjectReference, _ labels.Selector) (int64, time.Time, error) {
-	return 0, time.Time{}, fmt.Errorf("Object metric %q is not simulated", name)
+	return 0, time.Time{}, fmt.Errorf("metric %q of type Object is not simulated", name)
 }
 
 // scheduleEvent is one action of a replica schedule.

@@ -53,7 +53,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			if axisRight {
 				fmt.Fprintf(b, `<text x="%.0f" y="%.1f" fill="#9467bd">%s</text>`, width-right+4, yy+4, trim(rmax*float64(k)/4))
 			}
-			b.WriteString("\n")
+			_, _ = b.WriteString("\n") // bufio.Writer errors are sticky: Flush returns them
 		}
 	}
 	line := func(pts []float64, ys []float64, color string, dashed, step bool) {
@@ -115,8 +115,8 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		t := tmax * float64(k) / 6
 		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x(t), axisY, timeLabel(t, tmax))
 	}
-	b.WriteString("</svg>\n")
-	return b.Flush()
+	_, _ = b.WriteString("</svg>\n")
+	return b.Flush() // the first write error, if any
 }
 
 // timeLabel labels an axis tick in seconds, or in minutes when the axis spans

@@ -87,8 +87,8 @@ func (s *scripted) count() int {
 }
 
 // runDrain runs Drain on a fake clock, stepping it by the interval whenever
-// Drain waits, and returns its error, its output and the fake time it took.
-func runDrain(t *testing.T, o DrainOptions) (error, string, time.Duration) {
+// Drain waits, and returns its output, the fake time it took and its error.
+func runDrain(t *testing.T, o DrainOptions) (string, time.Duration, error) {
 	t.Helper()
 	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(start)
@@ -98,7 +98,7 @@ func runDrain(t *testing.T, o DrainOptions) (error, string, time.Duration) {
 	for {
 		select {
 		case err := <-done:
-			return err, out.String(), clk.Since(start)
+			return out.String(), clk.Since(start), err
 		default:
 		}
 		if clk.HasWaiters() {
@@ -139,7 +139,7 @@ func TestDrain(t *testing.T) {
 			srv := httptest.NewServer(s)
 			defer srv.Close()
 			o := DrainOptions{URL: srv.URL + "/metrics", Interval: time.Second, Timeout: tt.timeout, MinWait: tt.minWait}
-			err, out, _ := runDrain(t, o)
+			out, _, err := runDrain(t, o)
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("Drain() = %v\noutput:\n%s", err, out)
@@ -165,7 +165,7 @@ func TestDrainEngineGone(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	err, out, took := runDrain(t, DrainOptions{URL: "http://" + addr + "/metrics", Interval: time.Second, Timeout: time.Minute, MinWait: 10 * time.Second})
+	out, took, err := runDrain(t, DrainOptions{URL: "http://" + addr + "/metrics", Interval: time.Second, Timeout: time.Minute, MinWait: 10 * time.Second})
 	if err != nil || !strings.Contains(out, "drained: nothing listens at http://"+addr) {
 		t.Errorf("Drain() = %v, output:\n%s\nwant drained (nothing listens)", err, out)
 	}
