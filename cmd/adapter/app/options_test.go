@@ -1,6 +1,8 @@
 package app
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +99,60 @@ func TestDeprecatedSetPointFlags(t *testing.T) {
 	}
 	if f := fs.Lookup("queue-depth-target"); f == nil || !strings.Contains(f.Deprecated, "--queue-depth-set-point") {
 		t.Errorf("--queue-depth-target is not marked deprecated in favour of --queue-depth-set-point: %+v", f)
+	}
+}
+
+// The README's Flags section lists every flag of the adapter's own flag sets
+// (not the generic API server's or logging's, which it summarises), each with
+// its real default where the README gives a literal one, and no flag that does
+// not exist.
+func TestServerFlagsDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Flags\n")
+	if !ok {
+		t.Fatal("README has no Flags section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]string{} // flag → default cell
+	for _, m := range regexp.MustCompile("(?m)^\\| `(--[a-z0-9-]+)` \\| ([^|]*) \\|").FindAllStringSubmatch(section, -1) {
+		documented[m[1]] = strings.TrimSpace(m[2])
+	}
+	o := NewOptions()
+	fss := o.Flags()
+	own := map[string]bool{}
+	for name, fs := range fss.FlagSets {
+		if strings.HasPrefix(name, "generic API server") || name == "logging" || name == "misc" {
+			continue
+		}
+		fs.VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Deprecated != "" {
+				return
+			}
+			own["--"+f.Name] = true
+			cell, ok := documented["--"+f.Name]
+			if !ok {
+				t.Errorf("README Flags tables lack --%s (%s)", f.Name, f.Usage)
+				return
+			}
+			// A literal default in backquotes must be the flag's; prose
+			// defaults ("in-cluster", "3 × interval") describe empty ones.
+			if lit, ok := strings.CutPrefix(cell, "`"); ok {
+				lit, _, _ = strings.Cut(lit, "`")
+				d1, err1 := time.ParseDuration(lit)
+				d2, err2 := time.ParseDuration(f.DefValue)
+				sameDuration := err1 == nil && err2 == nil && d1 == d2
+				if lit != f.DefValue && lit != strings.Trim(f.DefValue, "[]") && !sameDuration {
+					t.Errorf("README default of --%s is %q, the flag's is %q", f.Name, lit, f.DefValue)
+				}
+			}
+		})
+	}
+	for f := range documented {
+		if !own[f] {
+			t.Errorf("README Flags tables list %s, which is not a flag of the adapter's own flag sets", f)
+		}
 	}
 }
