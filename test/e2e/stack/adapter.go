@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -27,17 +26,21 @@ const (
 	APIServiceName        = "v1beta1.external.metrics.k8s.io"
 )
 
-// AdapterManifests are the files of manifests/ applied as they ship: the
-// adapter's namespace, ServiceAccount and RBAC. The adapter process then runs
-// with that ServiceAccount's token, so the tests exercise the shipped RBAC and
-// nothing more.
-var AdapterManifests = []string{"namespace.yaml", "service-account.yaml", "rbac.yaml", "rbac-hpa.yaml"}
+// AdapterManifests are the files of manifests/base applied as they ship: the
+// adapter's namespace, ServiceAccount and RBAC, including the managed serving
+// certificate's (rbac-tls.yaml). The adapter process then runs with that
+// ServiceAccount's token, so the tests exercise the shipped RBAC and nothing more.
+var AdapterManifests = []string{"namespace.yaml", "service-account.yaml", "rbac.yaml", "rbac-hpa.yaml", "rbac-tls.yaml"}
+
+// ServingCertSecret is the Secret of the managed serving certificate, as
+// manifests/base/deployment.yaml names it (--tls-managed-secret).
+const ServingCertSecret = "saturation-adapter-serving-cert"
 
 // AdapterOptions configure the adapter process.
 type AdapterOptions struct {
 	// Binary is bin/adapter.
 	Binary string
-	// ManifestsDir is the repository's manifests/.
+	// ManifestsDir is the repository's manifests/base.
 	ManifestsDir string
 	// ScrapeInterval and ScrapeTimeout are passed as --scrape-interval/--scrape-timeout
 	// when non-zero.
@@ -64,44 +67,47 @@ func applyAdapterManifests(ctx context.Context, c *controlplane.Cluster, dir str
 }
 
 // StartAdapter applies the adapter's manifests (namespace, ServiceAccount, RBAC),
-// starts the adapter binary as that ServiceAccount with a serving certificate
-// from the cluster's serving CA, and registers it as v1beta1.external.metrics.k8s.io
-// behind an ExternalName Service named localhost, with that CA as caBundle. It
-// waits until the APIService is Available.
+// registers v1beta1.external.metrics.k8s.io behind an ExternalName Service
+// named localhost, with no caBundle, and starts the adapter binary as that
+// ServiceAccount in the default install's TLS mode: it creates its CA and
+// serving certificate in ServingCertSecret and writes the CA into the
+// APIService's caBundle, so the aggregator verifies it. It waits until the
+// APIService is Available.
 func StartAdapter(ctx context.Context, c *controlplane.Cluster, o AdapterOptions) (*Adapter, error) {
 	kubeconfig, err := applyAdapterManifests(ctx, c, o.ManifestsDir)
 	if err != nil {
 		return nil, fmt.Errorf("adapter manifests: %w", err)
 	}
-	a, err := startAdapterProcess(c, o, kubeconfig)
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	if err := a.register(ctx, c); err != nil {
+	// Registered first, as applying the install creates the APIService with the
+	// Deployment: the adapter's first certificate sync finds it.
+	if err := register(ctx, c, port); err != nil {
+		return nil, err
+	}
+	a, err := startAdapterProcess(c, o, kubeconfig, port)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.waitAvailable(ctx, c); err != nil {
 		a.Process.Stop(5 * time.Second)
 		return nil, fmt.Errorf("%w\n----- adapter log -----\n%s", err, a.Process.Tail(4000))
 	}
 	return a, nil
 }
 
-// startAdapterProcess starts bin/adapter on a free loopback port.
-func startAdapterProcess(c *controlplane.Cluster, o AdapterOptions, kubeconfig string) (*Adapter, error) {
-	port, err := controlplane.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	// The aggregator dials localhost:<port> but verifies the certificate for the
-	// Service's DNS name.
-	svcDNS := AdapterService + "." + AdapterNamespace + ".svc"
-	serving, err := c.ServingCA.Serving(filepath.Join(c.Dir, "pki"), "adapter", []string{"localhost", svcDNS}, []net.IP{net.ParseIP("127.0.0.1")})
-	if err != nil {
-		return nil, err
-	}
+// startAdapterProcess starts bin/adapter on the loopback port.
+func startAdapterProcess(c *controlplane.Cluster, o AdapterOptions, kubeconfig string, port int) (*Adapter, error) {
 	args := []string{
 		"--secure-port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
-		"--tls-cert-file=" + serving.CertFile,
-		"--tls-private-key-file=" + serving.KeyFile,
+		// The generic server's self-signed fallback pair goes here, unused.
+		"--cert-dir=" + filepath.Join(c.Dir, "adapter-certs"),
+		"--tls-managed-secret=" + ServingCertSecret,
+		"--adapter-namespace=" + AdapterNamespace,
+		"--apiservices=" + APIServiceName,
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -119,15 +125,16 @@ func startAdapterProcess(c *controlplane.Cluster, o AdapterOptions, kubeconfig s
 	return &Adapter{Process: proc, Port: port}, nil
 }
 
-// register creates the ExternalName Service and the APIService with the serving
-// CA as caBundle, and waits until the aggregator reports it Available.
-func (a *Adapter) register(ctx context.Context, c *controlplane.Cluster) error {
+// register creates the ExternalName Service (the aggregator dials localhost:port
+// and verifies the certificate for saturation-adapter.saturation-adapter.svc)
+// and the APIService, without caBundle: the adapter writes it.
+func register(ctx context.Context, c *controlplane.Cluster, port int) error {
 	_, err := c.Client.CoreV1().Services(AdapterNamespace).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: AdapterService},
 		Spec: corev1.ServiceSpec{
 			Type:         corev1.ServiceTypeExternalName,
 			ExternalName: "localhost",
-			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(a.Port)}},
+			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port)}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -140,14 +147,21 @@ func (a *Adapter) register(ctx context.Context, c *controlplane.Cluster) error {
 	_, err = agg.ApiregistrationV1().APIServices().Create(ctx, &apiregv1.APIService{
 		ObjectMeta: metav1.ObjectMeta{Name: APIServiceName},
 		Spec: apiregv1.APIServiceSpec{
-			Service:              &apiregv1.ServiceReference{Namespace: AdapterNamespace, Name: AdapterService, Port: ptr.To(int32(a.Port))},
+			Service:              &apiregv1.ServiceReference{Namespace: AdapterNamespace, Name: AdapterService, Port: ptr.To(int32(port))},
 			Group:                "external.metrics.k8s.io",
 			Version:              "v1beta1",
-			CABundle:             c.ServingCA.CertPEM,
 			GroupPriorityMinimum: 100,
 			VersionPriority:      100,
 		},
 	}, metav1.CreateOptions{})
+	return err
+}
+
+// waitAvailable waits until the aggregator reports the APIService Available:
+// it reached the adapter and verified its certificate with the caBundle the
+// adapter published.
+func (a *Adapter) waitAvailable(ctx context.Context, c *controlplane.Cluster) error {
+	agg, err := aggregator.NewForConfig(c.Config)
 	if err != nil {
 		return err
 	}
@@ -158,6 +172,10 @@ func (a *Adapter) register(ctx context.Context, c *controlplane.Cluster) error {
 		}
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, APIServiceName, metav1.GetOptions{})
 		if err != nil {
+			return false, nil
+		}
+		if len(s.Spec.CABundle) == 0 {
+			last = "no caBundle published yet"
 			return false, nil
 		}
 		for _, cond := range s.Status.Conditions {

@@ -136,7 +136,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			if err != nil {
 				return s, err
 			}
-			ao.ManifestsDir = filepath.Join(repo, "manifests")
+			ao.ManifestsDir = filepath.Join(repo, "manifests", "base")
 		}
 		if s.Adapter, err = StartAdapter(ctx, s.Cluster, ao); err != nil {
 			return s, err
