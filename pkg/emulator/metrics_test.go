@@ -314,10 +314,10 @@ func TestSignalsReadsEmulatorLikeVLLM(t *testing.T) {
 					t.Errorf("%s = %v, want %v", name, *got, want)
 				}
 			}
-			check("QueueDepth", r.QueueDepth, waiting)
-			check("Running", r.Running, running)
-			check("KVCacheUsage", r.KVCacheUsage, kv)
-			check("Preemptions", r.Preemptions, preempt)
+			check("QueueDepth", r.Ptr(signals.QueueDepth), waiting)
+			check("Running", r.Ptr(signals.Running), running)
+			check("KVCacheUsage", r.Ptr(signals.KVCacheUsage), kv)
+			check("Preemptions", r.Ptr(signals.Preemptions), preempt)
 			if got := r.Sources["kvCacheUsage"]; got != tt.wantKVName {
 				t.Errorf("KV source = %q, want %q", got, tt.wantKVName)
 			}

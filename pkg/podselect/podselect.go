@@ -77,6 +77,9 @@ type Member struct {
 	// Counted reports whether the pod counts towards the pool: Running, Ready
 	// and not terminating, the pods the HPA's replica calculation also counts.
 	Counted bool
+	// Labels are the pod's labels (shared with the informer cache: read only),
+	// for a policy's role restriction.
+	Labels map[string]string
 	// Target is where the pod is scraped; valid only when TargetErr is nil.
 	Target scrape.Target
 	// TargetErr says why the pod cannot be scraped (no IP yet, a bad annotation).
@@ -221,7 +224,7 @@ func (s *Selection) Member(namespace, name string) (m Member, found bool, err er
 }
 
 func (s *Selection) member(p *corev1.Pod) Member {
-	m := Member{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Counted: Counted(p)}
+	m := Member{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Counted: Counted(p), Labels: p.Labels}
 	m.Target, m.TargetErr = s.target(p)
 	return m
 }

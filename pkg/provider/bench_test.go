@@ -42,7 +42,9 @@ func BenchmarkGetExternalMetric1000Pods(b *testing.B) {
 	for i := range n {
 		p := makePod(podSpec{name: fmt.Sprintf("vllm-%04d", i), labels: map[string]string{"app": "vllm", "pod-template-hash": "abc"}})
 		objs = append(objs, p)
-		cache[p.UID] = &scrape.Result{Reading: &reading, Time: clk.Now()}
+		r := reading
+		r.Time = clk.Now()
+		cache[p.UID] = &scrape.Result{History: signals.NewHistory(signals.HistoryOptions{}, &r), Time: clk.Now()}
 	}
 	// Pods of another deployment in the namespace, which the selector must skip.
 	for i := range n {
@@ -56,7 +58,7 @@ func BenchmarkGetExternalMetric1000Pods(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := New(Options{MaxAge: 6 * time.Second}, catalog, pools, cache, clk, m)
+	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, cache, clk, m)
 	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
 	info := cmprovider.ExternalMetricInfo{Metric: signals.MetricSaturation}
 	b.ReportAllocs()

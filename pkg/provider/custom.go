@@ -14,7 +14,6 @@ import (
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
-	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -28,7 +27,7 @@ var podsResource = schema.GroupResource{Resource: "pods"}
 // llm_saturation with target averageValue "1").
 func (p *Provider) ListAllMetrics() []cmprovider.CustomMetricInfo {
 	var out []cmprovider.CustomMetricInfo
-	for _, m := range p.catalog.PerPodNames() {
+	for _, m := range p.catalogs.Catalog().PerPodNames() {
 		out = append(out, cmprovider.CustomMetricInfo{GroupResource: podsResource, Namespaced: true, Metric: m})
 	}
 	return out
@@ -37,7 +36,7 @@ func (p *Provider) ListAllMetrics() []cmprovider.CustomMetricInfo {
 // GetMetricByName returns one pod's value. Errors: 404 for another resource, an
 // unknown metric or pod; 503 when the pod is not Ready or has no fresh reading.
 func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedName, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValue, error) {
-	policy, err := p.podPolicy(info)
+	catalog, policy, err := p.podPolicy(info)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +46,7 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 		p.fail(policy.Name, err)
 		return nil, err
 	}
-	list, err := p.podValues(ctx, policy, where, members)
+	list, err := p.podValues(ctx, catalog, policy, where, members)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +59,7 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 // (assume 0 when scaling up, the target when scaling down). Errors as for the
 // External metrics: 404 when no pod matches, 503 when no pod has data.
 func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
-	policy, err := p.podPolicy(info)
+	catalog, policy, err := p.podPolicy(info)
 	if err != nil {
 		return nil, err
 	}
@@ -70,25 +69,27 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 		p.fail(policy.Name, err)
 		return nil, err
 	}
-	return p.podValues(ctx, policy, where, members)
+	return p.podValues(ctx, catalog, policy, where, members)
 }
 
-func (p *Provider) podPolicy(info cmprovider.CustomMetricInfo) (*signals.Policy, error) {
-	policy := p.catalog.Lookup(info.Metric)
+func (p *Provider) podPolicy(info cmprovider.CustomMetricInfo) (*signals.Catalog, *signals.Policy, error) {
+	catalog := p.catalogs.Catalog()
+	policy := catalog.Lookup(info.Metric)
 	if info.GroupResource != podsResource || policy == nil || !policy.PerPod() {
 		p.metrics.request(metricUnknown, ResultNotFound)
-		return nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+		return nil, nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
-	return policy, nil
+	return catalog, policy, nil
 }
 
 // podValues lists the per-pod values of policy over members: each pod's part
 // in the pool, as signals.PoolBuilder computes it for the External answer.
-func (p *Provider) podValues(ctx context.Context, policy *signals.Policy, where string, members []podselect.Member) (*custom_metrics.MetricValueList, error) {
+func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where string, members []podselect.Member) (*custom_metrics.MetricValueList, error) {
 	list := &custom_metrics.MetricValueList{}
 	var missing []string
-	a := p.evaluate(ctx, policy, members, func(m *podselect.Member, res *scrape.Result, v signals.PodValue, why string) {
+	a := p.evaluate(ctx, catalog, policy, members, func(m *podselect.Member, v signals.PodValue) {
 		if !v.Present {
+			why := v.Why
 			if why == "" {
 				why = "does not expose this signal"
 			}
@@ -103,7 +104,7 @@ func (p *Provider) podValues(ctx context.Context, policy *signals.Policy, where 
 		list.Items = append(list.Items, custom_metrics.MetricValue{
 			DescribedObject: custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: m.Pod.Namespace, Name: m.Pod.Name},
 			Metric:          custom_metrics.MetricIdentifier{Name: policy.Name},
-			Timestamp:       metav1.NewTime(res.Time),
+			Timestamp:       metav1.NewTime(v.Time),
 			Value:           q,
 		})
 	})

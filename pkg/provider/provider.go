@@ -53,6 +53,18 @@ type Readings interface {
 	Scrape(ctx context.Context, targets []scrape.Target)
 }
 
+// Catalogs gives the metric catalog in force; a configuration reload replaces
+// it (see pkg/config). Implementations are safe for concurrent use.
+type Catalogs interface {
+	Catalog() *signals.Catalog
+}
+
+// StaticCatalog is a Catalogs that never changes.
+type StaticCatalog struct{ C *signals.Catalog }
+
+// Catalog returns the catalog.
+func (s StaticCatalog) Catalog() *signals.Catalog { return s.C }
+
 // Options configure the provider.
 type Options struct {
 	// MaxAge is the age beyond which a pod's last reading is stale.
@@ -66,7 +78,7 @@ type Options struct {
 // custom-metrics-apiserver.
 type Provider struct {
 	opts     Options
-	catalog  *signals.Catalog
+	catalogs Catalogs
 	pools    Pools
 	readings Readings
 	clock    clock.PassiveClock
@@ -75,16 +87,16 @@ type Provider struct {
 
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
-// New returns a Provider serving the policies of catalog.
-func New(opts Options, catalog *signals.Catalog, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
-	return &Provider{opts: opts, catalog: catalog, pools: pools, readings: readings, clock: clk, metrics: metrics}
+// New returns a Provider serving the policies of the catalog in force.
+func New(opts Options, catalogs Catalogs, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
+	return &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics}
 }
 
 // ListAllExternalMetrics lists the catalog: a static list, no I/O, so API
 // discovery never waits on engines (hazard NC-10).
 func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 	var out []cmprovider.ExternalMetricInfo
-	for _, m := range p.catalog.Names() {
+	for _, m := range p.catalogs.Catalog().Names() {
 		out = append(out, cmprovider.ExternalMetricInfo{Metric: m})
 	}
 	return out
@@ -96,7 +108,8 @@ func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 // selector that matches no pod, 503 when pods match but none gives a value (the
 // HPA then holds its replica count) and their messages say which pods and why.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
-	policy := p.catalog.Lookup(info.Metric)
+	catalog := p.catalogs.Catalog()
+	policy := catalog.Lookup(info.Metric)
 	if policy == nil {
 		p.metrics.request(metricUnknown, ResultNotFound)
 		return nil, cmprovider.NewMetricNotFoundError(external_metrics.Resource(info.Metric), info.Metric)
@@ -107,7 +120,7 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 		p.fail(policy.Name, err)
 		return nil, err
 	}
-	a := p.evaluate(ctx, policy, members, nil)
+	a := p.evaluate(ctx, catalog, policy, members, nil)
 	if err := a.poolError(where); err != nil {
 		p.fail(policy.Name, err)
 		return nil, err
@@ -120,8 +133,8 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	unknown := a.pool.Pods - a.pool.Known
 	if unknown > 0 {
 		slices.Sort(a.unknown)
-		klog.V(2).InfoS("Pods without fresh data count at the unknown-pod saturation", "namespace", namespace, "selector", metricSelector.String(),
-			"unknownSaturation", policy.UnknownSaturation, "pods", a.unknown)
+		klog.V(2).InfoS("Pods without fresh, usable data", "namespace", namespace, "selector", metricSelector.String(),
+			"metric", policy.Name, "unknownSaturation", policy.UnknownSaturation, "held", a.pool.Held, "pods", a.unknown)
 	}
 	p.metrics.request(policy.Name, ResultOK)
 	p.metrics.served(namespace, p.pools.HPAsFor(namespace, policy.Name, metricSelector), policy.Name, q.AsApproximateFloat64(), a.pool.Pods, unknown)
@@ -131,7 +144,7 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 			"pods":         strconv.Itoa(a.pool.Pods),
 			"pods_unknown": strconv.Itoa(unknown),
 		},
-		Timestamp: metav1.NewTime(a.oldest),
+		Timestamp: metav1.NewTime(a.pool.Oldest),
 		Value:     q,
 	}}}, nil
 }
@@ -139,18 +152,20 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 // answer is the evaluation of one request over a pool.
 type answer struct {
 	// matched is the number of pods the selector matched; pool.Pods of them are
-	// counted (Running, Ready, not terminating).
+	// counted (Running, Ready, not terminating, of the policy's role).
 	matched int
 	pool    signals.Pool
-	// oldest is the time of the oldest reading behind a known pod.
-	oldest time.Time
-	// unknown says, per counted pod without a fresh saturation, why ("pod: why").
+	// unknown says, per counted pod without fresh, usable data, why ("pod: why").
 	unknown []string
+	// roles lists the distinct role label values of the counted pods, when the
+	// pool mixes roles (hazard NC-03).
+	roles []string
+	// signal reports a KindSignal policy.
+	signal bool
 }
 
-// podFunc receives each counted pod with its fresh reading (nil when it has
-// none) and its part in the pool.
-type podFunc func(m *podselect.Member, res *scrape.Result, v signals.PodValue, why string)
+// podFunc receives each counted pod and its part in the pool.
+type podFunc func(m *podselect.Member, v signals.PodValue)
 
 // members returns the members of namespace matched by selector, recording the
 // request's interest. Errors are the API statuses of everything before the
@@ -201,41 +216,60 @@ func (p *Provider) ready(where, namespace string) error {
 
 // evaluate scrapes on the spot the counted members never scraped, then folds
 // the policy over the members. each, when set, receives every counted pod.
-func (p *Provider) evaluate(ctx context.Context, policy *signals.Policy, members []podselect.Member, each podFunc) answer {
+func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc) answer {
 	p.scrapeCold(ctx, members)
-	return p.fold(policy, members, p.clock.Now(), each)
+	return p.fold(catalog, policy, members, p.clock.Now(), each)
 }
 
-// fold evaluates the policy over the counted members in one pass.
-func (p *Provider) fold(policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc) answer {
-	a := answer{matched: len(members)}
-	b := policy.NewPool()
+// fold evaluates the policy over the counted members in one pass, through the
+// one pooling path (signals.PoolBuilder).
+func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc) answer {
+	a := answer{matched: len(members), signal: policy.Kind == signals.KindSignal}
+	b := policy.NewPool(now, p.opts.MaxAge)
+	roleKey := catalog.RoleLabel()
 	for i := range members {
 		m := &members[i]
 		if !m.Counted {
 			continue
 		}
-		res, why := p.fresh(m, now)
-		var r *signals.Reading
-		if res != nil {
-			r = res.Reading
+		role := m.Labels[roleKey]
+		if policy.Role != "" && role != policy.Role {
+			continue
 		}
-		v := b.Add(r)
-		switch {
-		case !v.Known && why == "":
-			why = "no valid queue depth or KV-cache usage" + firstWarnings(r.Warnings)
-			a.unknown = append(a.unknown, m.Pod.Name+": "+why)
-		case !v.Known:
-			a.unknown = append(a.unknown, m.Pod.Name+": "+why)
-		case a.oldest.IsZero() || res.Time.Before(a.oldest):
-			a.oldest = res.Time
+		if role != "" && !slices.Contains(a.roles, role) {
+			a.roles = append(a.roles, role)
+		}
+		h, why := p.history(m)
+		v := b.Add(h, why)
+		if !v.Known {
+			a.unknown = append(a.unknown, m.Pod.Name+": "+v.Why)
 		}
 		if each != nil {
-			each(m, res, v, why)
+			each(m, v)
 		}
 	}
 	a.pool = b.Pool()
+	if len(a.roles) < 2 {
+		a.roles = nil
+	}
 	return a
+}
+
+// history returns a member's readings and, when its newest scrape failed or it
+// was never scraped, why.
+func (p *Provider) history(m *podselect.Member) (*signals.History, string) {
+	res, ok := p.readings.Latest(m.UID)
+	switch {
+	case !ok && m.TargetErr != nil:
+		return nil, "cannot be scraped: " + m.TargetErr.Error()
+	case !ok:
+		return nil, "not scraped yet"
+	case res.Err != nil:
+		return res.History, "scrape failing: " + res.Err.Error()
+	case res.History == nil:
+		return nil, "not scraped yet"
+	}
+	return res.History, ""
 }
 
 // poolError returns the API status for an answer without a pool value: 503
@@ -244,6 +278,8 @@ func (a *answer) poolError(where string) error {
 	switch {
 	case a.pool.Pods == 0:
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
+	case a.pool.Known == 0 && a.pool.Fresh > 0 && a.signal:
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Fresh))
 	case a.pool.Known == 0:
 		slices.Sort(a.unknown)
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
@@ -264,32 +300,6 @@ func (p *Provider) fail(metric string, err error) {
 	}
 	p.metrics.request(metric, r)
 	klog.V(2).InfoS("Metric request failed", "metric", metric, "err", err)
-}
-
-// fresh returns a member's result when its reading is younger than MaxAge; else
-// the result (possibly nil) is nil-ed and why says why.
-func (p *Provider) fresh(m *podselect.Member, now time.Time) (*scrape.Result, string) {
-	res, ok := p.readings.Latest(m.UID)
-	if !ok {
-		if m.TargetErr != nil {
-			return nil, "cannot be scraped: " + m.TargetErr.Error()
-		}
-		return nil, "not scraped yet"
-	}
-	if res.Reading == nil {
-		if res.Err != nil {
-			return nil, "scrape failing: " + res.Err.Error()
-		}
-		return nil, "not scraped yet"
-	}
-	if age := now.Sub(res.Time); age > p.opts.MaxAge {
-		why := fmt.Sprintf("stale: last good scrape %s ago (max age %s)", age.Round(time.Millisecond), p.opts.MaxAge)
-		if res.Err != nil {
-			why += "; last error: " + res.Err.Error()
-		}
-		return nil, why
-	}
-	return res, ""
 }
 
 // scrapeCold scrapes, within ColdScrapeTimeout, the counted members that were
@@ -315,17 +325,6 @@ func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ColdScrapeTimeout)
 	defer cancel()
 	p.readings.Scrape(ctx, cold)
-}
-
-// firstWarnings renders up to two of a reading's warnings for an error message.
-func firstWarnings(w []string) string {
-	switch {
-	case len(w) == 0:
-		return ""
-	case len(w) <= 2:
-		return " (" + strings.Join(w, "; ") + ")"
-	}
-	return fmt.Sprintf(" (%s; and %d more)", strings.Join(w[:2], "; "), len(w)-2)
 }
 
 // summarize joins up to five reasons and counts the rest.

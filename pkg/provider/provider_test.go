@@ -212,9 +212,10 @@ func newFixture(t *testing.T, specs ...object) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client, signals.NewExtractor(), clk, sm)
+	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
+		scrape.Reader{Extractor: signals.NewExtractor(), History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	opts := Options{MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
-	prov := New(opts, catalog, pools, sc, clk, pm)
+	prov := New(opts, StaticCatalog{catalog}, pools, sc, clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
 }
 

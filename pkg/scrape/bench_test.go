@@ -101,7 +101,7 @@ func BenchmarkScrape1000Pods(b *testing.B) {
 	}
 	client := newClient(b, promconfig.TLSConfig{})
 	b.Cleanup(client.CloseIdleConnections)
-	s := scrape.New(opts, client, signals.NewExtractor(), clock.RealClock{}, m)
+	s := scrape.New(opts, client, scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{})}, clock.RealClock{}, m)
 	ctx := context.Background()
 
 	// Warm up: open the connections and fill the buffer pool, as the adapter's

@@ -30,11 +30,16 @@ const (
 	ReasonNoEngineMetrics ErrorReason = "no_engine_metrics"
 	// ReasonRequest: the request could not be built (a malformed URL).
 	ReasonRequest ErrorReason = "request"
+	// ReasonTooManySeries: more series of the engine families read than
+	// --scrape-max-series.
+	ReasonTooManySeries ErrorReason = "too_many_series"
+	// ReasonTooManyEngines: more engines in one body than --scrape-max-engines.
+	ReasonTooManyEngines ErrorReason = "too_many_engines"
 )
 
 // ErrorReasons lists every ErrorReason, in documentation order.
 func ErrorReasons() []ErrorReason {
-	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest}
+	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest, ReasonTooManySeries, ReasonTooManyEngines}
 }
 
 // Outcome labels saturation_adapter_scrape_duration_seconds.

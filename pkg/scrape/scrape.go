@@ -1,6 +1,7 @@
 // Package scrape fetches engines' /metrics endpoints over HTTP, turns each body
-// into a signals.Reading and keeps the latest result per pod. It moves bytes and
-// stores readings; what a reading means (scores, pools) is pkg/signals' job.
+// into a signals.Reading and keeps each pod's recent readings as a
+// signals.History. It moves bytes and stores readings; what they mean (scores,
+// states, pools) is pkg/signals' job.
 package scrape
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	promconfig "github.com/prometheus/common/config"
@@ -34,15 +36,26 @@ type Target struct {
 
 // Result is the latest known state of one target.
 type Result struct {
-	// Reading is the last successfully extracted reading; nil if none yet.
-	Reading *signals.Reading
-	// Time is when Reading was taken (the response arrived).
+	// History holds the successful readings, newest last; nil if none yet. A
+	// failed attempt keeps it: its newest reading ages out by its time.
+	History *signals.History
+	// Time is when the newest reading was taken (the response arrived).
 	Time time.Time
-	// Err is the error of the last attempt, nil when it succeeded. A failed
-	// attempt keeps the previous Reading: it ages out by its Time.
+	// Err is the error of the last attempt, nil when it succeeded.
 	Err error
 	// ErrTime is when the last failed attempt ended.
 	ErrTime time.Time
+}
+
+// Reading returns the newest successful reading, nil if none.
+func (r *Result) Reading() *signals.Reading { return r.History.Latest() }
+
+// Reader is how bodies become readings: the extractor (which families it
+// reads) and what each pod's History keeps. Both follow the metric catalog, so
+// a configuration reload replaces the Reader.
+type Reader struct {
+	Extractor *signals.Extractor
+	History   signals.HistoryOptions
 }
 
 // Options bound each scrape.
@@ -57,11 +70,11 @@ type Options struct {
 
 // Scraper scrapes targets and stores their results. It is safe for concurrent use.
 type Scraper struct {
-	opts      Options
-	client    *http.Client
-	extractor *signals.Extractor
-	clock     clock.PassiveClock
-	metrics   *Metrics
+	opts    Options
+	client  *http.Client
+	reader  atomic.Pointer[Reader]
+	clock   clock.PassiveClock
+	metrics *Metrics
 
 	bufs sync.Pool // *bytes.Buffer
 	// sem bounds scrapes in flight across every caller (the periodic loop and
@@ -72,16 +85,22 @@ type Scraper struct {
 	results map[types.UID]*Result
 }
 
-// New returns a Scraper. client must be safe for concurrent use; NewHTTPClient
-// gives the one the adapter uses.
-func New(opts Options, client *http.Client, extractor *signals.Extractor, clk clock.PassiveClock, metrics *Metrics) *Scraper {
-	return &Scraper{
-		opts: opts, client: client, extractor: extractor, clock: clk, metrics: metrics,
+// New returns a Scraper reading bodies with reader. client must be safe for
+// concurrent use; NewHTTPClient gives the one the adapter uses.
+func New(opts Options, client *http.Client, reader Reader, clk clock.PassiveClock, metrics *Metrics) *Scraper {
+	s := &Scraper{
+		opts: opts, client: client, clock: clk, metrics: metrics,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
 		sem:     make(chan struct{}, max(1, opts.Concurrency)),
 		results: map[types.UID]*Result{},
 	}
+	s.SetReader(reader)
+	return s
 }
+
+// SetReader replaces how bodies become readings, from the next scrape on (a
+// metric catalog reload). Histories already kept stay as they are.
+func (s *Scraper) SetReader(r Reader) { s.reader.Store(&r) }
 
 // NewHTTPClient returns the client engines are scraped with: the one Prometheus
 // itself scrapes with (github.com/prometheus/common/config), so TLS settings
@@ -177,7 +196,8 @@ func (s *Scraper) Run(ctx context.Context, interval time.Duration, targets func(
 // first, nothing is stored and the previous result (possibly nil) is returned.
 func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	start := s.clock.Now()
-	reading, reason, err := s.fetch(ctx, t.URL)
+	rd := s.reader.Load()
+	reading, reason, err := s.fetch(ctx, t.URL, rd.Extractor)
 	now := s.clock.Now()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, or a request's cold-scrape budget): that says
@@ -194,7 +214,8 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	if err != nil {
 		r.Err, r.ErrTime = err, now
 	} else {
-		r.Reading, r.Time, r.Err = reading, now, nil
+		reading.Time = now
+		r.History, r.Time, r.Err = r.History.Append(reading, rd.History), now, nil
 	}
 	s.results[t.UID] = r
 	s.mu.Unlock()
@@ -217,16 +238,16 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 
 // fetch GETs one /metrics body and extracts it. On error it returns the reason
 // label for the scrape-errors counter.
-func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, ErrorReason, error) {
+func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extractor) (*signals.Reading, ErrorReason, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, ReasonRequest, fmt.Errorf("building request for %s: %w", url, err)
 	}
-	// Ask for the text format explicitly: protobuf or OpenMetrics would need
-	// another parser.
-	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	// The text format first, OpenMetrics next (engines serve one or the
+	// other; the extractor reads both); never protobuf.
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1")
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -254,18 +275,16 @@ func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, Erro
 	if n > s.opts.MaxBodyBytes {
 		return nil, ReasonBodyTooLarge, fmt.Errorf("reading %s: body exceeds %d bytes", url, s.opts.MaxBodyBytes)
 	}
-	// The parser needs a final newline; adding it here reuses the pooled buffer
-	// instead of letting the parser copy the body.
-	body := buf.Bytes()
-	if len(body) > 0 && body[len(body)-1] != '\n' {
-		buf.WriteByte('\n')
-		body = buf.Bytes()
-	}
-	reading, err := s.extractor.Extract(body)
+	reading, err := extractor.ExtractContent(buf.Bytes(), resp.Header.Get("Content-Type"))
 	if err != nil {
 		reason := ReasonParse
-		if errors.Is(err, signals.ErrNoEngineMetrics) {
+		switch {
+		case errors.Is(err, signals.ErrNoEngineMetrics):
 			reason = ReasonNoEngineMetrics
+		case errors.Is(err, signals.ErrTooManySeries):
+			reason = ReasonTooManySeries
+		case errors.Is(err, signals.ErrTooManyEngines):
+			reason = ReasonTooManyEngines
 		}
 		return nil, reason, fmt.Errorf("reading %s: %w", url, err)
 	}

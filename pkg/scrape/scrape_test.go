@@ -104,7 +104,7 @@ func newFixture(t *testing.T, opts scrape.Options) *fixture {
 	client := newClient(t, promconfig.TLSConfig{})
 	t.Cleanup(client.CloseIdleConnections)
 	return &fixture{
-		scraper: scrape.New(opts, client, signals.NewExtractor(), clk, m),
+		scraper: scrape.New(opts, client, scrape.Reader{Extractor: signals.NewExtractor()}, clk, m),
 		metrics: m, reg: reg, clock: clk,
 	}
 }
@@ -163,20 +163,20 @@ func TestScrapeOneSuccess(t *testing.T) {
 			if r.Err != nil {
 				t.Fatalf("Err = %v, want nil", r.Err)
 			}
-			if r.Reading == nil {
+			if r.Reading() == nil {
 				t.Fatal("Reading = nil, want the extracted reading")
 			}
-			if r.Reading.Dialect != "vllm-v1" {
-				t.Errorf("Dialect = %q, want vllm-v1", r.Reading.Dialect)
+			if r.Reading().Dialect != "vllm-v1" {
+				t.Errorf("Dialect = %q, want vllm-v1", r.Reading().Dialect)
 			}
 			const kv = 0.0011764705882353343
-			if got := r.Reading.KVCacheUsage; got == nil || *got != kv {
+			if got := r.Reading().Ptr(signals.KVCacheUsage); got == nil || *got != kv {
 				t.Errorf("KVCacheUsage = %v, want %g", ptrString(got), kv)
 			}
-			if got := r.Reading.QueueDepth; got == nil || *got != 0 {
+			if got := r.Reading().Ptr(signals.QueueDepth); got == nil || *got != 0 {
 				t.Errorf("QueueDepth = %v, want 0", ptrString(got))
 			}
-			if got, want := signals.Score(r.Reading, signals.DefaultSetPoints()).Saturation, kv/0.8; got == nil || math.Abs(*got-want) > 1e-15 {
+			if got, want := saturationOf(t, r.Reading()), kv/0.8; got == nil || math.Abs(*got-want) > 1e-15 {
 				t.Errorf("saturation = %v, want %g", ptrString(got), want)
 			}
 			if !r.Time.Equal(f.clock.Now()) {
@@ -303,8 +303,8 @@ func TestScrapeOneFailureKeepsReading(t *testing.T) {
 			if !r.ErrTime.Equal(f.clock.Now()) {
 				t.Errorf("ErrTime = %v, want %v", r.ErrTime, f.clock.Now())
 			}
-			if r.Reading != first.Reading {
-				t.Errorf("Reading = %p, want the previous reading %p", r.Reading, first.Reading)
+			if r.Reading() != first.Reading() {
+				t.Errorf("Reading = %p, want the previous reading %p", r.Reading(), first.Reading())
 			}
 			if !r.Time.Equal(okTime) {
 				t.Errorf("Time = %v, want the previous reading's %v", r.Time, okTime)
@@ -375,8 +375,8 @@ func TestScrapeOneTimeout(t *testing.T) {
 			if r.Err == nil || !strings.Contains(r.Err.Error(), "timed out after 200ms") {
 				t.Errorf("Err = %v, want a timeout error", r.Err)
 			}
-			if r.Reading != nil {
-				t.Errorf("Reading = %+v, want nil", r.Reading)
+			if r.Reading() != nil {
+				t.Errorf("Reading = %+v, want nil", r.Reading())
 			}
 			f.checkErrors(t, "timeout")
 		})
@@ -396,8 +396,8 @@ func TestScrapeOneConnectError(t *testing.T) {
 	if r.Err == nil {
 		t.Fatal("Err = nil, want a connection error")
 	}
-	if r.Reading != nil || !r.Time.IsZero() {
-		t.Errorf("Reading, Time = %v, %v; want nil, zero for a pod never scraped", r.Reading, r.Time)
+	if r.Reading() != nil || !r.Time.IsZero() {
+		t.Errorf("Reading, Time = %v, %v; want nil, zero for a pod never scraped", r.Reading(), r.Time)
 	}
 	f.checkErrors(t, "connect")
 }
@@ -416,10 +416,10 @@ vllm:num_requests_running{engine="0",model_name="m"} +Inf
 	if r.Err != nil {
 		t.Fatalf("Err = %v, want nil: invalid values are not scrape errors", r.Err)
 	}
-	if r.Reading.KVCacheUsage != nil {
-		t.Errorf("KVCacheUsage = %g, want nil for NaN", *r.Reading.KVCacheUsage)
+	if r.Reading().Ptr(signals.KVCacheUsage) != nil {
+		t.Errorf("KVCacheUsage = %g, want nil for NaN", *r.Reading().Ptr(signals.KVCacheUsage))
 	}
-	if got, want := signals.Score(r.Reading, signals.DefaultSetPoints()).Saturation, 3.0/5; got == nil || *got != want {
+	if got, want := saturationOf(t, r.Reading()), 3.0/5; got == nil || *got != want {
 		t.Errorf("saturation = %s, want %g (queue term alone)", ptrString(got), want)
 	}
 	for reason, want := range map[string]float64{"nan": 1, "inf": 1} {
@@ -508,7 +508,7 @@ func TestSyncConcurrency(t *testing.T) {
 				t.Errorf("max in flight = %d, want ≤ %d", got, limit)
 			}
 			for _, tg := range targets {
-				if r, ok := f.scraper.Latest(tg.UID); !ok || r.Err != nil || r.Reading == nil {
+				if r, ok := f.scraper.Latest(tg.UID); !ok || r.Err != nil || r.Reading() == nil {
 					t.Errorf("%s: result %+v, %v; want a reading", tg.Pod, r, ok)
 				}
 			}
@@ -555,7 +555,7 @@ func TestConnectionReuse(t *testing.T) {
 			for i, h := range tt.rounds {
 				e.set(h)
 				f.scraper.Sync(context.Background(), targets)
-				if r, _ := f.scraper.Latest(targets[0].UID); r.Reading == nil {
+				if r, _ := f.scraper.Latest(targets[0].UID); r.Reading() == nil {
 					t.Fatalf("round %d: no reading: %v", i, r.Err)
 				}
 			}
@@ -664,9 +664,9 @@ func TestScrapeTLS(t *testing.T) {
 			}
 			client := newClient(t, tt.config)
 			defer client.CloseIdleConnections()
-			s := scrape.New(defaultOptions(), client, signals.NewExtractor(), clocktesting.NewFakeClock(time.Now()), m)
+			s := scrape.New(defaultOptions(), client, scrape.Reader{Extractor: signals.NewExtractor()}, clocktesting.NewFakeClock(time.Now()), m)
 			r := s.ScrapeOne(context.Background(), target)
-			if tt.ok != (r.Err == nil && r.Reading != nil) {
+			if tt.ok != (r.Err == nil && r.Reading() != nil) {
 				t.Errorf("result err = %v, want ok = %v", r.Err, tt.ok)
 			}
 			if !tt.ok && testutil.ToFloat64(m.Errors.WithLabelValues("connect")) != 1 {
@@ -674,4 +674,16 @@ func TestScrapeTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// saturationOf is the built-in llm_saturation of one reading, as the provider
+// computes it.
+func saturationOf(t *testing.T, r *signals.Reading) *float64 {
+	t.Helper()
+	c, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := signals.NewHistory(signals.HistoryOptions{}, r)
+	return c.Lookup(signals.MetricSaturation).ExplainPod(h, "", r.At(), time.Hour).Saturation
 }

@@ -76,3 +76,17 @@ func BenchmarkParsers(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkExtractDefault is the server's extraction when no policy has a
+// latency term: histogram lines are skipped unparsed.
+func BenchmarkExtractDefault(b *testing.B) {
+	body := readTestdata(b, realV1Dump)
+	e := NewExtractorWith(ExtractOptions{})
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Extract(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,21 +1,36 @@
 package signals
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 )
 
-// ErrNoEngineMetrics is returned (wrapped) by [Extractor.Extract] when a body
-// parses but carries no metric of any supported engine.
-var ErrNoEngineMetrics = errors.New("no LLM engine saturation metrics found")
+// Errors of Extract, for errors.Is. Each is wrapped with the detail.
+var (
+	// ErrNoEngineMetrics: the body parses but carries no queue depth or KV-cache
+	// usage metric of any supported engine.
+	ErrNoEngineMetrics = errors.New("no LLM engine saturation metrics found")
+	// ErrParse: a line of a family the adapter reads is not valid exposition text,
+	// or the body is not exposition text at all.
+	ErrParse = errors.New("parsing exposition")
+	// ErrTooManySeries: more series of the families read than
+	// ExtractOptions.MaxSeries.
+	ErrTooManySeries = errors.New("too many series")
+	// ErrTooManyEngines: more engines than ExtractOptions.MaxEngines.
+	ErrTooManyEngines = errors.New("too many engines")
+)
 
 // Reason says why a series was rejected.
 type Reason string
@@ -27,354 +42,404 @@ const (
 	ReasonInf        Reason = "inf"
 	ReasonNegative   Reason = "negative"
 	ReasonAboveRange Reason = "above_range"
+	// ReasonMalformed: a histogram whose buckets are not cumulative, or without
+	// its +Inf bucket.
+	ReasonMalformed Reason = "malformed"
 )
 
 // Reasons lists every Reason, in documentation order.
 func Reasons() []Reason {
-	return []Reason{ReasonNaN, ReasonInf, ReasonNegative, ReasonAboveRange}
+	return []Reason{ReasonNaN, ReasonInf, ReasonNegative, ReasonAboveRange, ReasonMalformed}
 }
 
-// EngineSignals is what one engine (one data-parallel rank) of a pod reports.
-// A nil field means the engine exposed no valid series for that signal.
-type EngineSignals struct {
-	// ID is the engine label's value ("0", "1", ...); empty for engines without one.
-	ID           string   `json:"id"`
-	QueueDepth   *float64 `json:"queueDepth"`
-	Running      *float64 `json:"running"`
-	KVCacheUsage *float64 `json:"kvCacheUsage"`
-	Preemptions  *float64 `json:"preemptions"`
+// The defaults of ExtractOptions.
+const (
+	// DefaultMaxSeries bounds the series of the families read per body. A vLLM
+	// pod with 8 data-parallel engines and every histogram has about 600.
+	DefaultMaxSeries = 20000
+	// DefaultMaxEngines bounds the engines per pod (data-parallel ranks, Triton
+	// models). vLLM's largest data-parallel deployments run 64 ranks per node.
+	DefaultMaxEngines = 256
+	// maxLineBytes bounds one series line of a family the adapter reads.
+	maxLineBytes = 64 << 10
+	// maxLabelBytes bounds the model names and engine IDs kept from labels;
+	// longer ones are cut (and said so).
+	maxLabelBytes = 256
+	// maxModels bounds the distinct model names kept per reading.
+	maxModels = 16
+)
+
+// ExtractOptions configure an Extractor.
+type ExtractOptions struct {
+	// Histograms makes the extractor read latency histograms (TTFT, end-to-end
+	// and inter-token latency), which only latency guardrail terms need; without
+	// it their lines are skipped unparsed.
+	Histograms bool
+	// MaxSeries bounds the series of the families read per body (0:
+	// DefaultMaxSeries); more is ErrTooManySeries.
+	MaxSeries int
+	// MaxEngines bounds the engines per pod (0: DefaultMaxEngines); more is
+	// ErrTooManyEngines.
+	MaxEngines int
 }
 
-// Reading is what one /metrics body says, folded to one pod. Nil means absent or
-// invalid, never 0. Units: requests for QueueDepth and Running, ratio 0..1 for the
-// KV-cache usages, count for Preemptions.
-type Reading struct {
-	// Dialect is the engine that was recognised: "vllm-v1", "vllm-v0", "sglang",
-	// "triton-trtllm", "tgi" or "llamacpp".
-	Dialect string
-	// Models lists the distinct served model names seen, sorted.
-	Models []string
-	// Sources names, per signal, the metric that was read (e.g.
-	// "vllm:kv_cache_usage_perc"); absent when the engine exposed none.
-	Sources map[string]string
-	// Engines lists the engines of the pod, sorted by ID.
-	Engines []EngineSignals
-
-	QueueDepth   *float64
-	Running      *float64
-	KVCacheUsage *float64
-	// KVCacheUsageMax is the busiest engine's KV-cache usage.
-	KVCacheUsageMax *float64
-	Preemptions     *float64
-
-	// Invalid counts rejected series by reason.
-	Invalid map[Reason]int
-	// Warnings explain rejected series, disagreeing duplicates and partial terms.
-	Warnings []string
-}
-
-// slot returns the field that holds a signal's pod-level value.
-func (r *Reading) slot(s Signal) **float64 {
-	switch s {
-	case QueueDepth:
-		return &r.QueueDepth
-	case Running:
-		return &r.Running
-	case KVCacheUsage:
-		return &r.KVCacheUsage
-	}
-	return &r.Preemptions
-}
-
-// slot returns the field that holds a signal's value for the engine.
-func (e *EngineSignals) slot(s Signal) **float64 {
-	switch s {
-	case QueueDepth:
-		return &e.QueueDepth
-	case Running:
-		return &e.Running
-	case KVCacheUsage:
-		return &e.KVCacheUsage
-	}
-	return &e.Preemptions
-}
-
-// Extractor reads /metrics bodies. It is immutable and safe for concurrent use.
+// Extractor reads /metrics bodies. It is immutable (but for a bounded cache of
+// histogram layouts) and safe for concurrent use.
 type Extractor struct {
+	opts     ExtractOptions
 	dialects []Dialect
 	index    sourceIndex
+	bufs     sync.Pool // *scanBuffers
+	layouts  layoutCache
 }
 
-// NewExtractor returns an Extractor for the built-in engine dialects.
-func NewExtractor() *Extractor {
+// NewExtractor returns an Extractor for the built-in engine dialects that reads
+// every family it knows, histograms included (explain, tests).
+func NewExtractor() *Extractor { return NewExtractorWith(ExtractOptions{Histograms: true}) }
+
+// NewExtractorWith returns an Extractor for the built-in engine dialects with
+// the given options.
+func NewExtractorWith(opts ExtractOptions) *Extractor {
+	if opts.MaxSeries <= 0 {
+		opts.MaxSeries = DefaultMaxSeries
+	}
+	if opts.MaxEngines <= 0 {
+		opts.MaxEngines = DefaultMaxEngines
+	}
 	d := builtinDialects()
-	return &Extractor{dialects: d, index: newSourceIndex(d)}
+	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms)}
+	e.bufs.New = func() any { return &scanBuffers{} }
+	return e
+}
+
+// scanBuffers are the per-call buffers of Extract, pooled.
+type scanBuffers struct {
+	lines   bytes.Buffer
+	lineNos []int
+	samples []rawSample
+	lset    labels.Labels
 }
 
 // rawSample is one series of interest, as read.
 type rawSample struct {
-	ref    sourceRef
-	engine string
-	value  float64
-	series string
+	scalar   bool
+	sref     sourceRef
+	href     histoRef
+	engine   string
+	model    string
+	sumLabel string  // the value of the SourceSet's SumLabel, if any
+	le       float64 // bucket bound of a histogram bucket
+	value    float64
+	ts       int64 // milliseconds; 0 when the sample has none
+	line     int   // index into the filtered lines, for messages
 }
 
 // Extract parses a Prometheus text exposition (format 0.0.4; a missing final
-// newline is accepted) and returns the pod's canonical signals.
+// newline, CRLF line endings, a UTF-8 byte order mark and leading blanks are
+// accepted) and returns the pod's canonical signals. Only the lines of the
+// families some dialect reads are handed to the parser (Prometheus's own
+// model/textparse): a malformed line of any other family cannot void the pod,
+// and costs only the scan for its name.
 //
-// Errors: a body that does not parse (the parser's message, with its position),
-// and ErrNoEngineMetrics (wrapped, listing what was looked for) when no supported
-// engine metric is present. Invalid values are not errors: they are counted and
-// reported in the Reading.
+// Errors (wrapped, naming the line): ErrParse for a malformed line of a family
+// read, or a body with no exposition line at all; ErrNoEngineMetrics when no
+// supported engine's queue depth or KV-cache usage is present; ErrTooManySeries
+// and ErrTooManyEngines past the options' bounds. Invalid values are not errors:
+// they are counted and reported in the Reading.
 func (e *Extractor) Extract(body []byte) (Reading, error) {
-	samples, models, err := e.scan(body)
+	return e.ExtractContent(body, "")
+}
+
+// ExtractContent is Extract for a body of the given Content-Type: OpenMetrics
+// text (application/openmetrics-text) is read by textparse's OpenMetrics parser
+// (timestamps in seconds, exemplars, # EOF); anything else as the text format
+// 0.0.4, with exemplars after a series ignored.
+func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, error) {
+	om := strings.HasPrefix(strings.TrimSpace(strings.ToLower(contentType)), "application/openmetrics-text")
+	b := e.bufs.Get().(*scanBuffers)
+	defer e.bufs.Put(b)
+	st, err := e.filter(body, om, b)
 	if err != nil {
 		return Reading{}, err
 	}
-	dialect := -1
-	for _, s := range samples {
-		if dialect < 0 || s.ref.dialect < dialect {
-			dialect = s.ref.dialect
-		}
+	if err := e.parse(om, b); err != nil {
+		return Reading{}, err
 	}
-	if dialect < 0 {
-		return Reading{}, fmt.Errorf("%w (looked for %s)", ErrNoEngineMetrics, e.lookedFor())
+	r, err := e.fold(b.samples, st)
+	if err != nil {
+		return Reading{}, err
 	}
-	return e.fold(dialect, samples, models), nil
+	return r, nil
 }
 
-// scan runs the exposition parser once over the body and keeps only the series
-// that some dialect reads. Parsing is Prometheus's own scrape parser
-// (model/textparse): it yields series as byte slices without allocating, so the
-// cost of the hundreds of series nobody reads is only the lexing. BenchmarkParsers
-// compares it with prometheus/common/expfmt.
-func (e *Extractor) scan(body []byte) ([]rawSample, map[string]struct{}, error) {
-	p := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
-	var (
-		samples []rawSample
-		models  map[string]struct{}
-		lset    labels.Labels
-	)
+// filterStats describes what filter skipped.
+type filterStats struct {
+	// other is the number of lines that are not exposition text at all, first the
+	// number of the first one and firstText an excerpt of it.
+	other     int
+	first     int
+	firstText string
+}
+
+// filter copies the lines of families some dialect reads into b.lines, one per
+// line, normalised (no CR, no leading blanks, no exemplar in the text format).
+func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, error) {
+	var st filterStats
+	b.lines.Reset()
+	b.lineNos = b.lineNos[:0]
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
+	for n := 1; len(body) > 0; n++ {
+		var line []byte
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			line, body = body, nil
+		}
+		if k := len(line); k > 0 && line[k-1] == '\r' {
+			line = line[:k-1]
+		}
+		for len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			line = line[1:]
+		}
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] == '#' {
+			if om && bytes.Equal(bytes.TrimSpace(line), []byte("# EOF")) {
+				b.lines.WriteString("# EOF\n")
+				b.lineNos = append(b.lineNos, n)
+			}
+			continue
+		}
+		if !e.index.first[line[0]] && line[0] != '{' {
+			if !metricNameStart(line[0]) {
+				if st.other == 0 {
+					st.first, st.firstText = n, Excerpt(string(line), 80)
+				}
+				st.other++
+			}
+			continue // no family read starts with this byte
+		}
+		name, ok := lineMetricName(line)
+		if !ok {
+			if st.other == 0 {
+				st.first, st.firstText = n, Excerpt(string(line), 80)
+			}
+			st.other++
+			continue
+		}
+		if !e.index.read[string(name)] { // no allocation: Go optimises string(b) in a map index
+			continue
+		}
+		if len(line) > maxLineBytes {
+			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, n, Excerpt(string(name), 80), len(line), maxLineBytes)
+		}
+		if bytes.IndexByte(line, 0) >= 0 {
+			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, n, Excerpt(string(name), 80))
+		}
+		if !om {
+			line = stripExemplar(line)
+		}
+		if len(b.lineNos) >= e.opts.MaxSeries {
+			return st, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
+		}
+		b.lines.Write(line)
+		b.lines.WriteByte('\n')
+		b.lineNos = append(b.lineNos, n)
+	}
+	if om && (len(b.lineNos) == 0 || b.lines.Len() < 6 || !bytes.HasSuffix(b.lines.Bytes(), []byte("# EOF\n"))) {
+		// The OpenMetrics parser needs its terminator; a truncated body is still
+		// read as far as it goes, as Prometheus does not.
+		b.lines.WriteString("# EOF\n")
+		b.lineNos = append(b.lineNos, 0)
+	}
+	return st, nil
+}
+
+// lineMetricName returns the metric name a series line starts with: the bytes
+// up to the first '{', blank or tab, or the quoted name of a UTF-8 series
+// ({"vllm:num_requests_waiting",engine="0"}). ok is false for a line that
+// cannot be a series of the exposition format.
+func lineMetricName(line []byte) ([]byte, bool) {
+	if line[0] == '{' {
+		rest := bytes.TrimLeft(line[1:], " ")
+		if len(rest) == 0 || rest[0] != '"' {
+			return nil, false
+		}
+		for i := 1; i < len(rest); i++ {
+			switch rest[i] {
+			case '\\':
+				i++
+			case '"':
+				return rest[1:i], true
+			}
+		}
+		return nil, false
+	}
+	if !metricNameStart(line[0]) {
+		return nil, false
+	}
+	for i, c := range line {
+		if c == '{' || c == ' ' || c == '\t' {
+			return line[:i], true
+		}
+	}
+	return line, true
+}
+
+// metricNameStart reports whether c can start a metric name ([a-zA-Z_:]).
+func metricNameStart(c byte) bool {
+	return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// stripExemplar drops an OpenMetrics exemplar (" # {…} v") after the value of a
+// text-format line, which the 0.0.4 parser would reject.
+func stripExemplar(line []byte) []byte {
+	if bytes.IndexByte(line, '#') < 0 {
+		return line
+	}
+	end := 0
+	if i := bytes.LastIndexByte(line, '}'); i >= 0 && bytes.IndexByte(line, '{') >= 0 {
+		// The exemplar's own braces come after " # ": find the series' closing
+		// brace as the first '}' outside quotes.
+		end = closingBrace(line)
+	}
+	if j := bytes.Index(line[end:], []byte(" # {")); j >= 0 {
+		return bytes.TrimRight(line[:end+j], " ")
+	}
+	return line
+}
+
+// closingBrace returns the index just after the '}' that closes the series'
+// label set, skipping quoted label values; 0 if none.
+func closingBrace(line []byte) int {
+	inQuote := false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case inQuote && c == '\\':
+			i++
+		case c == '"':
+			inQuote = !inQuote
+		case !inQuote && c == '}':
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// parse runs the exposition parser over the filtered lines and keeps the
+// samples of interest in b.samples.
+func (e *Extractor) parse(om bool, b *scanBuffers) error {
+	b.samples = b.samples[:0]
+	data := b.lines.Bytes()
+	if len(data) == 0 {
+		return nil
+	}
+	var p textparse.Parser
+	if om {
+		p = textparse.NewOpenMetricsParser(data, labels.NewSymbolTable())
+	} else {
+		p = textparse.NewPromParser(data, labels.NewSymbolTable(), false)
+	}
+	line := -1
 	for {
 		entry, err := p.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("parsing exposition: %w", err)
+			return e.parseError(om, b, err)
 		}
 		if entry != textparse.EntrySeries {
 			continue
 		}
-		series, _, value := p.Series()
-		name := metricName(series)
-		if len(name) == 0 {
-			// A quoted UTF-8 name ({"vllm:num_requests_waiting",engine="0"}): only the
-			// labels API knows it. Rare, so the allocation does not matter.
-			p.Labels(&lset)
-			name = []byte(lset.Get(model.MetricNameLabel))
+		line++
+		_, ts, value := p.Series()
+		p.Labels(&b.lset)
+		name := b.lset.Get(model.MetricNameLabel)
+		var t int64
+		if ts != nil {
+			t = *ts
 		}
-		refs, ok := e.index[string(name)] // no allocation: Go optimises string(b) in a map index
-		if !ok {
-			continue
-		}
-		p.Labels(&lset)
-		for _, ref := range refs {
+		for _, ref := range e.index.scalars[name] {
 			src := ref.source
-			if src.Label != "" && lset.Get(src.Label) != src.Value {
+			if src.Label != "" && b.lset.Get(src.Label) != src.Value {
 				continue
 			}
 			d := &e.dialects[ref.dialect]
-			if d.ModelLabel != "" {
-				if m := lset.Get(d.ModelLabel); m != "" {
-					if models == nil {
-						models = map[string]struct{}{}
-					}
-					models[m] = struct{}{}
+			s := rawSample{scalar: true, sref: ref, value: value, ts: t, line: line}
+			s.engine, s.model = engineKey(d, &b.lset), b.lset.Get(d.ModelLabel)
+			if sl := d.Sources[ref.signal][ref.pref].SumLabel; sl != "" {
+				s.sumLabel = b.lset.Get(sl)
+			}
+			b.samples = append(b.samples, s)
+		}
+		for _, ref := range e.index.histos[name] {
+			d := &e.dialects[ref.dialect]
+			s := rawSample{href: ref, value: value, ts: t, line: line}
+			s.engine, s.model = engineKey(d, &b.lset), b.lset.Get(d.ModelLabel)
+			if ref.kind == partBucket {
+				le, err := strconv.ParseFloat(b.lset.Get(model.BucketLabel), 64)
+				if err != nil || math.IsNaN(le) {
+					return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNos[min(line, len(b.lineNos)-1)], name, Excerpt(b.lset.Get(model.BucketLabel), 40))
 				}
+				s.le = le
 			}
-			var engine string
-			if d.EngineLabel != "" {
-				engine = lset.Get(d.EngineLabel)
-			}
-			samples = append(samples, rawSample{ref: ref, engine: engine, value: value, series: string(series)})
+			b.samples = append(b.samples, s)
 		}
 	}
-	return samples, models, nil
+	return nil
 }
 
-// metricName returns the metric name at the start of a series' bytes: the bytes
-// up to the first '{' or space; empty when the name is quoted inside the braces.
-func metricName(series []byte) []byte {
-	for i, c := range series {
-		if c == '{' || c == ' ' {
-			return series[:i]
-		}
-	}
-	return series
-}
-
-// fold applies the preference, validity, duplicate and engine rules of the
-// package documentation to the samples of one dialect, in three phases: choose
-// one source per signal, collect each engine's valid values (duplicates
-// collapsed to their maximum), then fold the engines into the pod.
-func (e *Extractor) fold(dialect int, samples []rawSample, models map[string]struct{}) Reading {
-	d := &e.dialects[dialect]
-	r := Reading{Dialect: d.Name, Sources: map[string]string{}}
-	for m := range models {
-		r.Models = append(r.Models, m)
-	}
-	slices.Sort(r.Models)
-	chosen, hasEngineLabel := chooseSources(dialect, samples)
-	for s := range numSignals {
-		if chosen[s] >= 0 {
-			r.Sources[s.String()] = d.Sources[s][chosen[s]].String()
-		}
-	}
-	if d.Name == "vllm" {
-		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], hasEngineLabel)
-	}
-	engines, ids := r.collect(dialect, chosen, samples)
-	r.foldEngines(d, chosen, engines, ids)
-	return r
-}
-
-// chooseSources picks, per signal, the most preferred source of the dialect
-// present in the samples (-1 for none), and reports whether any sample carries
-// an engine label.
-func chooseSources(dialect int, samples []rawSample) (chosen [numSignals]int, hasEngineLabel bool) {
-	for s := range numSignals {
-		chosen[s] = -1
-	}
-	for _, s := range samples {
-		if s.ref.dialect != dialect {
+// parseError names the first filtered line the parser rejects, re-parsing line
+// by line (the error path only).
+func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
+	lines := bytes.SplitAfter(b.lines.Bytes(), []byte("\n"))
+	for i, l := range lines {
+		if len(l) == 0 || i >= len(b.lineNos) || b.lineNos[i] == 0 {
 			continue
 		}
-		if s.engine != "" {
-			hasEngineLabel = true
+		var p textparse.Parser
+		if om {
+			p = textparse.NewOpenMetricsParser(append(slices.Clone(l), "# EOF\n"...), labels.NewSymbolTable())
+		} else {
+			p = textparse.NewPromParser(l, labels.NewSymbolTable(), false)
 		}
-		if c := chosen[s.ref.signal]; c < 0 || s.ref.pref < c {
-			chosen[s.ref.signal] = s.ref.pref
-		}
-	}
-	return chosen, hasEngineLabel
-}
-
-// cell is one engine's value of one signal: the maximum of its valid series.
-type cell struct {
-	value  float64
-	n      int
-	differ bool
-}
-
-// collect validates each sample of a chosen source and collapses duplicates
-// within an engine to their maximum. It returns the cells by engine ID and the
-// IDs in order.
-func (r *Reading) collect(dialect int, chosen [numSignals]int, samples []rawSample) (map[string]*[numSignals]cell, []string) {
-	engines := map[string]*[numSignals]cell{}
-	var ids []string
-	for _, s := range samples {
-		if s.ref.dialect != dialect || s.ref.pref != chosen[s.ref.signal] {
-			continue
-		}
-		cells, ok := engines[s.engine]
-		if !ok {
-			cells = &[numSignals]cell{}
-			engines[s.engine] = cells
-			ids = append(ids, s.engine)
-		}
-		if reason, bad := validate(s.ref.signal, s.value); bad {
-			if r.Invalid == nil {
-				r.Invalid = map[Reason]int{}
+		for {
+			_, err := p.Next()
+			if errors.Is(err, io.EOF) {
+				break
 			}
-			r.Invalid[reason]++
-			r.warn(fmt.Sprintf("rejected %s = %g: %s", s.series, s.value, reason))
-			continue
-		}
-		c := &cells[s.ref.signal]
-		switch {
-		case c.n == 0:
-			c.value = s.value
-		case s.value != c.value:
-			c.differ = true
-			c.value = math.Max(c.value, s.value)
-		}
-		c.n++
-	}
-	slices.SortFunc(ids, compareEngineIDs)
-	return engines, ids
-}
-
-// foldEngines sets each engine's values and the pod's: queue depth, running and
-// preemptions add up, KV-cache usage is the mean over the engines reporting it
-// (the busiest kept as KVCacheUsageMax).
-func (r *Reading) foldEngines(d *Dialect, chosen [numSignals]int, engines map[string]*[numSignals]cell, ids []string) {
-	var sums [numSignals]float64
-	var counts [numSignals]int
-	for _, id := range ids {
-		cells := engines[id]
-		es := EngineSignals{ID: id}
-		for s := range numSignals {
-			c := cells[s]
-			if c.n == 0 {
-				continue
+			if err != nil {
+				return fmt.Errorf("%w: line %d: %s: %s", ErrParse, b.lineNos[i], Excerpt(err.Error(), 120), Excerpt(strings.TrimSpace(string(l)), 120))
 			}
-			if c.differ {
-				r.warn(fmt.Sprintf("%d duplicate series of %s for engine %q disagree; using their maximum %g",
-					c.n, d.Sources[s][chosen[s]], id, c.value))
-			}
-			v := c.value
-			*es.slot(s) = &v
-			if s == KVCacheUsage && (r.KVCacheUsageMax == nil || v > *r.KVCacheUsageMax) {
-				m := v
-				r.KVCacheUsageMax = &m
-			}
-			sums[s] += v
-			counts[s]++
 		}
-		r.Engines = append(r.Engines, es)
 	}
-	for s := range numSignals {
-		if chosen[s] < 0 {
-			continue
-		}
-		if counts[s] == 0 {
-			r.warn(fmt.Sprintf("no valid %s series; %s drops out", d.Sources[s][chosen[s]], s))
-			continue
-		}
-		if counts[s] < len(ids) {
-			r.warn(fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, counts[s], len(ids)))
-		}
-		v := sums[s]
-		if s == KVCacheUsage {
-			v /= float64(counts[s])
-		}
-		*r.slot(s) = &v
-	}
+	return fmt.Errorf("%w: %s", ErrParse, Excerpt(cause.Error(), 200))
 }
 
-// maxWarnings bounds the warnings kept per reading: a body with thousands of
-// broken series must not turn into megabytes of memory or of API error message.
-const maxWarnings = 10
-
-// warn records a warning, keeping the first maxWarnings and counting the rest.
-func (r *Reading) warn(w string) {
-	switch {
-	case len(r.Warnings) < maxWarnings:
-		r.Warnings = append(r.Warnings, w)
-	case len(r.Warnings) == maxWarnings:
-		r.Warnings = append(r.Warnings, "further warnings omitted")
+// engineKey returns the engine's ID: the values of the dialect's engine labels,
+// joined by "/" with empty trailing values left out, at most maxLabelBytes long.
+func engineKey(d *Dialect, lset *labels.Labels) string {
+	switch len(d.EngineLabels) {
+	case 0:
+		return ""
+	case 1:
+		return Excerpt(lset.Get(d.EngineLabels[0]), maxLabelBytes)
 	}
+	parts := make([]string, 0, len(d.EngineLabels))
+	for _, l := range d.EngineLabels {
+		parts = append(parts, lset.Get(l))
+	}
+	for len(parts) > 0 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
+	return Excerpt(strings.Join(parts, "/"), maxLabelBytes)
 }
 
-// vllmVersion names the vLLM metrics generation: V1 exports the engine label and,
-// from 0.9.2, kv_cache_usage_perc; V0 has neither.
-func vllmVersion(kvSource string, hasEngineLabel bool) string {
-	if hasEngineLabel || kvSource == "vllm:kv_cache_usage_perc" {
-		return "vllm-v1"
-	}
-	return "vllm-v0"
-}
+// ratioEpsilon is the float noise above 1 accepted (and clamped) in a ratio: an
+// engine computing 1 - free/total can report 1.0000000000000002.
+const ratioEpsilon = 1e-6
 
 // MaxRequests is the largest queue depth or running count accepted from one
 // series. No engine holds a billion requests; values above it are corrupt (a
@@ -382,21 +447,619 @@ func vllmVersion(kvSource string, hasEngineLabel bool) string {
 // pool's sum.
 const MaxRequests = 1e9
 
-// validate reports whether v is outside the valid range of the signal and why.
-func validate(s Signal, v float64) (Reason, bool) {
+// maxCounter is the largest counter value accepted: 2^53, beyond which a float
+// counter no longer counts by one.
+const maxCounter = 1 << 53
+
+// validate reports whether v is outside the valid range of the signal and why,
+// and returns v clamped for float noise (a ratio at 1 + 1e-7 reads 1).
+func validate(s Signal, v float64) (float64, Reason, bool) {
 	switch {
 	case math.IsNaN(v):
-		return ReasonNaN, true
+		return v, ReasonNaN, true
 	case math.IsInf(v, 0):
-		return ReasonInf, true
+		return v, ReasonInf, true
 	case v < 0:
-		return ReasonNegative, true
+		return v, ReasonNegative, true
+	case s.isRatio() && v > 1+ratioEpsilon:
+		return v, ReasonAboveRange, true
 	case s.isRatio() && v > 1:
-		return ReasonAboveRange, true
-	case (s == QueueDepth || s == Running) && v > MaxRequests:
-		return ReasonAboveRange, true
+		return 1, "", false
+	case s.isCount() && v > MaxRequests:
+		return v, ReasonAboveRange, true
+	case s.IsCounter() && v > maxCounter:
+		return v, ReasonAboveRange, true
 	}
-	return "", false
+	return v, "", false
+}
+
+// fold turns the samples into a Reading, in phases: choose the dialect and its
+// spelling; drop unlabelled aggregates beside engine-labelled series; validate
+// every series; per engine and signal choose the first alternative with a valid
+// value (duplicates collapsed to their maximum); build histograms; fold the
+// engines into the pod.
+func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
+	dialect, spelling, ok := e.chooseDialect(samples)
+	if !ok {
+		if st.other > 0 {
+			return Reading{}, fmt.Errorf("%w: line %d is not exposition text: %q (and %d other lines)", ErrParse, st.first, st.firstText, st.other-1)
+		}
+		return Reading{}, fmt.Errorf("%w (looked for %s)", ErrNoEngineMetrics, e.lookedFor())
+	}
+	d := &e.dialects[dialect]
+	r := Reading{Dialect: d.Name, Sources: map[string]string{}}
+	samples = e.keepDialect(&r, samples, dialect, spelling)
+	if st.other > 0 {
+		r.warn(fmt.Sprintf("%d lines are not exposition text and were skipped (first: line %d)", st.other, st.first))
+	}
+	samples = dropAggregates(&r, d, spelling, samples)
+
+	engines := map[string]*engineBuild{}
+	var ids []string
+	var oldest int64
+	models := map[string]struct{}{}
+	for i := range samples {
+		s := &samples[i]
+		eb, ok := engines[s.engine]
+		if !ok {
+			eb = &engineBuild{id: s.engine}
+			engines[s.engine] = eb
+			ids = append(ids, s.engine)
+		}
+		if s.model != "" {
+			if eb.model == "" {
+				eb.model = Excerpt(s.model, maxLabelBytes)
+			}
+			if len(models) < maxModels {
+				models[Excerpt(s.model, maxLabelBytes)] = struct{}{}
+			}
+		}
+		if d.BackendPrefix != "" && s.scalar && strings.HasPrefix(s.sref.source.Metric, d.BackendPrefix) {
+			eb.backend = true
+		}
+		if s.ts != 0 && (oldest == 0 || s.ts < oldest) {
+			oldest = s.ts
+		}
+		if s.scalar {
+			eb.addScalar(&r, s)
+		} else {
+			eb.addHisto(s)
+		}
+	}
+	ids = mergeUnlabelled(d, engines, ids)
+	if len(ids) > e.opts.MaxEngines {
+		return Reading{}, fmt.Errorf("%w: %d engines, more than %d", ErrTooManyEngines, len(ids), e.opts.MaxEngines)
+	}
+	slices.SortFunc(ids, compareEngineIDs)
+	for m := range models {
+		r.Models = append(r.Models, m)
+	}
+	slices.Sort(r.Models)
+	if oldest != 0 {
+		r.SampleTime = time.UnixMilli(oldest)
+	}
+
+	e.resolve(&r, d, spelling, engines, ids)
+	if d.Name == "vllm" {
+		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
+	}
+	var keep func(*EngineSignals) bool
+	if d.BackendPrefix != "" && slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
+		keep = func(e *EngineSignals) bool { return e.Backend }
+	}
+	r.Fold = fold(r.Engines, keep)
+	return r, nil
+}
+
+// mergeUnlabelled gives the series of families that no engine label splits
+// (vLLM's admission_rejections_total is per process) to the pod's only
+// engine-labelled engine; with several engines they stay a pod-level part of
+// their own (ID "").
+func mergeUnlabelled(d *Dialect, engines map[string]*engineBuild, ids []string) []string {
+	agg, ok := engines[""]
+	if len(d.EngineLabels) == 0 || !ok || len(ids) != 2 {
+		return ids
+	}
+	other := engines[ids[0]]
+	if ids[0] == "" {
+		other = engines[ids[1]]
+	}
+	for _, kc := range agg.cells {
+		if other.cell(kc.key, false) == nil {
+			other.cells = append(other.cells, kc)
+		}
+	}
+	for k, m := range agg.buckets {
+		if other.buckets == nil {
+			other.buckets = map[[2]int]map[float64]*cell{}
+		}
+		if _, dup := other.buckets[k]; !dup {
+			other.buckets[k] = m
+		}
+	}
+	for k, c := range agg.hparts {
+		if other.hparts == nil {
+			other.hparts = map[[3]int]*cell{}
+		}
+		if _, dup := other.hparts[k]; !dup {
+			other.hparts[k] = c
+		}
+	}
+	if other.model == "" {
+		other.model = agg.model
+	}
+	delete(engines, "")
+	return []string{other.id}
+}
+
+// chooseDialect picks the dialect, and the spelling within it, that has the most
+// of the fused signals (queue depth, KV-cache usage), then running; ties go to
+// table order. ok is false when none has queue depth or KV-cache usage.
+func (e *Extractor) chooseDialect(samples []rawSample) (dialect, spelling int, ok bool) {
+	const maxSpellings = 2
+	n := len(e.dialects) * maxSpellings
+	score := make([]int, n)
+	seen := make([]uint32, n)
+	for i := range samples {
+		s := &samples[i]
+		if !s.scalar {
+			continue
+		}
+		k := s.sref.dialect*maxSpellings + s.sref.spelling
+		bit := uint32(1) << s.sref.signal
+		if seen[k]&bit != 0 {
+			continue
+		}
+		seen[k] |= bit
+		switch s.sref.signal {
+		case QueueDepth, KVCacheUsage:
+			score[k] += 4
+		case Running:
+			score[k] += 2
+		default:
+			score[k]++
+		}
+	}
+	best := -1
+	for k := range n {
+		if seen[k]&(1<<QueueDepth|1<<KVCacheUsage) == 0 {
+			continue
+		}
+		if best < 0 || score[k] > score[best] {
+			best = k // ties keep the earlier dialect and spelling
+		}
+	}
+	if best < 0 {
+		return 0, 0, false
+	}
+	return best / maxSpellings, best % maxSpellings, true
+}
+
+// keepDialect returns the samples of the chosen dialect and spelling, warning
+// about the others: a mixed body (metrics of another engine beside) or both
+// spellings of one engine (never added together).
+func (e *Extractor) keepDialect(r *Reading, samples []rawSample, dialect, spelling int) []rawSample {
+	d := &e.dialects[dialect]
+	var otherDialect, otherSpelling string
+	out := samples[:0]
+	for _, s := range samples {
+		sd, sk := s.sref.dialect, s.sref.spelling
+		if !s.scalar {
+			sd, sk = s.href.dialect, s.href.spelling
+		}
+		switch {
+		case sd == dialect && sk == spelling:
+			out = append(out, s)
+		case sd == dialect:
+			otherSpelling = d.Spellings[sk]
+		default:
+			otherDialect = e.dialects[sd].Name
+		}
+	}
+	if otherDialect != "" {
+		r.warn(fmt.Sprintf("mixed body: %s metrics beside %s ones; read as %s", otherDialect, d.Name, d.Name))
+	}
+	if otherSpelling != "" {
+		r.warn(fmt.Sprintf("both %q and %q names of %s are present; read %q only", d.Spellings[spelling], otherSpelling, d.Name, d.Spellings[spelling]))
+	}
+	return out
+}
+
+// dropAggregates drops, per metric, unlabelled series beside engine-labelled
+// ones: a series without the engine label next to per-engine series is an
+// aggregate of them (a relabelled sum, a second exporter), not another engine,
+// and adding it would count the pod twice.
+func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) []rawSample {
+	if len(d.EngineLabels) == 0 || !slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine == "" }) ||
+		!slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine != "" }) {
+		return samples
+	}
+	labelled := map[string]bool{}
+	for i := range samples {
+		if samples[i].engine != "" {
+			labelled[samples[i].metric(d)] = true
+		}
+	}
+	if len(labelled) == 0 {
+		return samples
+	}
+	var dropped []string
+	out := samples[:0]
+	for _, s := range samples {
+		if m := s.metric(d); s.engine == "" && labelled[m] {
+			if !slices.Contains(dropped, m) {
+				dropped = append(dropped, m)
+			}
+			continue
+		}
+		out = append(out, s)
+	}
+	for _, m := range dropped {
+		r.warn(fmt.Sprintf("a series of %s without the %s label beside per-engine series is an aggregate, not an engine; ignored",
+			d.spell(m, spelling), strings.Join(d.EngineLabels, "/")))
+	}
+	return out
+}
+
+// metric returns the table name (first spelling) of the family the sample
+// belongs to, for grouping.
+func (s *rawSample) metric(d *Dialect) string {
+	if s.scalar {
+		return d.Sources[s.sref.signal][s.sref.pref].Sources[s.sref.part].Metric
+	}
+	return d.Histos[s.href.histo][s.href.pref].Metric
+}
+
+// cell is one engine's value of one source (or one SumLabel part of it): the
+// maximum of its valid duplicate series.
+type cell struct {
+	value  float64
+	n      int
+	differ bool
+	bad    int // rejected series
+}
+
+func (c *cell) add(v float64) {
+	switch {
+	case c.n == 0:
+		c.value = v
+	case v != c.value:
+		c.differ = true
+		c.value = math.Max(c.value, v)
+	}
+	c.n++
+}
+
+// partKey identifies a cell: a source of a set, and a SumLabel value.
+type partKey struct {
+	signal   Signal
+	pref     int
+	part     int
+	sumLabel string
+}
+
+// engineBuild collects one engine's series.
+type engineBuild struct {
+	id      string
+	model   string
+	backend bool
+	cells   []keyedCell
+	// buckets, by histogram and preference: le → cell.
+	buckets map[[2]int]map[float64]*cell
+	hparts  map[[3]int]*cell // count and sum
+}
+
+// keyedCell is a cell and its key; an engine has a few dozen at most, so a
+// slice scanned linearly beats a map.
+type keyedCell struct {
+	key partKey
+	c   *cell
+}
+
+// cell returns the engine's cell for k, creating it when create is set.
+func (eb *engineBuild) cell(k partKey, create bool) *cell {
+	for i := range eb.cells {
+		if eb.cells[i].key == k {
+			return eb.cells[i].c
+		}
+	}
+	if !create {
+		return nil
+	}
+	c := &cell{}
+	eb.cells = append(eb.cells, keyedCell{key: k, c: c})
+	return c
+}
+
+func (eb *engineBuild) addScalar(r *Reading, s *rawSample) {
+	c := eb.cell(partKey{signal: s.sref.signal, pref: s.sref.pref, part: s.sref.part, sumLabel: s.sumLabel}, true)
+	check := s.sref.signal
+	if s.sref.combine == CombineRatio {
+		check = Running // the parts of a ratio are counts (KV blocks): validate as such
+	}
+	v, reason, bad := validate(check, s.value)
+	if bad {
+		if r.Invalid == nil {
+			r.Invalid = map[Reason]int{}
+		}
+		r.Invalid[reason]++
+		r.warn(fmt.Sprintf("rejected %s%s = %g: %s", s.sref.source.String(), engineSuffix(s.engine), s.value, reason))
+		c.bad++
+		return
+	}
+	c.add(v)
+}
+
+func engineSuffix(id string) string {
+	if id == "" {
+		return ""
+	}
+	return ` (engine "` + id + `")`
+}
+
+func (eb *engineBuild) addHisto(s *rawSample) {
+	k := [2]int{int(s.href.histo), s.href.pref}
+	if s.href.kind == partBucket {
+		if eb.buckets == nil {
+			eb.buckets = map[[2]int]map[float64]*cell{}
+		}
+		m := eb.buckets[k]
+		if m == nil {
+			m = map[float64]*cell{}
+			eb.buckets[k] = m
+		}
+		c := m[s.le]
+		if c == nil {
+			c = &cell{}
+			m[s.le] = c
+		}
+		c.add(s.value)
+		return
+	}
+	if eb.hparts == nil {
+		eb.hparts = map[[3]int]*cell{}
+	}
+	pk := [3]int{k[0], k[1], int(s.href.kind)}
+	c := eb.hparts[pk]
+	if c == nil {
+		c = &cell{}
+		eb.hparts[pk] = c
+	}
+	c.add(s.value)
+}
+
+// resolve chooses, per engine and signal, the first alternative with a valid
+// value, builds the engines' histograms and records sources and warnings.
+func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[string]*engineBuild, ids []string) {
+	type usage struct {
+		present  int // engines with any series of the signal
+		valid    int // engines with a valid value
+		prefs    map[int]bool
+		fellBack []string
+	}
+	var use [numSignals]usage
+	for s := range numSignals {
+		use[s].prefs = map[int]bool{}
+	}
+	// The most preferred set present in the body, per signal: reported as the
+	// signal's source even when all its values are invalid.
+	var presentPref [numSignals]int
+	for s := range numSignals {
+		presentPref[s] = -1
+	}
+	for _, id := range ids {
+		for _, kc := range engines[id].cells {
+			if p := presentPref[kc.key.signal]; p < 0 || kc.key.pref < p {
+				presentPref[kc.key.signal] = kc.key.pref
+			}
+		}
+	}
+	for _, id := range ids {
+		eb := engines[id]
+		es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
+		for s := range numSignals {
+			sets := d.Sources[s]
+			any := false
+			for p := range sets {
+				v, has, valid := eb.value(d, s, p, id, r)
+				if !has {
+					continue
+				}
+				if !any {
+					use[s].present++
+					any = true
+				}
+				if !valid {
+					continue
+				}
+				if p != presentPref[s] {
+					use[s].fellBack = append(use[s].fellBack, id)
+				}
+				es.set(s, v)
+				use[s].valid++
+				use[s].prefs[p] = true
+				break
+			}
+		}
+		for h := range numHistos {
+			for p := range d.Histos[h] {
+				if hist, ok := eb.histogram(h, p, d, spelling, id, r, &e.layouts); ok {
+					es.Hist[h] = hist
+					if _, done := r.Sources[h.String()]; !done {
+						r.Sources[h.String()] = d.spell(d.Histos[h][p].Metric, spelling)
+					}
+					break
+				}
+			}
+		}
+		r.Engines = append(r.Engines, es)
+	}
+	for s := range numSignals {
+		if presentPref[s] < 0 {
+			continue
+		}
+		name := spellSet(d, d.Sources[s][presentPref[s]], spelling)
+		r.Sources[s.String()] = name
+		u := use[s]
+		for _, id := range u.fellBack {
+			for p := range d.Sources[s] {
+				if u.prefs[p] && p != presentPref[s] {
+					r.warn(fmt.Sprintf("%s has no valid value for engine %q; read %s instead", name, id, spellSet(d, d.Sources[s][p], spelling)))
+					break
+				}
+			}
+		}
+		switch {
+		case u.valid == 0:
+			r.warn(fmt.Sprintf("no valid %s series; %s drops out", name, s))
+		case u.valid < len(ids):
+			r.warn(fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, u.valid, len(ids)))
+		}
+	}
+}
+
+func spellSet(d *Dialect, ss SourceSet, k int) string {
+	if k != 0 {
+		ss.Sources = slices.Clone(ss.Sources)
+		for i := range ss.Sources {
+			ss.Sources[i].Metric = d.spell(ss.Sources[i].Metric, k)
+		}
+	}
+	return ss.String()
+}
+
+// value returns the engine's value of alternative p of signal s: has is false
+// when the engine has no series of it, valid false when it has series but no
+// valid value (all rejected, or a ratio missing a part).
+func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading) (v float64, has, valid bool) {
+	set := d.Sources[s][p]
+	partValue := func(part int) (float64, bool, bool) {
+		sum, found, ok := 0.0, false, false
+		for _, kc := range eb.cells {
+			k, c := kc.key, kc.c
+			if k.signal != s || k.pref != p || k.part != part {
+				continue
+			}
+			found = true
+			if c.n == 0 {
+				continue
+			}
+			if c.differ {
+				r.warn(fmt.Sprintf("%d duplicate series of %s for engine %q disagree; using their maximum %g",
+					c.n+c.bad, set.Sources[part].String(), id, c.value))
+				c.differ = false // warn once
+			}
+			sum += c.value
+			ok = true
+		}
+		return sum, found, ok
+	}
+	switch set.Combine {
+	case CombineRatio:
+		num, h1, ok1 := partValue(0)
+		den, h2, ok2 := partValue(1)
+		if !h1 && !h2 {
+			return 0, false, false
+		}
+		if !ok1 || !ok2 || !(den > 0) {
+			return 0, true, false
+		}
+		v, _, bad := validate(s, num/den)
+		return v, true, !bad
+	case CombineMax:
+		best, found, ok := 0.0, false, false
+		for part := range set.Sources {
+			x, h, o := partValue(part)
+			found = found || h
+			if o && (!ok || x > best) {
+				best, ok = x, true
+			}
+		}
+		return best, found, ok
+	}
+	x, h, o := partValue(0)
+	if o {
+		x, _, _ = validate(s, x)
+	}
+	return x, h, o
+}
+
+// histogram builds the engine's histogram h from alternative p; ok is false
+// when the engine has none there, or it is malformed (then counted and warned).
+func (eb *engineBuild) histogram(h Histo, p int, d *Dialect, spelling int, id string, r *Reading, lc *layoutCache) (*Histogram, bool) {
+	k := [2]int{int(h), p}
+	buckets := eb.buckets[k]
+	count := eb.hparts[[3]int{k[0], k[1], int(partCount)}]
+	sum := eb.hparts[[3]int{k[0], k[1], int(partSum)}]
+	if len(buckets) == 0 && count == nil {
+		return nil, false
+	}
+	name := d.spell(d.Histos[h][p].Metric, spelling) + engineSuffix(id)
+	reject := func(reason Reason, why string) (*Histogram, bool) {
+		if r.Invalid == nil {
+			r.Invalid = map[Reason]int{}
+		}
+		r.Invalid[reason]++
+		r.warn(fmt.Sprintf("rejected histogram %s: %s", name, why))
+		return nil, false
+	}
+	bounds := make([]float64, 0, len(buckets))
+	for le := range buckets {
+		if !math.IsInf(le, 1) {
+			bounds = append(bounds, le)
+		}
+	}
+	slices.Sort(bounds)
+	inf, hasInf := buckets[math.Inf(1)]
+	total := 0.0
+	switch {
+	case hasInf:
+		total = inf.value
+	case count != nil:
+		total = count.value
+	default:
+		return reject(ReasonMalformed, "no +Inf bucket and no _count")
+	}
+	if count != nil && count.value > total {
+		total = count.value
+	}
+	hist := &Histogram{Counts: make([]float64, len(bounds)), Count: total}
+	if sum != nil {
+		hist.Sum = sum.value
+	}
+	prev := 0.0
+	for i, b := range bounds {
+		c := buckets[b].value
+		if _, reason, bad := validate(Preemptions, c); bad {
+			return reject(reason, fmt.Sprintf("bucket le=%g is %g", b, c))
+		}
+		if c < prev-prev*1e-12 {
+			return reject(ReasonMalformed, fmt.Sprintf("bucket le=%g (%g) is below the bucket before it (%g): not cumulative", b, c, prev))
+		}
+		c = max(c, prev)
+		hist.Counts[i] = c
+		prev = c
+	}
+	if _, reason, bad := validate(Preemptions, total); bad {
+		return reject(reason, fmt.Sprintf("count is %g", total))
+	}
+	if total < prev {
+		return reject(ReasonMalformed, fmt.Sprintf("count %g is below the last bucket (%g)", total, prev))
+	}
+	if math.IsNaN(hist.Sum) || math.IsInf(hist.Sum, 0) {
+		hist.Sum = 0
+	}
+	hist.Bounds = lc.intern(bounds)
+	return hist, true
+}
+
+// vllmVersion names the vLLM metrics generation: V1 exports the engine label and,
+// from 0.9.2, kv_cache_usage_perc; V0 has neither.
+func vllmVersion(kvSource string, ids []string) string {
+	if kvSource == "vllm:kv_cache_usage_perc" || slices.ContainsFunc(ids, func(id string) bool { return id != "" }) {
+		return "vllm-v1"
+	}
+	return "vllm-v0"
 }
 
 // compareEngineIDs orders engine IDs numerically when both are numbers ("2" before
@@ -421,8 +1084,68 @@ func (e *Extractor) lookedFor() string {
 	var names []string
 	for _, d := range e.dialects {
 		if src := d.Sources[QueueDepth]; len(src) > 0 {
-			names = append(names, src[0].Metric)
+			names = append(names, src[len(src)-1].Sources[0].Metric)
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// layoutCache interns histogram bucket bounds, so that the readings of thousands
+// of pods with the same buckets share one slice. Bounded: past maxLayouts
+// distinct layouts new ones are not interned.
+type layoutCache struct {
+	mu sync.Mutex
+	m  map[string][]float64
+}
+
+const maxLayouts = 1024
+
+func (lc *layoutCache) intern(bounds []float64) []float64 {
+	var kb strings.Builder
+	for _, b := range bounds {
+		kb.WriteString(strconv.FormatFloat(b, 'g', -1, 64))
+		kb.WriteByte(',')
+	}
+	k := kb.String()
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if got, ok := lc.m[k]; ok {
+		return got
+	}
+	if lc.m == nil {
+		lc.m = map[string][]float64{}
+	}
+	if len(lc.m) < maxLayouts {
+		lc.m[k] = bounds
+	}
+	return bounds
+}
+
+// Excerpt returns s cut to at most n bytes (on a rune boundary, with "…" when
+// cut), with invalid UTF-8 and control characters replaced, so that text from a
+// pod can go into a log line or an API message safely.
+func Excerpt(s string, n int) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f || c >= 0x80 {
+			clean = false
+			break
+		}
+	}
+	if clean && len(s) <= n {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range s {
+		if b.Len() >= n {
+			return strings.TrimSpace(b.String()) + "…"
+		}
+		switch {
+		case c == '\uFFFD' || c < 0x20 || c == 0x7f:
+			b.WriteByte('?')
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
 }

@@ -3,7 +3,10 @@ package signals
 import (
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Kind says how a Policy turns the pods of a pool into one value.
@@ -39,6 +42,220 @@ const (
 	MetricKVCacheUsage = "llm_kv_cache_usage"
 )
 
+// TermKind names one term of a saturation policy.
+type TermKind string
+
+// The terms. Each is "value / set point" per pod (latency terms: per pool),
+// fused by max as the Gateway API inference extension's saturation detector
+// does (release-1.5, pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/detector.go).
+const (
+	// TermQueueDepth: waiting requests (capacity waits only, when the engine
+	// splits them by reason) / set point in requests.
+	TermQueueDepth TermKind = "queueDepth"
+	// TermKVCacheUsage: KV-cache usage ratio / set point ratio.
+	TermKVCacheUsage TermKind = "kvCacheUsage"
+	// TermBatchSlots: batch-slot occupancy / set point ratio. Occupancy is
+	// running / max concurrent sequences (the engine's own limit where it exposes
+	// one, else the term's MaxNumSeqs per engine), or a hybrid model's state-pool
+	// usage (SGLang mamba_usage) when higher: a pool can be saturated at 20 % KV.
+	TermBatchSlots TermKind = "batchSlots"
+	// TermPreemptionRate: preemptions per second over the term's window / set
+	// point per second.
+	TermPreemptionRate TermKind = "preemptionRate"
+	// TermTTFT, TermE2ELatency, TermInterTokenLatency: the term's quantile of
+	// time to first token, end-to-end or inter-token latency over its window,
+	// pooled over the pool's pods / the SLO (set point) in seconds.
+	TermTTFT              TermKind = "ttft"
+	TermE2ELatency        TermKind = "e2eLatency"
+	TermInterTokenLatency TermKind = "interTokenLatency"
+)
+
+// TermKinds lists every TermKind, in documentation order.
+func TermKinds() []TermKind {
+	return []TermKind{TermQueueDepth, TermKVCacheUsage, TermBatchSlots, TermPreemptionRate, TermTTFT, TermE2ELatency, TermInterTokenLatency}
+}
+
+// histo returns the histogram of a latency term.
+func (k TermKind) histo() (Histo, bool) {
+	switch k {
+	case TermTTFT:
+		return TTFT, true
+	case TermE2ELatency:
+		return E2ELatency, true
+	case TermInterTokenLatency:
+		return InterTokenLatency, true
+	}
+	return 0, false
+}
+
+// IsLatency reports whether the term is a latency guardrail (pooled over pods).
+func (k TermKind) IsLatency() bool { _, ok := k.histo(); return ok }
+
+// windowed reports whether the term is computed over a window.
+func (k TermKind) windowed() bool { return k == TermPreemptionRate || k.IsLatency() }
+
+// Term is one term of a saturation policy.
+type Term struct {
+	// Kind is what the term measures.
+	Kind TermKind
+	// SetPoint is the value at which the term's ratio is 1: requests
+	// (queueDepth), ratio (kvCacheUsage, batchSlots), per second
+	// (preemptionRate) or the SLO in seconds (latency terms).
+	SetPoint float64
+	// MaxRatio caps a pod's ratio of this term (0: no cap), so that one hot or
+	// broken pod cannot pin a pool at maxReplicas. At least 1.
+	MaxRatio float64
+	// Window is the span of rates and latency quantiles (preemptionRate and the
+	// latency terms; DefaultTermWindow when 0).
+	Window time.Duration
+	// Quantile is the latency quantile, in (0, 1) (latency terms;
+	// DefaultQuantile when 0).
+	Quantile float64
+	// MaxNumSeqs is the number of batch slots per engine (batchSlots), for
+	// engines that do not expose their limit: vLLM's --max-num-seqs. 0 uses the
+	// engine's own limit only.
+	MaxNumSeqs float64
+}
+
+// Defaults of Term fields.
+const (
+	// DefaultTermWindow is the window of rate and latency terms: 1 minute, four
+	// Prometheus scrapes at 15 s, the span the field's alert rules use for rates.
+	DefaultTermWindow = time.Minute
+	// DefaultQuantile is the latency quantile: p95, as the production guides'
+	// latency alerts use (DOMAIN: "p95 > SLO for 2 m").
+	DefaultQuantile = 0.95
+)
+
+// withDefaults returns the term with its defaults filled.
+func (t Term) withDefaults() Term {
+	if t.Kind.windowed() && t.Window == 0 {
+		t.Window = DefaultTermWindow
+	}
+	if t.Kind.IsLatency() && t.Quantile == 0 {
+		t.Quantile = DefaultQuantile
+	}
+	return t
+}
+
+// FieldError is a validation error that names the field (relative to the
+// object validated, e.g. "terms[1].quantile") and the value.
+type FieldError struct {
+	Field string
+	Value any
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %v: %s", e.Field, e.Value, e.Msg) }
+
+func fieldErr(field string, value any, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Value: value, Msg: fmt.Sprintf(format, args...)}
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// Validate returns the first invalid field of the term (field names are
+// relative to the term), or nil.
+func (t Term) Validate() *FieldError {
+	switch t.Kind {
+	case TermQueueDepth:
+		if !(t.SetPoint >= MinSetPoint) || !finite(t.SetPoint) {
+			return fieldErr("setPoint", t.SetPoint, "queue depth set point must be a finite number >= %g (requests)", MinSetPoint)
+		}
+	case TermKVCacheUsage, TermBatchSlots:
+		if !(t.SetPoint >= MinSetPoint) || t.SetPoint > 1 {
+			return fieldErr("setPoint", t.SetPoint, "%s set point must be a ratio in [%g, 1]", t.Kind, MinSetPoint)
+		}
+	case TermPreemptionRate:
+		if !(t.SetPoint >= MinSetPoint) || !finite(t.SetPoint) {
+			return fieldErr("setPoint", t.SetPoint, "preemption rate set point must be a finite number >= %g per second", MinSetPoint)
+		}
+	case TermTTFT, TermE2ELatency, TermInterTokenLatency:
+		if !(t.SetPoint >= MinSetPoint) || !finite(t.SetPoint) {
+			return fieldErr("slo", t.SetPoint, "the SLO must be a finite number of seconds >= %g", MinSetPoint)
+		}
+		if !(t.Quantile > 0 && t.Quantile < 1) {
+			return fieldErr("quantile", t.Quantile, "must be in (0, 1), e.g. 0.95")
+		}
+	default:
+		return fieldErr("kind", t.Kind, "unknown term; one of %v", TermKinds())
+	}
+	if t.Kind.windowed() && t.Window < time.Second {
+		return fieldErr("window", t.Window, "must be at least 1s")
+	}
+	if !t.Kind.windowed() && t.Window != 0 {
+		return fieldErr("window", t.Window, "only rate and latency terms have a window")
+	}
+	if t.MaxRatio != 0 && (!(t.MaxRatio >= 1) || !finite(t.MaxRatio)) {
+		return fieldErr("maxRatio", t.MaxRatio, "must be 0 (no cap) or a finite number >= 1")
+	}
+	if t.MaxNumSeqs != 0 && (t.Kind != TermBatchSlots || !(t.MaxNumSeqs >= 1) || t.MaxNumSeqs > MaxRequests) {
+		return fieldErr("maxNumSeqs", t.MaxNumSeqs, "only batchSlots has it; a number of sequences in [1, %g]", MaxRequests)
+	}
+	return nil
+}
+
+// SetPoints are the per-pod values of the classic fused signals at which a pod
+// counts as exactly saturated (saturation 1.0).
+type SetPoints struct {
+	// QueueDepth is the number of waiting requests per pod at saturation 1.0;
+	// at least MinSetPoint. Unit: requests.
+	QueueDepth float64
+	// KVCacheUsage is the KV-cache usage ratio at saturation 1.0; in
+	// [MinSetPoint, 1]. Unit: ratio.
+	KVCacheUsage float64
+}
+
+// DefaultSetPoints returns 5 waiting requests and 0.8 KV-cache usage: the per-pod
+// thresholds of the Gateway API inference extension's saturation detector
+// (release-1.5, pkg/epp/framework/plugins/flowcontrol/saturationdetector/utilization/detector.go:
+// a pod is saturated at max(queue/5, kv/0.8) >= 1) and of llm-d's
+// workload-variant-autoscaler (saturated at KV >= 0.80 or queue >= 5). They are
+// starting points: measure each model's and GPU's saturation point with a
+// stepped load test (adapter calibrate). Every default of the adapter and of
+// explain comes from here.
+func DefaultSetPoints() SetPoints {
+	return SetPoints{QueueDepth: 5, KVCacheUsage: 0.8}
+}
+
+// Terms returns the queue-depth and KV-cache-usage terms of the set points.
+func (sp SetPoints) Terms() []Term {
+	return []Term{{Kind: TermQueueDepth, SetPoint: sp.QueueDepth}, {Kind: TermKVCacheUsage, SetPoint: sp.KVCacheUsage}}
+}
+
+// Validate returns an error naming the first set point that is not a finite
+// number of at least MinSetPoint, or a KV-cache set point above 1.
+func (sp SetPoints) Validate() error {
+	for _, t := range sp.Terms() {
+		if err := t.Validate(); err != nil {
+			if t.Kind == TermQueueDepth {
+				return fmt.Errorf("queue depth set point must be a finite number >= %g, got %g", MinSetPoint, sp.QueueDepth)
+			}
+			return fmt.Errorf("KV-cache usage set point must be in [%g, 1], got %g", MinSetPoint, sp.KVCacheUsage)
+		}
+	}
+	return nil
+}
+
+// DefaultUnknownSaturation is the saturation counted for a pod without fresh
+// data: 1.0, as the Gateway API inference extension's saturation detector
+// (release-1.5, same file as DefaultSetPoints) counts a pod with stale or
+// missing metrics as saturated, so a pool whose engines stop reporting never
+// looks idle.
+const DefaultUnknownSaturation = 1.0
+
+// DefaultHoldLastGood is how long a pod that stopped answering keeps counting
+// at its last good value when that is higher than the unknown-pod value: 5
+// minutes, the HPA's default scale-down stabilization window
+// (kube-controller-manager --horizontal-pod-autoscaler-downscale-stabilization),
+// so that an outage shorter than it never lets the HPA scale down on missing
+// data.
+const DefaultHoldLastGood = 5 * time.Minute
+
+// MinSetPoint is the smallest set point accepted: it keeps every ratio, and a
+// pool's sum of them, finite (MaxRequests / MinSetPoint = 1e12).
+const MinSetPoint = 0.001
+
 // Policy is one entry of the metric catalog: a name an HPA asks for and how its
 // value is computed from the pods of a pool.
 type Policy struct {
@@ -48,75 +265,233 @@ type Policy struct {
 	Kind Kind
 	// Signal is the raw signal of a KindSignal policy.
 	Signal Signal
-	// SetPoints score each pod of a KindMean or KindDemand policy.
-	SetPoints SetPoints
+	// Terms score each pod of a KindMean or KindDemand policy; the pod's
+	// saturation is the maximum of their ratios.
+	Terms []Term
+	// Model, when set, restricts the policy to the engines serving that model
+	// (model_name, or Triton's model label; compared with ':' and '_' alike, as
+	// SGLang's router rewrites one into the other). An HPA never puts a model
+	// name in its selector; a pod serving several models is scored per policy.
+	Model string
+	// Role, when set, restricts the pool to pods whose role label (see
+	// Catalog.RoleLabel) has this value: prefill and decode pods of a
+	// disaggregated deployment need one HPA each (hazard NC-03).
+	Role string
 	// UnknownSaturation is the saturation counted for a pod without a fresh
-	// saturation (KindMean and KindDemand); finite and >= 0.
+	// reading, or in a state that cannot serve (wedged, frozen, sleeping)
+	// (KindMean and KindDemand); finite and >= 0.
 	UnknownSaturation float64
+	// HoldLastGood is how long a pod that stopped answering counts at its last
+	// good value when that is higher than the unknown-pod value (0: not at
+	// all). See PoolBuilder for the rule per kind.
+	HoldLastGood time.Duration
+	// QueueCap is the engine's admission cap on waiting + running requests
+	// (vLLM --max-num-queued-reqs), 0 when unknown: a queue at the cap is
+	// clipped and the pod counts as saturated.
+	QueueCap float64
+	// Gateway, when set, is the gateway queue that feeds the pool: its waiting
+	// requests add to the pool's demand and let a pool of zero pods scale up.
+	Gateway *GatewayInput
 }
+
+// GatewayInput names where a policy reads the pool's gateway-held backlog; the
+// provider resolves it to a number (see PoolBuilder.AddGateway).
+type GatewayInput struct {
+	// Namespace and Selector find the gateway's (endpoint picker's) pods.
+	Namespace string
+	Selector  string
+	// Port and Path override the pods' scrape annotations; 0 and "" keep them.
+	Port int
+	Path string
+	// Metric is the queue gauge (DefaultGatewayQueueMetric when empty).
+	Metric string
+	// Match selects the pool's series: label → value (e.g. inference_pool).
+	Match map[string]string
+	// QueueSetPoint converts waiting requests into replicas; the policy's queue
+	// depth set point when 0.
+	QueueSetPoint float64
+}
+
+// DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
+// queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
+// inference_extension_flow_control_queue_size).
+const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 
 // PerPod reports whether the policy has a value per pod (served on
 // custom.metrics.k8s.io for HPA metrics of type Pods): every kind but
 // KindDemand, which only exists for a pool.
 func (p *Policy) PerPod() bool { return p.Kind != KindDemand }
 
-// Validate returns an error naming the first invalid field of the policy.
-func (p *Policy) Validate() error {
+// dns1123Label is Kubernetes' DNS-1123 label (k8s.io/apimachinery
+// pkg/util/validation, IsDNS1123Label), which configured policy names follow.
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidName reports whether name can name a configured policy: a DNS-1123
+// label (lower-case alphanumerics and '-', at most 63 characters), so that it is
+// valid as a metric name in an HPA, a URL path segment and a label value.
+func ValidName(name string) bool { return len(name) <= 63 && dns1123Label.MatchString(name) }
+
+// Validate returns the first invalid field of the policy, named relative to it
+// (e.g. "terms[1].quantile"), or nil. Names are checked for lower case only:
+// the built-in names (llm_saturation) predate the DNS-1123 rule that ValidName
+// applies to configured ones.
+func (p *Policy) Validate() *FieldError {
 	if p.Name == "" || p.Name != strings.ToLower(p.Name) {
-		return fmt.Errorf("policy name %q must be non-empty and lower-case (the HPA lower-cases metric names)", p.Name)
+		return fieldErr("name", p.Name, "must be non-empty and lower-case (the HPA lower-cases metric names)")
 	}
 	switch p.Kind {
 	case KindMean, KindDemand:
-		if err := p.SetPoints.Validate(); err != nil {
-			return fmt.Errorf("policy %s: %w", p.Name, err)
+		if len(p.Terms) == 0 {
+			return fieldErr("terms", "[]", "a %s policy needs at least one term", p.Kind)
+		}
+		seen := map[TermKind]bool{}
+		for i, t := range p.Terms {
+			if err := t.withDefaults().Validate(); err != nil {
+				err.Field = fmt.Sprintf("terms[%d].%s", i, err.Field)
+				return err
+			}
+			if seen[t.Kind] {
+				return fieldErr(fmt.Sprintf("terms[%d].kind", i), t.Kind, "term given twice")
+			}
+			seen[t.Kind] = true
 		}
 		if !(p.UnknownSaturation >= 0) || math.IsInf(p.UnknownSaturation, 0) {
-			return fmt.Errorf("policy %s: unknown-pod saturation must be a finite number >= 0, got %g", p.Name, p.UnknownSaturation)
+			return fieldErr("unknownPodSaturation", p.UnknownSaturation, "must be a finite number >= 0")
 		}
 	case KindSignal:
-		if p.Signal < 0 || p.Signal >= numSignals || p.Signal == Preemptions {
-			return fmt.Errorf("policy %s: signal %s cannot be served as a pool value", p.Name, p.Signal)
+		if p.Signal != QueueDepth && p.Signal != Running && p.Signal != KVCacheUsage && p.Signal != QueueDeferred {
+			return fieldErr("signal", p.Signal.String(), "cannot be served as a pool value; one of queueDepth, running, kvCacheUsage, queueDeferred")
+		}
+		if len(p.Terms) > 0 {
+			return fieldErr("terms", len(p.Terms), "a signal policy has no terms")
+		}
+		if p.Gateway != nil {
+			return fieldErr("gateway", p.Gateway.Selector, "only mean and demand policies take a gateway input")
 		}
 	default:
-		return fmt.Errorf("policy %s: unknown kind %q", p.Name, p.Kind)
+		return fieldErr("kind", p.Kind, "unknown kind; one of mean, demand, signal")
+	}
+	if p.HoldLastGood < 0 {
+		return fieldErr("holdLastGood", p.HoldLastGood, "must be >= 0")
+	}
+	if p.QueueCap != 0 && (!(p.QueueCap >= 1) || p.QueueCap > MaxRequests) {
+		return fieldErr("queueCap", p.QueueCap, "must be 0 (unknown) or a number of requests in [1, %g]", MaxRequests)
+	}
+	if g := p.Gateway; g != nil {
+		if g.QueueSetPoint != 0 && (!(g.QueueSetPoint >= MinSetPoint) || !finite(g.QueueSetPoint)) {
+			return fieldErr("gateway.queueSetPoint", g.QueueSetPoint, "must be 0 (the queue depth term's) or a finite number >= %g", MinSetPoint)
+		}
+		if g.QueueSetPoint == 0 && p.term(TermQueueDepth) == nil {
+			return fieldErr("gateway.queueSetPoint", 0, "required when the policy has no queueDepth term")
+		}
 	}
 	return nil
+}
+
+// withDefaults returns the policy with its terms' defaults filled and sorted in
+// documentation order.
+func (p Policy) withDefaults() Policy {
+	terms := make([]Term, len(p.Terms))
+	for i, t := range p.Terms {
+		terms[i] = t.withDefaults()
+	}
+	order := TermKinds()
+	slices.SortStableFunc(terms, func(a, b Term) int { return slices.Index(order, a.Kind) - slices.Index(order, b.Kind) })
+	p.Terms = terms
+	if p.Gateway != nil {
+		g := *p.Gateway
+		if g.Metric == "" {
+			g.Metric = DefaultGatewayQueueMetric
+		}
+		if g.QueueSetPoint == 0 {
+			if t := p.term(TermQueueDepth); t != nil {
+				g.QueueSetPoint = t.SetPoint
+			}
+		}
+		p.Gateway = &g
+	}
+	return p
+}
+
+// term returns the policy's term of a kind, or nil.
+func (p *Policy) term(k TermKind) *Term {
+	for i := range p.Terms {
+		if p.Terms[i].Kind == k {
+			return &p.Terms[i]
+		}
+	}
+	return nil
+}
+
+// Warnings returns configuration choices that are valid but probably wrong:
+// a queue set point the capped queue can never reach.
+func (p *Policy) Warnings() []string {
+	var out []string
+	if t := p.term(TermQueueDepth); t != nil && p.QueueCap > 0 && t.SetPoint >= p.QueueCap {
+		out = append(out, fmt.Sprintf("policy %s: queue depth set point %g is at or above the admission cap %g: the queue term can never exceed its set point (hazard NC-02)", p.Name, t.SetPoint, p.QueueCap))
+	}
+	return out
 }
 
 // Catalog is the set of policies served, in documentation order. It is
 // immutable once built.
 type Catalog struct {
-	policies []Policy
+	policies  []Policy
+	roleLabel string
 }
+
+// DefaultRoleLabel is the pod label that carries a disaggregated pod's role, as
+// llm-d's model-service charts set it.
+const DefaultRoleLabel = "llm-d.ai/role"
 
 // NewCatalog returns a catalog of the policies, or an error naming the first
 // invalid or duplicate one.
 func NewCatalog(policies ...Policy) (*Catalog, error) {
-	c := &Catalog{policies: make([]Policy, 0, len(policies))}
+	c := &Catalog{policies: make([]Policy, 0, len(policies)), roleLabel: DefaultRoleLabel}
 	for _, p := range policies {
 		if err := p.Validate(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
 		if c.Lookup(p.Name) != nil {
 			return nil, fmt.Errorf("policy %s is defined twice", p.Name)
 		}
-		c.policies = append(c.policies, p)
+		c.policies = append(c.policies, p.withDefaults())
 	}
 	return c, nil
 }
 
-// BuiltinCatalog returns the built-in policies: llm_saturation (KindMean),
-// llm_demand_replicas (KindDemand) with the given set points and unknown-pod
-// saturation, and the raw signals llm_num_requests_waiting,
-// llm_num_requests_running and llm_kv_cache_usage. Errors as for NewCatalog.
+// WithRoleLabel returns a copy of the catalog whose policies' Role is read from
+// the pod label key (DefaultRoleLabel when empty).
+func (c *Catalog) WithRoleLabel(key string) *Catalog {
+	out := *c
+	out.roleLabel = key
+	if key == "" {
+		out.roleLabel = DefaultRoleLabel
+	}
+	return &out
+}
+
+// RoleLabel returns the pod label that carries a pod's role.
+func (c *Catalog) RoleLabel() string { return c.roleLabel }
+
+// BuiltinPolicies returns the built-in policies: llm_saturation (KindMean),
+// llm_demand_replicas (KindDemand) with the queue-depth and KV-cache terms of
+// the given set points and the unknown-pod saturation, and the raw signals
+// llm_num_requests_waiting, llm_num_requests_running and llm_kv_cache_usage.
+func BuiltinPolicies(sp SetPoints, unknownSaturation float64, hold time.Duration) []Policy {
+	return []Policy{
+		{Name: MetricSaturation, Kind: KindMean, Terms: sp.Terms(), UnknownSaturation: unknownSaturation, HoldLastGood: hold},
+		{Name: MetricDemandReplicas, Kind: KindDemand, Terms: sp.Terms(), UnknownSaturation: unknownSaturation, HoldLastGood: hold},
+		{Name: MetricQueueDepth, Kind: KindSignal, Signal: QueueDepth, HoldLastGood: hold},
+		{Name: MetricRunning, Kind: KindSignal, Signal: Running, HoldLastGood: hold},
+		{Name: MetricKVCacheUsage, Kind: KindSignal, Signal: KVCacheUsage, HoldLastGood: hold},
+	}
+}
+
+// BuiltinCatalog returns the catalog of BuiltinPolicies with
+// DefaultHoldLastGood. Errors as for NewCatalog.
 func BuiltinCatalog(sp SetPoints, unknownSaturation float64) (*Catalog, error) {
-	return NewCatalog(
-		Policy{Name: MetricSaturation, Kind: KindMean, SetPoints: sp, UnknownSaturation: unknownSaturation},
-		Policy{Name: MetricDemandReplicas, Kind: KindDemand, SetPoints: sp, UnknownSaturation: unknownSaturation},
-		Policy{Name: MetricQueueDepth, Kind: KindSignal, Signal: QueueDepth},
-		Policy{Name: MetricRunning, Kind: KindSignal, Signal: Running},
-		Policy{Name: MetricKVCacheUsage, Kind: KindSignal, Signal: KVCacheUsage},
-	)
+	return NewCatalog(BuiltinPolicies(sp, unknownSaturation, DefaultHoldLastGood)...)
 }
 
 // Lookup returns the policy named name (case-insensitively, as the HPA
@@ -129,6 +504,9 @@ func (c *Catalog) Lookup(name string) *Policy {
 	}
 	return nil
 }
+
+// Policies returns the policies, in catalog order. The slice is shared.
+func (c *Catalog) Policies() []Policy { return c.policies }
 
 // Names returns the names of the policies, in catalog order.
 func (c *Catalog) Names() []string {
@@ -148,4 +526,61 @@ func (c *Catalog) PerPodNames() []string {
 		}
 	}
 	return out
+}
+
+// Needs returns what the catalog's policies need kept per pod: whether any
+// reads latency histograms, and the windows of their terms per model
+// restriction, so that scrapes precompute them (see History).
+func (c *Catalog) Needs() Needs {
+	var n Needs
+	for i := range c.policies {
+		p := &c.policies[i]
+		for _, t := range p.Terms {
+			if t.Kind.IsLatency() {
+				n.Histograms = true
+			}
+			if t.Kind.windowed() {
+				n.add(WindowKey{Window: t.Window, Model: p.Model})
+			}
+		}
+	}
+	return n
+}
+
+// Needs says what the policies of a catalog need kept per pod.
+type Needs struct {
+	// Histograms reports whether any policy reads latency histograms.
+	Histograms bool
+	// Windows lists the distinct (window, model) pairs of rate and latency terms.
+	Windows []WindowKey
+}
+
+// WindowKey is one window aggregate a policy reads.
+type WindowKey struct {
+	Window time.Duration
+	Model  string
+}
+
+func (n *Needs) add(k WindowKey) {
+	if !slices.Contains(n.Windows, k) {
+		n.Windows = append(n.Windows, k)
+	}
+}
+
+// MaxWindow returns the longest window needed (0 for none).
+func (n Needs) MaxWindow() time.Duration {
+	var m time.Duration
+	for _, k := range n.Windows {
+		m = max(m, k.Window)
+	}
+	return m
+}
+
+// sameModel compares model names with ':' and '_' alike (SGLang's router
+// rewrites ':' in label values to '_', hazard NC-05).
+func sameModel(a, b string) bool {
+	if a == b {
+		return true
+	}
+	return strings.ReplaceAll(a, ":", "_") == strings.ReplaceAll(b, ":", "_")
 }

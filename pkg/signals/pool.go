@@ -1,96 +1,259 @@
 package signals
 
+import (
+	"math"
+	"time"
+)
+
 // PodValue is one pod's part in a pool, as PoolBuilder.Add computed it.
 type PodValue struct {
-	// Known reports whether the pod had a fresh reading with a saturation (at
-	// least one fused term); an unknown pod counts at the policy's
-	// UnknownSaturation in KindMean and KindDemand pools.
+	// Known reports whether the pod had a fresh reading with a value under the
+	// policy and can serve (no wedged, frozen or sleeping engine).
 	Known bool
 	// Present reports whether the pod has a value of its own under the policy:
 	// its saturation (KindMean, KindDemand) or the raw signal (KindSignal). A pod
 	// without one is left out of a per-pod answer.
 	Present bool
 	// Value is the pod's own value when Present: saturation in multiples of the
-	// set point, or the signal in its unit (requests, ratio).
+	// set point (its own latency terms included), or the signal in its unit.
 	Value float64
+	// Time is the time of the reading behind Value.
+	Time time.Time
+	// State is the pod's engine state (its most severe engine's).
+	State EngineState
+	// Held reports that the pod, without fresh data, counts at its last good
+	// value (HoldLastGood).
+	Held bool
+	// Why says why the pod is not Known, is Held or counts by its state.
+	Why string
 }
 
 // Pool is the value of a policy over a pool of pods: what one HPA request is
 // answered from.
 type Pool struct {
-	// Pods is the number of pods added; Known of them had a saturation.
-	Pods, Known int
-	// Value is the policy's value: the mean (KindMean) or sum (KindDemand) of
-	// per-pod saturations with unknown pods at UnknownSaturation, or the sum
-	// (counts) or mean (ratios) of a raw signal over the known pods that report
-	// it (KindSignal). Nil when no pod is known, or, for KindSignal, when no
-	// known pod reports the signal: never 0 for "no data".
+	// Pods is the number of pods added; Fresh of them had a fresh reading, Known
+	// fresh, usable data; Held of the others count at their last good value.
+	Pods, Fresh, Known, Held int
+	// States counts the known pods by engine state, and the pods that cannot
+	// serve (wedged, frozen, sleeping).
+	States map[EngineState]int
+	// Value is the policy's value (see PoolBuilder), nil when no pod is known
+	// (or, for KindSignal, when no known pod reports the signal): never 0 for
+	// "no data".
 	Value *float64
+	// Latency holds the pooled latency terms of the policy that had a value.
+	Latency []TermValue
+	// Gateway is the gateway queue added, nil without a gateway input.
+	Gateway *float64
+	// Oldest is the time of the oldest reading behind a known pod.
+	Oldest time.Time
 }
 
 // PoolBuilder folds the pods of one pool into a Pool under one policy, one pod
-// at a time, so that a caller walking a thousand pods needs no slice. It is the
-// one pooling path of the adapter: the External provider, the per-pod provider
-// and explain all use it, so they give identical numbers by construction. The
-// zero value is not usable; see Policy.NewPool.
+// at a time. It is the one pooling path of the adapter: the External provider,
+// the per-pod provider, explain and simulate all use it, so they give identical
+// numbers by construction. The zero value is not usable; see Policy.NewPool.
+//
+// The value per kind:
+//
+//   - KindMean: the mean over the pods of each pod's part, then the maximum with
+//     each pooled latency term's ratio; KindDemand: the sum, then the maximum
+//     with each pooled latency ratio × pods. A pod's part is the maximum of its
+//     non-latency term ratios; latency terms are pooled: the quantile of every
+//     known pod's observations over the window together (a window without
+//     observations while requests wait counts at the SLO, an idle one drops the
+//     term).
+//   - A pod without fresh data counts at UnknownSaturation, or, for
+//     HoldLastGood after its last good reading, at that reading's saturation
+//     when higher: a pod that goes dark while saturated stays saturated, so a
+//     partial outage never scales a pool down (the HPA's own rule for missing
+//     pod metrics, Kubernetes v1.37 pkg/controller/podautoscaler/replica_calculator.go:
+//     missing data may dampen a change, never reverse it). A wedged, frozen or
+//     sleeping pod counts at UnknownSaturation; a clipped one at least at it.
+//   - KindSignal: counts add up and ratios are averaged over the pods; a pod
+//     without fresh data counts at its last good value (within HoldLastGood) or
+//     at the mean of the known pods, whichever is higher, so a sum never
+//     shrinks because pods stopped reporting.
+//   - With a gateway input (AddGateway), its queue / the gateway's queue set
+//     point adds to the demand, and the mean is that demand over the pods; with
+//     no pod, both are the gateway demand (the HPA computes ceil(value /
+//     target) at zero replicas).
+//
+// No known pod means no value (and an error for the HPA), except for a pool of
+// zero pods with a gateway input.
 type PoolBuilder struct {
-	policy     *Policy
-	pods, know int
-	sum        float64
-	n          int
+	policy *Policy
+	now    time.Time
+	maxAge time.Duration
+
+	pods, fresh, known, held int
+	states                   map[EngineState]int
+	sum                      float64
+	// KindSignal: the known pods' sum and count, and the held values of the
+	// others (-1: none), resolved in Pool against the known mean.
+	n        int
+	unknowns []float64
+	// Pooled observations of the latency terms, and whether any known pod had
+	// requests in flight.
+	obs    []*Histogram
+	busy   bool
+	oldest time.Time
+	gw     *float64
 }
 
-// NewPool returns an empty builder for the policy, which must be valid.
-func (p *Policy) NewPool() PoolBuilder { return PoolBuilder{policy: p} }
+// NewPool returns an empty builder for the policy, which must come from a
+// Catalog, evaluating readings at now: a reading older than maxAge is stale.
+func (p *Policy) NewPool(now time.Time, maxAge time.Duration) PoolBuilder {
+	return PoolBuilder{policy: p, now: now, maxAge: maxAge}
+}
 
-// Add counts one pod: r is its fresh reading, nil when it has none (scrape
-// failing, stale, nothing parseable). It returns the pod's own part.
-func (b *PoolBuilder) Add(r *Reading) PodValue {
+// Add counts one pod: h is its history (nil when it was never scraped
+// successfully) and why says why its newest scrape failed, if it did. It returns
+// the pod's own part.
+func (b *PoolBuilder) Add(h *History, why string) PodValue {
 	b.pods++
 	p := b.policy
-	v := PodValue{Known: r != nil && r.hasTerm()}
-	if v.Known {
-		b.know++
+	if p.Kind == KindSignal {
+		return b.addSignal(h, why)
 	}
-	switch p.Kind {
-	case KindMean, KindDemand:
-		if v.Known {
-			v.Present = true
-			v.Value, _ = saturation(r, p.SetPoints)
-			b.sum += v.Value
-		} else {
-			b.sum += p.UnknownSaturation
+	ev := p.evalSaturation(h, why, b.now, b.maxAge, nil)
+	if ev.fresh {
+		b.fresh++
+	}
+	v := PodValue{Known: ev.known, Present: ev.known, Value: ev.sat, Time: ev.at, State: ev.state, Held: ev.held, Why: ev.why}
+	b.sum += ev.part
+	if ev.held {
+		b.held++
+	}
+	if ev.state != StateOK {
+		if b.states == nil {
+			b.states = map[EngineState]int{}
 		}
-	case KindSignal:
-		if !v.Known {
-			break
+		b.states[ev.state]++
+	}
+	if !ev.known {
+		return v
+	}
+	b.known++
+	if b.oldest.IsZero() || ev.at.Before(b.oldest) {
+		b.oldest = ev.at
+	}
+	b.busy = b.busy || ev.busy
+	for i, t := range p.Terms {
+		hk, ok := t.Kind.histo()
+		if !ok {
+			continue
 		}
-		if s := *r.slot(p.Signal); s != nil {
-			v.Present, v.Value = true, *s
-			b.sum += *s
-			b.n++
+		if b.obs == nil {
+			b.obs = make([]*Histogram, len(p.Terms))
+		}
+		w := h.window(WindowKey{Window: t.Window, Model: p.Model})
+		if d := w.hist[hk]; d != nil {
+			switch {
+			case b.obs[i] == nil:
+				b.obs[i] = d.clone()
+			case !b.obs[i].addInPlace(d):
+				b.obs[i] = b.obs[i].Add(d)
+			}
 		}
 	}
 	return v
 }
 
+func (b *PoolBuilder) addSignal(h *History, why string) PodValue {
+	p := b.policy
+	r, ok := fresh(h, b.now, b.maxAge)
+	if ok {
+		b.fresh++
+		if s, has := p.signalValue(r); has {
+			b.known++
+			b.n++
+			b.sum += s
+			if b.oldest.IsZero() || r.At().Before(b.oldest) {
+				b.oldest = r.At()
+			}
+			return PodValue{Known: true, Present: true, Value: s, Time: r.At(), State: StateOK}
+		}
+		b.unknowns = append(b.unknowns, -1)
+		return PodValue{State: StateOK, Why: "does not expose this signal" + firstWarnings(r.Warnings)}
+	}
+	held := -1.0
+	v := PodValue{State: StateOK, Why: why}
+	if r != nil && p.HoldLastGood > 0 && b.now.Sub(r.At()) <= p.HoldLastGood {
+		if s, has := p.signalValue(r); has {
+			held, v.Held = s, true
+			b.held++
+		}
+	}
+	if v.Why == "" {
+		v.Why = "no fresh reading"
+	}
+	b.unknowns = append(b.unknowns, held)
+	return v
+}
+
+// AddGateway adds the pool's gateway-held queue (waiting requests) to the
+// demand; see PoolBuilder. queue must be finite and >= 0.
+func (b *PoolBuilder) AddGateway(queue float64) {
+	q := queue
+	b.gw = &q
+}
+
 // Pool returns the aggregate of the pods added so far.
 func (b *PoolBuilder) Pool() Pool {
-	out := Pool{Pods: b.pods, Known: b.know}
-	if b.know == 0 {
-		return out
-	}
-	v := b.sum
-	switch b.policy.Kind {
-	case KindMean:
-		v /= float64(b.pods)
-	case KindSignal:
+	p := b.policy
+	out := Pool{Pods: b.pods, Fresh: b.fresh, Known: b.known, Held: b.held, States: b.states, Oldest: b.oldest, Gateway: b.gw}
+	if p.Kind == KindSignal {
 		if b.n == 0 {
 			return out
 		}
-		if b.policy.Signal.isRatio() {
-			v /= float64(b.n)
+		mean := b.sum / float64(b.n)
+		v := b.sum
+		for _, u := range b.unknowns {
+			v += math.Max(u, mean)
 		}
+		if p.Signal.foldsByMean() {
+			v /= float64(b.pods)
+		}
+		out.Value = &v
+		return out
+	}
+	gwDemand := 0.0
+	if b.gw != nil && p.Gateway != nil && p.Gateway.QueueSetPoint > 0 {
+		gwDemand = *b.gw / p.Gateway.QueueSetPoint
+	}
+	if b.known == 0 {
+		if b.pods == 0 && b.gw != nil {
+			out.Value = &gwDemand
+		}
+		return out
+	}
+	demand := b.sum
+	latency := 0.0
+	for i, t := range p.Terms {
+		if !t.Kind.IsLatency() {
+			continue
+		}
+		var obs *Histogram
+		if b.obs != nil {
+			obs = b.obs[i]
+		}
+		lv, note, ok := latencyValue(&p.Terms[i], obs, b.busy)
+		if !ok {
+			continue
+		}
+		ratio := lv / t.SetPoint
+		capped := false
+		if t.MaxRatio > 0 && ratio > t.MaxRatio {
+			ratio, capped = t.MaxRatio, true
+		}
+		out.Latency = append(out.Latency, TermValue{Term: t.Kind, Value: lv, SetPoint: t.SetPoint, Ratio: ratio, Capped: capped, Note: note})
+		latency = math.Max(latency, ratio)
+	}
+	demand = math.Max(demand, latency*float64(b.pods)) + gwDemand
+	v := demand
+	if p.Kind == KindMean {
+		v = demand / float64(b.pods)
 	}
 	out.Value = &v
 	return out

@@ -3,6 +3,8 @@ package simulate
 import (
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -70,7 +72,7 @@ func NewAdapterSource(queueDepthSetPoint, kvCacheUsageSetPoint, unknownSaturatio
 func CatalogSource(c *signals.Catalog) func() MetricSource {
 	ex := signals.NewExtractor() // immutable, shared by the sources
 	return func() MetricSource {
-		return &adapterSource{ex: ex, catalog: c, pods: map[int]*signals.Reading{}}
+		return &adapterSource{ex: ex, catalog: c, pods: map[int]*signals.History{}}
 	}
 }
 
@@ -104,8 +106,18 @@ func (f failingSource) Metrics(bool) []string                        { return ni
 type adapterSource struct {
 	ex      *signals.Extractor
 	catalog *signals.Catalog
-	pods    map[int]*signals.Reading
+	pods    map[int]*signals.History
+	// seq orders the readings: the simulation decides freshness itself (the
+	// fresh pods of External), so readings carry a sequence, not a clock.
+	seq int64
 }
+
+// sourceEpoch is the time of the first reading of a source; each reading is one
+// millisecond after the one before.
+var sourceEpoch = time.Unix(0, 0)
+
+// anyAge accepts every reading: freshness is the caller's decision.
+const anyAge = time.Duration(math.MaxInt64)
 
 func (s *adapterSource) Scrape(pod int, body []byte) error {
 	r, err := s.ex.Extract(body)
@@ -113,8 +125,15 @@ func (s *adapterSource) Scrape(pod int, body []byte) error {
 		delete(s.pods, pod)
 		return err
 	}
-	s.pods[pod] = &r
+	s.seq++
+	r.Time = sourceEpoch.Add(time.Duration(s.seq) * time.Millisecond)
+	s.pods[pod] = s.pods[pod].Append(&r, signals.HistoryOptions{Needs: s.catalog.Needs()})
 	return nil
+}
+
+// now is the time of the newest reading.
+func (s *adapterSource) now() time.Time {
+	return sourceEpoch.Add(time.Duration(s.seq) * time.Millisecond)
 }
 
 func (s *adapterSource) Forget(pod int) { delete(s.pods, pod) }
@@ -133,12 +152,12 @@ func (s *adapterSource) External(metric string, fresh []int, unknown int) (float
 	if p == nil {
 		return 0, fmt.Errorf("unknown metric %q", metric)
 	}
-	b := p.NewPool()
+	b := p.NewPool(s.now(), anyAge)
 	for _, id := range fresh {
-		b.Add(s.pods[id]) // nil for a pod whose last scrape failed to parse
+		b.Add(s.pods[id], "") // nil for a pod whose last scrape failed to parse
 	}
 	for range unknown {
-		b.Add(nil)
+		b.Add(nil, "no fresh reading")
 	}
 	pool := b.Pool()
 	switch {
@@ -154,11 +173,11 @@ func (s *adapterSource) External(metric string, fresh []int, unknown int) (float
 
 func (s *adapterSource) PodValue(metric string, pod int) (float64, bool) {
 	p := s.catalog.Lookup(metric)
-	r := s.pods[pod]
-	if p == nil || !p.PerPod() || r == nil {
+	h := s.pods[pod]
+	if p == nil || !p.PerPod() || h == nil {
 		return 0, false
 	}
-	b := p.NewPool()
-	v := b.Add(r)
+	b := p.NewPool(s.now(), anyAge)
+	v := b.Add(h, "")
 	return v.Value, v.Present
 }

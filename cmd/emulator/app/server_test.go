@@ -320,8 +320,8 @@ func TestDataParallelSpreadsRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Dialect != "vllm-v1" || len(r.Engines) != 3 || r.QueueDepth == nil || *r.QueueDepth != 6 {
-		t.Errorf("signals read dialect %q, %d engines, queue %v; want vllm-v1, 3, 6", r.Dialect, len(r.Engines), r.QueueDepth)
+	if q := r.Ptr(signals.QueueDepth); r.Dialect != "vllm-v1" || len(r.Engines) != 3 || q == nil || *q != 6 {
+		t.Errorf("signals read dialect %q, %d engines, queue %v; want vllm-v1, 3, 6", r.Dialect, len(r.Engines), q)
 	}
 }
 

@@ -1,0 +1,425 @@
+package signals
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// EngineState is what an engine can do now, judged over the state window.
+type EngineState string
+
+// The engine states, from most to least severe. A pod's state is its most
+// severe engine's.
+const (
+	// StateSleeping: vLLM sleep mode (engine_sleep_state awake = 0). The pod is
+	// Ready and reports zeros but cannot serve until woken.
+	StateSleeping EngineState = "sleeping"
+	// StateFrozen: gauges claim work in progress (requests running) while every
+	// counter stays flat and the gauges do not move: the metrics are a stale
+	// snapshot, or the engine stopped.
+	StateFrozen EngineState = "frozen"
+	// StateWedged: requests wait, yet nothing completes and no token is
+	// generated across several scrapes (the engine's /health may still say OK).
+	StateWedged EngineState = "wedged"
+	// StateClipped: the queue sits at an admission cap (vLLM
+	// --max-num-queued-reqs: waiting + running at the policy's QueueCap, or
+	// rejections rising while requests wait), so the queue gauge understates
+	// demand (hazard NC-02).
+	StateClipped EngineState = "clipped"
+	// StateOK: none of the above.
+	StateOK EngineState = "ok"
+)
+
+// EngineStates lists every state, most severe first.
+func EngineStates() []EngineState {
+	return []EngineState{StateSleeping, StateFrozen, StateWedged, StateClipped, StateOK}
+}
+
+func (s EngineState) severity() int {
+	switch s {
+	case StateSleeping:
+		return 4
+	case StateFrozen:
+		return 3
+	case StateWedged:
+		return 2
+	case StateClipped:
+		return 1
+	}
+	return 0
+}
+
+// cannotServe reports whether the state hides capacity that is not there: the
+// pod then counts at the unknown-pod saturation, as an unscraped pod does.
+func (s EngineState) cannotServe() bool { return s.severity() >= 2 }
+
+// engineState derives an engine's state from its facts under the policy.
+func (p *Policy) engineState(f *EngineFacts) (EngineState, string) {
+	switch {
+	case f == nil:
+		return StateOK, ""
+	case f.Asleep:
+		return StateSleeping, "engine_sleep_state awake is 0"
+	case f.Readings >= MinStateReadings && f.Working && f.HasCounters && f.CountersFlat && f.GaugesFlat:
+		return StateFrozen, fmt.Sprintf("requests running but no counter and no gauge moved across %d scrapes", f.Readings)
+	case f.Readings >= MinStateReadings && f.Waiting && f.HasTokens && f.TokensFlat && (!f.HasFinished || f.FinishedFlat):
+		return StateWedged, fmt.Sprintf("requests waiting but no token generated and nothing finished across %d scrapes", f.Readings)
+	case p.QueueCap > 0 && f.InQueue >= p.QueueCap:
+		return StateClipped, fmt.Sprintf("waiting + running = %g, at the admission cap %g", f.InQueue, p.QueueCap)
+	case f.RejectionsRose && f.Waiting:
+		return StateClipped, "admission rejections rising while requests wait"
+	}
+	return StateOK, ""
+}
+
+// TermValue is one term of a pod's (or a pool's) saturation.
+type TermValue struct {
+	// Term is the term's kind ("queueDepth", "ttft", …).
+	Term TermKind `json:"term"`
+	// Value is the measured value (requests, ratio, per second, seconds);
+	// SetPoint the term's set point (the SLO for latency terms); Ratio =
+	// Value / SetPoint, capped at the term's MaxRatio (Capped then says so).
+	Value    float64 `json:"value"`
+	SetPoint float64 `json:"setPoint"`
+	Ratio    float64 `json:"ratio"`
+	Capped   bool    `json:"capped,omitempty"`
+	// Note says how the value was obtained when that is not plain ("no new
+	// observations while requests wait: at least the SLO", "from the state
+	// pool", the quantile and window).
+	Note string `json:"note,omitempty"`
+}
+
+// EngineReport is one engine's state in a PodReport.
+type EngineReport struct {
+	ID     string      `json:"id"`
+	Model  string      `json:"model,omitempty"`
+	State  EngineState `json:"state"`
+	Reason string      `json:"reason,omitempty"`
+}
+
+// PodReport is a pod's evaluation under one policy in detail, for explain.
+type PodReport struct {
+	// Fresh reports that the newest reading is within the max age.
+	Fresh bool `json:"fresh"`
+	// State is the pod's state (its most severe engine's) and Engines each
+	// engine's.
+	State   EngineState    `json:"state"`
+	Engines []EngineReport `json:"engines,omitempty"`
+	// Terms are the pod's own terms, latency terms included (over the pod's own
+	// observations); Dominant names the term with the highest ratio.
+	Terms    []TermValue `json:"terms"`
+	Dominant TermKind    `json:"dominant,omitempty"`
+	// Saturation is the pod's own saturation (max of its term ratios), nil when
+	// it has no term.
+	Saturation *float64 `json:"saturation"`
+	// Counted is what the pod adds to the pool: its saturation without latency
+	// terms (pooled instead), the unknown-pod saturation for a pod that cannot
+	// serve or has no fresh data, or its held last good value.
+	Counted float64 `json:"counted"`
+	// Why says why the pod counts other than by its own terms.
+	Why string `json:"why,omitempty"`
+}
+
+// podEval is the evaluation of one pod under a saturation policy.
+type podEval struct {
+	fresh   bool
+	known   bool    // fresh, can serve, and has a term
+	sat     float64 // own saturation, latency terms included (when known)
+	part    float64 // contribution to the pool
+	state   EngineState
+	held    bool
+	busy    bool // requests waiting or running in the newest fresh reading
+	why     string
+	at      time.Time
+	history *History
+}
+
+// fresh reports whether the newest reading of h is within maxAge of now.
+func fresh(h *History, now time.Time, maxAge time.Duration) (*Reading, bool) {
+	r := h.Latest()
+	if r == nil {
+		return nil, false
+	}
+	return r, now.Sub(r.At()) <= maxAge
+}
+
+// evalSaturation evaluates one pod under a KindMean or KindDemand policy;
+// report, when not nil, receives the details.
+func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge time.Duration, report *PodReport) podEval {
+	ev := podEval{state: StateOK, part: p.UnknownSaturation, history: h}
+	r, ok := fresh(h, now, maxAge)
+	if r != nil && !ok {
+		age := now.Sub(r.At()).Round(time.Millisecond)
+		ev.why = fmt.Sprintf("stale: last good scrape %s ago (max age %s)", age, maxAge)
+		if !r.SampleTime.IsZero() && r.SampleTime.Before(r.Time) {
+			ev.why = fmt.Sprintf("stale: its samples are timestamped %s before now (max age %s)", age, maxAge)
+		}
+		if why != "" {
+			ev.why += "; " + why
+		}
+	} else if r == nil {
+		ev.why = why
+		if ev.why == "" {
+			ev.why = "not scraped yet"
+		}
+	}
+	if report != nil {
+		report.State = StateOK
+	}
+	if !ok {
+		// Unknown: the unknown-pod saturation, or the last good saturation while
+		// it is higher and not older than HoldLastGood.
+		if r != nil && p.HoldLastGood > 0 && now.Sub(r.At()) <= p.HoldLastGood {
+			if last, _, has := p.podTerms(h, r, nil); has && last > ev.part {
+				ev.part, ev.held = last, true
+				ev.why += fmt.Sprintf("; counted at its last good saturation %.3g until %s old", last, p.HoldLastGood)
+			}
+		}
+		if report != nil {
+			report.Counted, report.Why = ev.part, ev.why
+		}
+		return ev
+	}
+	ev.fresh, ev.at = true, r.At()
+	q, _ := r.Value(QueueDepth)
+	qd, _ := r.Value(QueueDeferred)
+	run, _ := r.Value(Running)
+	ev.busy = q+qd+run > 0
+	// Engine states.
+	var stateWhy string
+	for i := range r.Engines {
+		e := &r.Engines[i]
+		if p.Model != "" && !sameModel(e.Model, p.Model) {
+			continue
+		}
+		st, reason := p.engineState(h.factsOf(e.ID))
+		if report != nil {
+			report.Engines = append(report.Engines, EngineReport{ID: e.ID, Model: e.Model, State: st, Reason: reason})
+		}
+		if st.severity() > ev.state.severity() {
+			ev.state, stateWhy = st, fmt.Sprintf("engine %q %s: %s", e.ID, st, reason)
+		}
+	}
+	var terms *[]TermValue
+	if report != nil {
+		report.Fresh, report.State = true, ev.state
+		terms = &report.Terms
+	}
+	own, part, has := p.podTerms(h, r, terms)
+	if report != nil && has {
+		s := own
+		report.Saturation = &s
+		best := -1.0
+		for _, t := range report.Terms {
+			if t.Ratio > best {
+				best, report.Dominant = t.Ratio, t.Term
+			}
+		}
+	}
+	switch {
+	case ev.state.cannotServe():
+		ev.why = stateWhy + fmt.Sprintf("; counts at the unknown-pod saturation %g", p.UnknownSaturation)
+	case !has:
+		ev.why = "no valid term"
+		if p.Model != "" && fold(r.Engines, engineFilter(r, p.Model)).EngineCount == 0 {
+			ev.why = fmt.Sprintf("no engine serves model %q", p.Model)
+		}
+		ev.why += firstWarnings(r.Warnings)
+	default:
+		ev.known, ev.sat, ev.part = true, own, part
+		if ev.state == StateClipped {
+			// The queue gauge understates demand: at least saturated, and when
+			// both rates are known, the demand the engine turned away in replicas
+			// ((finished + rejected) / finished).
+			clip := p.UnknownSaturation
+			if lost, ok := p.lostDemand(h); ok {
+				clip = max(clip, lost)
+			}
+			if clip > ev.part {
+				ev.part = clip
+			}
+			ev.why = stateWhy + fmt.Sprintf("; counts at least %.3g", clip)
+		}
+	}
+	if report != nil {
+		report.Counted, report.Why = ev.part, ev.why
+	}
+	return ev
+}
+
+// lostDemand returns (finished + rejected) / finished per second over the
+// longest window the history keeps, for a clipped pod.
+func (p *Policy) lostDemand(h *History) (float64, bool) {
+	w := h.window(WindowKey{Window: max(h.opts.StateWindow, DefaultStateWindow), Model: p.Model})
+	fin, ok1 := w.inc.Value(RequestsFinished)
+	rej, ok2 := w.inc.Value(Rejections)
+	if !w.ok || !ok1 || !ok2 || fin <= 0 {
+		return 0, false
+	}
+	return (fin + rej) / fin, true
+}
+
+// podTerms computes a pod's terms from reading r (the newest of h): own is its
+// saturation with its own latency terms, part without them (the pool adds
+// pooled latency instead); has is false when no term has a value. terms, when
+// not nil, receives each term.
+func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue) (own, part float64, has bool) {
+	f := &r.Fold
+	if p.Model != "" {
+		mf := fold(r.Engines, engineFilter(r, p.Model))
+		f = &mf
+	}
+	partHas := false
+	for i := range p.Terms {
+		t := &p.Terms[i]
+		v, note, ok := p.termValue(t, h, r, f)
+		if !ok {
+			continue
+		}
+		ratio := v / t.SetPoint
+		capped := false
+		if t.MaxRatio > 0 && ratio > t.MaxRatio {
+			ratio, capped = t.MaxRatio, true
+		}
+		if terms != nil {
+			*terms = append(*terms, TermValue{Term: t.Kind, Value: v, SetPoint: t.SetPoint, Ratio: ratio, Capped: capped, Note: note})
+		}
+		if !has || ratio > own {
+			own = ratio
+		}
+		has = true
+		if !t.Kind.IsLatency() && (!partHas || ratio > part) {
+			part, partHas = ratio, true
+		}
+	}
+	return own, part, has
+}
+
+// termValue returns one term's value for a pod, and a note on how it was
+// obtained; ok is false when the pod has no value for it.
+func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold) (v float64, note string, ok bool) {
+	switch t.Kind {
+	case TermQueueDepth:
+		v, ok = f.Value(QueueDepth)
+		if d, dok := f.Value(QueueDeferred); ok && dok && d > 0 {
+			note = fmt.Sprintf("%g deferred waits not counted (more replicas would not shorten them)", d)
+		}
+		return v, note, ok
+	case TermKVCacheUsage:
+		v, ok = f.Value(KVCacheUsage)
+		return v, "", ok
+	case TermBatchSlots:
+		return batchSlots(t, r, p.Model, f)
+	case TermPreemptionRate:
+		w := h.window(WindowKey{Window: t.Window, Model: p.Model})
+		inc, has := w.inc.Value(Preemptions)
+		if !w.ok || !has || w.span <= 0 {
+			return 0, "", false
+		}
+		return inc / w.span.Seconds(), fmt.Sprintf("over %s", w.span.Round(time.Second)), true
+	}
+	hk, _ := t.Kind.histo()
+	w := h.window(WindowKey{Window: t.Window, Model: p.Model})
+	if !w.ok {
+		return 0, "", false
+	}
+	q, _ := f.Value(QueueDepth)
+	qd, _ := f.Value(QueueDeferred)
+	run, _ := f.Value(Running)
+	return latencyValue(t, w.hist[hk], q+qd+run > 0)
+}
+
+// latencyValue is a latency term's value over a window's observations: their
+// quantile; with no observation while requests wait or run, the SLO itself
+// (at least the SLO: never NaN, never a stale low value); with no observation
+// and nothing in flight, no value (an idle window drops the term).
+func latencyValue(t *Term, obs *Histogram, busy bool) (float64, string, bool) {
+	if q, ok := obs.Quantile(t.Quantile); ok {
+		return q, fmt.Sprintf("p%g over %s, %g observations", t.Quantile*100, t.Window, obs.Count), true
+	}
+	if busy {
+		return t.SetPoint, "no new observations while requests wait: at least the SLO", true
+	}
+	return 0, "", false
+}
+
+// batchSlots is running / slots (the engines' own limits, else MaxNumSeqs per
+// engine), or the state pool's usage when higher.
+func batchSlots(t *Term, r *Reading, model string, f *Fold) (float64, string, bool) {
+	running, hasRun := f.Value(Running)
+	slots := 0.0
+	keep := engineFilter(r, model)
+	for i := range r.Engines {
+		e := &r.Engines[i]
+		if keep != nil && !keep(e) {
+			continue
+		}
+		if m, ok := e.Value(MaxRunning); ok && m > 0 {
+			slots += m
+		} else if t.MaxNumSeqs > 0 {
+			slots += t.MaxNumSeqs
+		}
+	}
+	v, note, ok := 0.0, "", false
+	if hasRun && slots > 0 {
+		v, note, ok = running/slots, fmt.Sprintf("%g running of %g slots", running, slots), true
+	}
+	if su, has := f.Value(StateUsage); has && (!ok || su > v) {
+		v, note, ok = su, "state pool usage (hybrid model)", true
+	}
+	return v, note, ok
+}
+
+// firstWarnings renders up to two of a reading's warnings for a message.
+func firstWarnings(w []string) string {
+	switch {
+	case len(w) == 0:
+		return ""
+	case len(w) <= 2:
+		return " (" + w[0] + joinRest(w[1:]) + ")"
+	}
+	return fmt.Sprintf(" (%s; %s; and %d more)", w[0], w[1], len(w)-2)
+}
+
+func joinRest(w []string) string {
+	out := ""
+	for _, s := range w {
+		out += "; " + s
+	}
+	return out
+}
+
+// ExplainPod evaluates one pod under the policy in detail, as the pool does
+// (PoolBuilder.Add), at now with readings older than maxAge stale. For a
+// KindSignal policy the report has no terms and Counted is the signal.
+func (p *Policy) ExplainPod(h *History, why string, now time.Time, maxAge time.Duration) PodReport {
+	var rep PodReport
+	if p.Kind == KindSignal {
+		r, ok := fresh(h, now, maxAge)
+		rep.Fresh, rep.State = ok, StateOK
+		if ok {
+			if v, has := p.signalValue(r); has {
+				rep.Counted = v
+				rep.Saturation = &v
+			}
+		}
+		return rep
+	}
+	p.evalSaturation(h, why, now, maxAge, &rep)
+	return rep
+}
+
+// signalValue returns a KindSignal policy's signal for a reading.
+func (p *Policy) signalValue(r *Reading) (float64, bool) {
+	f := &r.Fold
+	if p.Model != "" {
+		mf := fold(r.Engines, engineFilter(r, p.Model))
+		f = &mf
+	}
+	v, ok := f.Value(p.Signal)
+	if ok && (math.IsNaN(v) || math.IsInf(v, 0)) {
+		return 0, false
+	}
+	return v, ok
+}

@@ -1,0 +1,370 @@
+package signals
+
+import (
+	"slices"
+	"time"
+)
+
+// Defaults of HistoryOptions.
+const (
+	// DefaultStateWindow is the span over which engine states (wedged, frozen)
+	// are judged: 30 s, 15 scrapes at the adapter's default 2 s interval and more
+	// than the HPA's 15 s sync period, so a state is seen before the HPA acts twice.
+	DefaultStateWindow = 30 * time.Second
+	// DefaultMaxReadings bounds the readings kept per pod; older ones are thinned
+	// so that the kept ones still span the longest window.
+	DefaultMaxReadings = 24
+	// MinStateReadings is the number of readings within the state window an
+	// engine state needs: "across several scrapes".
+	MinStateReadings = 3
+	// minRecent is the number of newest readings never thinned.
+	minRecent = 6
+)
+
+// HistoryOptions say what a History keeps and precomputes.
+type HistoryOptions struct {
+	// Needs lists the windows the policies read (Catalog.Needs).
+	Needs Needs
+	// StateWindow is the span over which engine states are judged
+	// (DefaultStateWindow when 0).
+	StateWindow time.Duration
+	// MaxReadings bounds the readings kept (DefaultMaxReadings when 0).
+	MaxReadings int
+}
+
+func (o HistoryOptions) withDefaults() HistoryOptions {
+	if o.StateWindow <= 0 {
+		o.StateWindow = DefaultStateWindow
+	}
+	if o.MaxReadings <= 0 {
+		o.MaxReadings = DefaultMaxReadings
+	}
+	o.MaxReadings = max(o.MaxReadings, minRecent+2)
+	return o
+}
+
+// History is the recent readings of one pod, oldest first, with the window
+// aggregates and engine facts its policies read precomputed when a reading is
+// appended, so that answering an HPA request costs no pass over the readings.
+// It is immutable: Append returns a new History.
+type History struct {
+	readings []*Reading
+	windows  []windowAgg
+	facts    []EngineFacts
+	opts     HistoryOptions
+}
+
+// Latest returns the newest reading, nil for an empty (or nil) history.
+func (h *History) Latest() *Reading {
+	if h == nil || len(h.readings) == 0 {
+		return nil
+	}
+	return h.readings[len(h.readings)-1]
+}
+
+// Readings returns the readings, oldest first. The slice is shared: do not
+// modify it.
+func (h *History) Readings() []*Reading {
+	if h == nil {
+		return nil
+	}
+	return h.readings
+}
+
+// NewHistory returns a history of the readings (oldest first, each with its
+// Time set), as Append would build it one by one.
+func NewHistory(o HistoryOptions, readings ...*Reading) *History {
+	var h *History
+	for _, r := range readings {
+		h = h.Append(r, o)
+	}
+	return h
+}
+
+// Append returns a history with r as its newest reading. A reading that is not
+// newer than the latest (samples with unchanged explicit timestamps) replaces
+// it. Readings older than the longest window (plus one at or before its start)
+// are dropped, and past MaxReadings the older ones are thinned. h may be nil.
+func (h *History) Append(r *Reading, o HistoryOptions) *History {
+	o = o.withDefaults()
+	var old []*Reading
+	if h != nil {
+		old = h.readings
+	}
+	rs := make([]*Reading, 0, min(len(old)+1, o.MaxReadings+1))
+	rs = append(rs, old...)
+	if n := len(rs); n > 0 && !r.At().After(rs[n-1].At()) {
+		rs = rs[:n-1]
+	}
+	rs = append(rs, r)
+	rs = prune(rs, max(o.Needs.MaxWindow(), o.StateWindow), o.MaxReadings)
+	out := &History{readings: rs, opts: o}
+	for _, k := range o.Needs.Windows {
+		out.windows = append(out.windows, computeWindow(rs, k))
+	}
+	out.facts = engineFacts(rs, o.StateWindow)
+	return out
+}
+
+// prune drops readings older than span before the newest (keeping the newest
+// one at or before that start), then thins the older readings, never the
+// newest minRecent, by removing the later reading of the closest pair until at
+// most max remain.
+func prune(rs []*Reading, span time.Duration, maxN int) []*Reading {
+	start := rs[len(rs)-1].At().Add(-span)
+	first := 0
+	for i := range rs {
+		if rs[i].At().After(start) {
+			break
+		}
+		first = i
+	}
+	rs = rs[first:]
+	for len(rs) > maxN {
+		best, gap := -1, time.Duration(0)
+		for i := 1; i < len(rs)-minRecent; i++ {
+			if g := rs[i].At().Sub(rs[i-1].At()); best < 0 || g < gap {
+				best, gap = i, g
+			}
+		}
+		if best < 0 {
+			break
+		}
+		rs = slices.Delete(rs, best, best+1)
+	}
+	return rs
+}
+
+// windowAgg is what happened in one pod over one window: counter increases and
+// histogram observations of the engines the key's model selects.
+type windowAgg struct {
+	key WindowKey
+	// ok reports that at least two readings fall in the window.
+	ok bool
+	// span is the time between the first and the last reading used.
+	span time.Duration
+	// inc holds the counter increases (only counter signals are set).
+	inc values
+	// hist holds the observations per latency histogram, nil when none.
+	hist [numHistos]*Histogram
+	// resets counts counter resets seen; approx reports interpolated layouts.
+	resets int
+	approx bool
+}
+
+// engineFilter returns which engines of a reading a model restriction selects:
+// the engines serving model; without one, the reading's default view (for
+// Triton, its TensorRT-LLM backends when it has any).
+func engineFilter(r *Reading, model string) func(*EngineSignals) bool {
+	if model != "" {
+		return func(e *EngineSignals) bool { return sameModel(e.Model, model) }
+	}
+	if slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
+		return func(e *EngineSignals) bool { return e.Backend }
+	}
+	return nil
+}
+
+func findEngine(r *Reading, id string) *EngineSignals {
+	i, ok := slices.BinarySearchFunc(r.Engines, id, func(e EngineSignals, id string) int { return compareEngineIDs(e.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &r.Engines[i]
+}
+
+// computeWindow aggregates the readings within the key's window before the
+// newest: counters by their increases across consecutive readings (a decrease is
+// a reset: the new value counts whole, as PromQL's rate does; an engine's first
+// reading counts nothing), histograms by their new observations (Histogram.Since).
+func computeWindow(rs []*Reading, k WindowKey) windowAgg {
+	a := windowAgg{key: k}
+	last := rs[len(rs)-1]
+	start := last.At().Add(-k.Window)
+	i0 := len(rs) - 1
+	for i := len(rs) - 2; i >= 0 && !rs[i].At().Before(start); i-- {
+		i0 = i
+	}
+	if i0 == len(rs)-1 {
+		return a
+	}
+	a.ok, a.span = true, last.At().Sub(rs[i0].At())
+	for j := i0 + 1; j < len(rs); j++ {
+		cur, prev := rs[j], rs[j-1]
+		keep := engineFilter(cur, k.Model)
+		for ei := range cur.Engines {
+			e := &cur.Engines[ei]
+			if keep != nil && !keep(e) {
+				continue
+			}
+			pe := findEngine(prev, e.ID)
+			if pe == nil {
+				continue // first reading of this engine: nothing to compare
+			}
+			for s := range numSignals {
+				if !s.IsCounter() {
+					continue
+				}
+				v, ok := e.Value(s)
+				pv, pok := pe.Value(s)
+				if !ok || !pok {
+					continue
+				}
+				d := v - pv
+				if d < 0 {
+					d = v
+					a.resets++
+				}
+				a.inc.v[s] += d
+				a.inc.has |= 1 << s
+			}
+			for hk := range numHistos {
+				if e.Hist[hk] == nil || pe.Hist[hk] == nil {
+					continue
+				}
+				d, reset, approx := e.Hist[hk].Since(pe.Hist[hk])
+				if reset {
+					a.resets++
+				}
+				a.approx = a.approx || approx
+				switch {
+				case a.hist[hk] == nil:
+					a.hist[hk] = d.clone() // d may be the engine's own cumulative histogram
+				case !a.hist[hk].addInPlace(d):
+					a.hist[hk] = a.hist[hk].Add(d)
+				}
+			}
+		}
+	}
+	return a
+}
+
+func (h *Histogram) clone() *Histogram {
+	if h == nil {
+		return nil
+	}
+	return &Histogram{Bounds: h.Bounds, Counts: slices.Clone(h.Counts), Count: h.Count, Sum: h.Sum}
+}
+
+// window returns the aggregate for a key: the precomputed one, or (after a
+// configuration change added a window, until the next scrape) one computed now.
+func (h *History) window(k WindowKey) windowAgg {
+	for i := range h.windows {
+		if h.windows[i].key == k {
+			return h.windows[i]
+		}
+	}
+	return computeWindow(h.readings, k)
+}
+
+// EngineFacts is what the readings within the state window say about one
+// engine of the newest reading; EngineState derives its state from them.
+type EngineFacts struct {
+	// ID is the engine's ID.
+	ID string
+	// Readings is the number of readings of the engine within the state window.
+	Readings int
+	// Asleep reports that the newest reading says the engine sleeps (vLLM sleep
+	// mode: awake = 0).
+	Asleep bool
+	// Waiting: requests waited (queue depth or deferred > 0) in every reading.
+	// Working: requests ran (running > 0) in every reading.
+	Waiting, Working bool
+	// HasTokens: every reading has the generation-token counter; TokensFlat: it
+	// did not move.
+	HasTokens, TokensFlat bool
+	// HasFinished and FinishedFlat: the same for finished requests.
+	HasFinished, FinishedFlat bool
+	// HasCounters: every reading has at least one counter; CountersFlat: none
+	// of the counters present moved.
+	HasCounters, CountersFlat bool
+	// GaugesFlat: queue depth, running and KV-cache usage were identical in
+	// every reading.
+	GaugesFlat bool
+	// RejectionsRose: the admission-rejection counter grew within the window.
+	RejectionsRose bool
+	// InQueue is waiting + deferred + running in the newest reading.
+	InQueue float64
+}
+
+// engineFacts gathers the facts of each engine of the newest reading over the
+// readings within the state window.
+func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
+	last := rs[len(rs)-1]
+	start := last.At().Add(-window)
+	out := make([]EngineFacts, len(last.Engines))
+	for ei := range last.Engines {
+		e := &last.Engines[ei]
+		f := EngineFacts{ID: e.ID, Waiting: true, Working: true, HasTokens: true, TokensFlat: true,
+			HasFinished: true, FinishedFlat: true, HasCounters: true, CountersFlat: true, GaugesFlat: true}
+		if aw, ok := e.Value(Awake); ok && aw < 0.5 {
+			f.Asleep = true
+		}
+		q, _ := e.Value(QueueDepth)
+		qd, _ := e.Value(QueueDeferred)
+		run, _ := e.Value(Running)
+		f.InQueue = q + qd + run
+		for i := len(rs) - 1; i >= 0 && !rs[i].At().Before(start); i-- {
+			x := findEngine(rs[i], e.ID)
+			if x == nil {
+				break
+			}
+			f.Readings++
+			wq, _ := x.Value(QueueDepth)
+			wd, _ := x.Value(QueueDeferred)
+			wr, _ := x.Value(Running)
+			f.Waiting = f.Waiting && wq+wd > 0
+			f.Working = f.Working && wr > 0
+			counters := 0
+			for s := range numSignals {
+				if !s.IsCounter() {
+					continue
+				}
+				v, ok := x.Value(s)
+				if ok {
+					counters++
+				}
+				lv, lok := e.Value(s)
+				if ok && lok && v != lv {
+					f.CountersFlat = false
+					switch s {
+					case GenerationTokens:
+						f.TokensFlat = false
+					case RequestsFinished:
+						f.FinishedFlat = false
+					case Rejections:
+						f.RejectionsRose = f.RejectionsRose || lv > v
+					}
+				}
+				if !ok {
+					switch s {
+					case GenerationTokens:
+						f.HasTokens = false
+					case RequestsFinished:
+						f.HasFinished = false
+					}
+				}
+			}
+			f.HasCounters = f.HasCounters && counters > 0
+			for _, s := range []Signal{QueueDepth, Running, KVCacheUsage} {
+				v, ok := x.Value(s)
+				lv, lok := e.Value(s)
+				if ok != lok || v != lv {
+					f.GaugesFlat = false
+				}
+			}
+		}
+		out[ei] = f
+	}
+	return out
+}
+
+// factsOf returns the facts of an engine of the newest reading by ID.
+func (h *History) factsOf(id string) *EngineFacts {
+	for i := range h.facts {
+		if h.facts[i].ID == id {
+			return &h.facts[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package signals
+
+import (
+	"encoding/json"
+	"math"
+	"time"
+)
+
+// values holds one value per Signal with a presence bit each: absent means the
+// engine exposed no valid series for it, never 0.
+type values struct {
+	v   [numSignals]float64
+	has uint32
+}
+
+// Value returns the signal's value and whether it is present.
+func (x *values) Value(s Signal) (float64, bool) {
+	if s < 0 || s >= numSignals || x.has&(1<<s) == 0 {
+		return 0, false
+	}
+	return x.v[s], true
+}
+
+// Ptr returns the signal's value as a pointer, nil when absent (for JSON and
+// callers that distinguish "absent" from 0).
+func (x *values) Ptr(s Signal) *float64 {
+	v, ok := x.Value(s)
+	if !ok {
+		return nil
+	}
+	return &v
+}
+
+func (x *values) set(s Signal, v float64) { x.v[s], x.has = v, x.has|1<<s }
+
+// EngineSignals is what one engine (one data-parallel rank, or one model version
+// of a multi-model server) of a pod reports, after validity checks.
+type EngineSignals struct {
+	// ID is the engine label's value ("0", "1", ...; for Triton "model/version");
+	// empty for engines without one.
+	ID string
+	// Model is the served model name of the engine's series, if labelled.
+	Model string
+	// Backend reports, for multi-model servers (Triton), that the engine is a
+	// TensorRT-LLM backend model rather than an ensemble or processing step.
+	Backend bool
+	values
+	// Hist holds the engine's latency histograms (cumulative), nil when absent.
+	Hist [numHistos]*Histogram
+}
+
+// MarshalJSON renders the engine as explain prints it: the classic signals
+// always (null when absent), the others only when present, and per histogram its
+// observation count and sum.
+func (e EngineSignals) MarshalJSON() ([]byte, error) {
+	return json.Marshal(signalMap(e.ID, e.Model, &e.values, &e.Hist))
+}
+
+func signalMap(id, model string, x *values, hist *[numHistos]*Histogram) map[string]any {
+	m := map[string]any{"id": id}
+	if model != "" {
+		m["model"] = model
+	}
+	for s := range numSignals {
+		if s <= Preemptions {
+			m[s.String()] = x.Ptr(s)
+		} else if p := x.Ptr(s); p != nil {
+			m[s.String()] = *p
+		}
+	}
+	for h := range numHistos {
+		if hh := hist[h]; hh != nil {
+			m[h.String()] = map[string]float64{"count": hh.Count, "sum": hh.Sum}
+		}
+	}
+	return m
+}
+
+// Fold is a pod's value of every signal, folded from its engines: counts and
+// counters add up, ratios (KV-cache and state usage) are the mean over the
+// engines reporting them, histograms add up bucket by bucket.
+type Fold struct {
+	values
+	// KVCacheUsageMax is the busiest engine's KV-cache usage.
+	KVCacheUsageMax *float64
+	// Hist holds the pod's latency histograms, nil when no engine has one.
+	Hist [numHistos]*Histogram
+	// EngineCount is the number of engines folded.
+	EngineCount int
+}
+
+// Reading is what one /metrics body says about one pod.
+type Reading struct {
+	// Dialect is the engine that was recognised: "vllm-v1", "vllm-v0", "sglang",
+	// "triton-trtllm", "tgi" or "llamacpp".
+	Dialect string
+	// Models lists the distinct served model names seen, sorted (at most
+	// maxModels, each at most maxLabelBytes long).
+	Models []string
+	// Sources names, per signal, the metric that was read (e.g.
+	// "vllm:kv_cache_usage_perc", in the spelling the body used); absent when the
+	// engine exposed none.
+	Sources map[string]string
+	// Engines lists the engines of the pod, sorted by ID.
+	Engines []EngineSignals
+	// Fold is the pod's value of every signal over its engines (for Triton, over
+	// its TensorRT-LLM backend models when it has any).
+	Fold
+
+	// Time is when the reading was taken: the scrape's end, or the time a caller
+	// assigned. Zero until a caller sets it.
+	Time time.Time
+	// SampleTime is the oldest explicit sample timestamp among the series read,
+	// zero when none carries one. When set, the reading is as old as it says.
+	SampleTime time.Time
+
+	// Invalid counts rejected series by reason.
+	Invalid map[Reason]int
+	// Warnings explain rejected series, disagreeing duplicates, partial terms,
+	// fallbacks and skipped lines; at most maxWarnings, each at most
+	// maxWarningBytes.
+	Warnings []string
+}
+
+// At returns the time the reading describes: SampleTime when the samples carry
+// timestamps, else Time.
+func (r *Reading) At() time.Time {
+	if !r.SampleTime.IsZero() && (r.Time.IsZero() || r.SampleTime.Before(r.Time)) {
+		return r.SampleTime
+	}
+	return r.Time
+}
+
+// The classic pod-level signals, as pointers (nil when absent): the fields the
+// adapter's first releases exposed.
+
+// QueueDepthPtr returns the pod's queue depth, nil when absent.
+func (r *Reading) QueueDepthPtr() *float64 { return r.Ptr(QueueDepth) }
+
+// RunningPtr returns the pod's running requests, nil when absent.
+func (r *Reading) RunningPtr() *float64 { return r.Ptr(Running) }
+
+// KVCacheUsagePtr returns the pod's mean KV-cache usage, nil when absent.
+func (r *Reading) KVCacheUsagePtr() *float64 { return r.Ptr(KVCacheUsage) }
+
+// PreemptionsPtr returns the pod's preemption count, nil when absent.
+func (r *Reading) PreemptionsPtr() *float64 { return r.Ptr(Preemptions) }
+
+// maxWarnings bounds the warnings kept per reading and maxWarningBytes each
+// warning: a body with thousands of broken series, or one 1 MB label value, must
+// not turn into megabytes of memory or of API error message.
+const (
+	maxWarnings     = 10
+	maxWarningBytes = 200
+)
+
+// warn records a warning, keeping the first maxWarnings and counting the rest.
+func (r *Reading) warn(w string) {
+	switch {
+	case len(r.Warnings) < maxWarnings:
+		r.Warnings = append(r.Warnings, Excerpt(w, maxWarningBytes))
+	case len(r.Warnings) == maxWarnings:
+		r.Warnings = append(r.Warnings, "further warnings omitted")
+	}
+}
+
+// fold folds the engines accepted by keep (all when keep is nil) into a Fold.
+func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
+	var f Fold
+	var counts [numSignals]int
+	for i := range engines {
+		e := &engines[i]
+		if keep != nil && !keep(e) {
+			continue
+		}
+		f.EngineCount++
+		for s := range numSignals {
+			v, ok := e.Value(s)
+			if !ok {
+				continue
+			}
+			if s == KVCacheUsage && (f.KVCacheUsageMax == nil || v > *f.KVCacheUsageMax) {
+				m := v
+				f.KVCacheUsageMax = &m
+			}
+			f.v[s] += v
+			f.has |= 1 << s
+			counts[s]++
+		}
+		for h := range numHistos {
+			if e.Hist[h] != nil {
+				f.Hist[h] = f.Hist[h].Add(e.Hist[h])
+			}
+		}
+	}
+	for s := range numSignals {
+		if counts[s] > 0 && s.foldsByMean() {
+			f.v[s] /= float64(counts[s])
+		}
+		if counts[s] > 0 && (math.IsInf(f.v[s], 0) || math.IsNaN(f.v[s])) {
+			// Each value is bounded (validate), so only absurd engine counts get here.
+			f.has &^= 1 << s
+		}
+	}
+	return f
+}
