@@ -18,6 +18,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 )
 
 // TestChartLint runs `helm lint --strict` (warnings fail) on the chart as shipped and in
@@ -497,6 +499,53 @@ func TestChartFlags(t *testing.T) {
 	for _, want := range []string{"--scrape-max-body-bytes=4194304", "--kv-cache-usage-set-point=0.85", "--scrape-concurrency=128", "--scrape-insecure-skip-verify=false"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+}
+
+// TestChartPolicyConfig: policyConfig becomes a ConfigMap the adapter reads as
+// --config from a directory mount (so ConfigMap updates reach it), and what the
+// chart writes is a file the adapter accepts.
+func TestChartPolicyConfig(t *testing.T) {
+	f := t.TempDir() + "/values.yaml"
+	var example map[string]any
+	if err := yaml.Unmarshal(config.Example(), &example); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := yaml.Marshal(map[string]any{"policyConfig": example})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, "helm template", mustHelmTemplate(t, "-f", f))
+	cm := only[*corev1.ConfigMap](t, objs, adapterName+"-policies")
+	file, err := config.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("the chart's policy file does not parse: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	if len(file.Policies) != 3 {
+		t.Errorf("policies %d, want the example's 3", len(file.Policies))
+	}
+	d := only[*appsv1.Deployment](t, objs, adapterName)
+	c := d.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--config=/etc/saturation-adapter/policies/config.yaml") {
+		t.Errorf("args %q lack --config", c.Args)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.Name == "policies" && m.MountPath == "/etc/saturation-adapter/policies" && m.SubPath == "" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("mounts %+v lack the policies directory", c.VolumeMounts)
+	}
+	// Without policyConfig: no ConfigMap, no --config.
+	for _, o := range decode(t, "helm template", mustHelmTemplate(t)) {
+		if cm, ok := o.(*corev1.ConfigMap); ok && strings.HasSuffix(cm.Name, "-policies") {
+			t.Error("a policies ConfigMap without policyConfig")
 		}
 	}
 }

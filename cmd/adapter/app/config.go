@@ -19,6 +19,7 @@ import (
 	generatedexternalmetrics "sigs.k8s.io/custom-metrics-apiserver/pkg/generated/openapi/externalmetrics"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
+	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
@@ -58,8 +59,15 @@ type Config struct {
 
 	// Namespaces watched; all when empty.
 	Namespaces []string
-	// Catalog is the set of metrics served.
-	Catalog *signals.Catalog
+	// Builtin are the built-in policies; ConfigFile, when set, adds the
+	// policies of that file, reloaded every ConfigReloadInterval.
+	Builtin              []signals.Policy
+	ConfigFile           string
+	ConfigReloadInterval time.Duration
+	// StateWindow is the span over which engine states are judged.
+	StateWindow time.Duration
+	// Extract bounds what one body may hold.
+	Extract signals.ExtractOptions
 	// Select configures which pods are pooled and scraped.
 	Select podselect.Options
 	// Scrape bounds each scrape; ScrapeTLS verifies https engines;
@@ -76,8 +84,7 @@ type Config struct {
 // and builds the delegated authentication and authorization clients. Errors
 // name what could not be built.
 func (o *Options) Config() (*Config, error) {
-	catalog, err := o.Scoring.Catalog()
-	if err != nil {
+	if _, err := o.Scoring.Catalog(); err != nil {
 		return nil, err
 	}
 	restConfig, err := o.restConfig()
@@ -119,11 +126,13 @@ func (o *Options) Config() (*Config, error) {
 		Self:        self,
 		ManagedTLS:  managed,
 		Namespaces:  o.Namespaces,
-		Catalog:     catalog,
+		Builtin:     o.Scoring.Builtin(),
+		ConfigFile:  o.Scoring.ConfigFile, ConfigReloadInterval: config.DefaultReloadInterval,
+		StateWindow: o.Scoring.StateWindow,
+		Extract:     signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
 		Select: podselect.Options{
 			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
 			IdleTimeout: o.SelectorIdleTimeout,
-			Serves:      func(m string) bool { return catalog.Lookup(m) != nil },
 		},
 		Scrape:         scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
 		ScrapeTLS:      o.Scrape.TLSConfig(),

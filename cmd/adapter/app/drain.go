@@ -281,11 +281,14 @@ func poll(ctx context.Context, client *http.Client, u string, e *signals.Extract
 	if err != nil {
 		return reading{err: err}
 	}
-	if r.Running == nil || r.QueueDepth == nil {
+	running, waiting := r.Ptr(signals.Running), r.Ptr(signals.QueueDepth)
+	if running == nil || waiting == nil {
 		return reading{err: fmt.Errorf("the %s metrics have no valid running and waiting counts (running %v, waiting %v)",
-			r.Dialect, deref(r.Running), deref(r.QueueDepth))}
+			r.Dialect, deref(running), deref(waiting))}
 	}
-	return reading{running: *r.Running, waiting: *r.QueueDepth}
+	// Deferred waits (vLLM's waiting_by_reason) are requests the engine holds too.
+	deferred, _ := r.Value(signals.QueueDeferred)
+	return reading{running: *running, waiting: *waiting + deferred}
 }
 
 func deref(p *float64) any {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -12,33 +15,49 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
-// ExplainPod is the explain output for one /metrics file (one pod).
+// ExplainPod is the explain output for one pod: its newest reading, and its
+// evaluation under the chosen policy over all of its scrapes.
 type ExplainPod struct {
-	Source          string                  `json:"source"`
+	// Source names the pod's files, comma-separated in time order.
+	Source string `json:"source"`
+	// Scrapes is the number of files (readings) of the pod.
+	Scrapes         int                     `json:"scrapes"`
 	Dialect         string                  `json:"dialect"`
 	Models          []string                `json:"models"`
 	Metrics         map[string]string       `json:"metrics"`
 	Engines         []signals.EngineSignals `json:"engines"`
 	QueueDepth      *float64                `json:"queueDepth"`
+	QueueDeferred   *float64                `json:"queueDeferred,omitempty"`
 	Running         *float64                `json:"running"`
 	KVCacheUsage    *float64                `json:"kvCacheUsage"`
 	KVCacheUsageMax *float64                `json:"kvCacheUsageMax"`
 	Preemptions     *float64                `json:"preemptions"`
-	Terms           []signals.Term          `json:"terms"`
-	Saturation      *float64                `json:"saturation"`
-	Invalid         map[signals.Reason]int  `json:"invalid"`
-	Warnings        []string                `json:"warnings"`
+	// State is the pod's engine state, EngineStates each engine's.
+	State        signals.EngineState    `json:"state"`
+	EngineStates []signals.EngineReport `json:"engineStates,omitempty"`
+	// Terms, Dominant, Saturation, Counted and Why: see signals.PodReport.
+	Terms      []signals.TermValue    `json:"terms"`
+	Dominant   signals.TermKind       `json:"dominant,omitempty"`
+	Saturation *float64               `json:"saturation"`
+	Counted    float64                `json:"counted"`
+	Why        string                 `json:"why,omitempty"`
+	Invalid    map[signals.Reason]int `json:"invalid"`
+	Warnings   []string               `json:"warnings"`
 }
 
-// ExplainPool is what an HPA would see for the files as one pool of Ready pods:
-// the values, or (when no pod has a saturation) the error the server would
-// return, with null values.
+// ExplainPool is what an HPA would see for the pods as one pool of Ready pods:
+// the chosen policy's value (and the built-in llm_saturation and
+// llm_demand_replicas), or, when no pod has a value, the error the server
+// would return, with null values.
 type ExplainPool struct {
-	Pods           int      `json:"pods"`
-	Unknown        int      `json:"unknown"`
-	Saturation     *float64 `json:"saturation"`
-	DemandReplicas *float64 `json:"demandReplicas"`
-	Error          string   `json:"error,omitempty"`
+	Pods           int                 `json:"pods"`
+	Unknown        int                 `json:"unknown"`
+	Policy         string              `json:"policy"`
+	Value          *float64            `json:"value"`
+	Latency        []signals.TermValue `json:"latency,omitempty"`
+	Saturation     *float64            `json:"saturation"`
+	DemandReplicas *float64            `json:"demandReplicas"`
+	Error          string              `json:"error,omitempty"`
 }
 
 // Explanation is the whole explain output.
@@ -47,29 +66,55 @@ type Explanation struct {
 	Pool ExplainPool  `json:"pool"`
 }
 
+// ExplainOptions are explain's own flags.
+type ExplainOptions struct {
+	// Policy is the metric to evaluate (a name of the catalog).
+	Policy string
+	// Interval is the time between the scrapes of one pod, for files whose
+	// samples carry no timestamps.
+	Interval time.Duration
+	// Output is json or table.
+	Output string
+}
+
 func newExplainCommand() *cobra.Command {
 	scoring := NewScoringOptions()
+	eo := ExplainOptions{Policy: signals.MetricSaturation, Interval: 2 * time.Second, Output: "json"}
 	cmd := &cobra.Command{
-		Use:   "explain FILE...",
-		Short: "Evaluate /metrics bodies offline, one file per pod, and print the saturation as JSON",
-		Long: `explain reads each FILE as one pod's /metrics body (- reads standard input), extracts
-the saturation signals as the server would, and prints JSON: one entry per file under
-"pods" and, under "pool", what an HPA would be served for these pods as one pool.
-It needs no cluster.`,
+		Use:   "explain POD...",
+		Short: "Evaluate /metrics bodies offline, one argument per pod, and print the saturation as JSON or a table",
+		Long: `explain evaluates each POD as the server evaluates a pod: a POD is one /metrics file, or
+several scrapes of one pod comma-separated in time order (a.prom,a2.prom,a3.prom; - reads
+standard input), taken --interval apart unless their samples carry timestamps. It prints each
+pod's signals, every term of --policy with its value, set point and ratio, the dominant term,
+each engine's state (wedged, frozen, sleeping, clipped) and, under "pool", what an HPA would
+be served for these pods as one pool. It needs no cluster. --config and the scoring flags
+are the server's.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("explain needs at least one FILE (one pod's /metrics body each); use - to read standard input")
+				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated); use - to read standard input")
 			}
 			return nil
 		},
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if errs := scoring.Validate(); len(errs) > 0 {
+			var errs []error
+			errs = append(errs, scoring.Validate()...)
+			if eo.Interval <= 0 {
+				errs = append(errs, fmt.Errorf("--interval=%s: must be > 0", eo.Interval))
+			}
+			if eo.Output != "json" && eo.Output != "table" {
+				errs = append(errs, fmt.Errorf("-o=%q: must be json or table", eo.Output))
+			}
+			if len(errs) > 0 {
 				return utilerrors.NewAggregate(errs)
 			}
-			ex, err := Explain(args, scoring, cmd.InOrStdin())
+			ex, err := Explain(args, scoring, eo, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if eo.Output == "table" {
+				return writeExplainTable(cmd.OutOrStdout(), ex)
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
@@ -77,50 +122,147 @@ It needs no cluster.`,
 		},
 	}
 	scoring.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&eo.Policy, "policy", eo.Policy, "Metric to evaluate: a built-in name or one of --config.")
+	cmd.Flags().DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
+	cmd.Flags().StringVarP(&eo.Output, "output", "o", eo.Output, "Output format: json or table.")
 	return cmd
 }
 
-// Explain evaluates files as the server evaluates pods: each file is one Ready
-// pod with a fresh reading, scored and pooled by the same catalog policies and
-// signals.PoolBuilder the server uses. It fails on the first file that cannot
-// be read or parsed, or that carries no supported engine metrics, naming the
-// file.
-func Explain(files []string, scoring ScoringOptions, stdin io.Reader) (Explanation, error) {
+// explainEpoch is the time of a pod's first scrape when its samples carry no
+// timestamps, so that the output does not depend on the clock.
+var explainEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Explain evaluates pods as the server evaluates them: each argument is one
+// Ready pod, its files its scrapes in time order, read by the server's
+// extractor into the server's History and pooled by the same
+// signals.PoolBuilder under the same catalog (built-in and --config). The
+// evaluation happens at the newest reading of any pod; a pod whose newest
+// reading is older than 3 × interval before that is stale, as in the server
+// with its default --max-sample-age. It fails on the first file that cannot
+// be read or parsed, or that carries no supported engine metrics, naming it.
+func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.Reader) (Explanation, error) {
 	catalog, err := scoring.Catalog()
 	if err != nil {
 		return Explanation{}, err
 	}
+	if eo.Policy == "" {
+		eo.Policy = signals.MetricSaturation
+	}
+	policy := catalog.Lookup(eo.Policy)
+	if policy == nil {
+		return Explanation{}, fmt.Errorf("--policy=%s: not in the catalog (%s)", eo.Policy, strings.Join(catalog.Names(), ", "))
+	}
+	if eo.Interval <= 0 {
+		eo.Interval = 2 * time.Second
+	}
 	e := signals.NewExtractor()
+	hopts := signals.HistoryOptions{Needs: catalog.Needs(), StateWindow: scoring.StateWindow}
+	histories := make([]*signals.History, len(pods))
+	var now time.Time
+	for i, arg := range pods {
+		for k, f := range strings.Split(arg, ",") {
+			body, err := readFile(f, stdin)
+			if err != nil {
+				return Explanation{}, err
+			}
+			r, err := e.Extract(body)
+			if err != nil {
+				return Explanation{}, fmt.Errorf("%s: %w", f, err)
+			}
+			r.Time = explainEpoch.Add(time.Duration(k) * eo.Interval)
+			if !r.SampleTime.IsZero() {
+				r.Time = r.SampleTime
+			}
+			histories[i] = histories[i].Append(&r, hopts)
+			if r.At().After(now) {
+				now = r.At()
+			}
+		}
+	}
+	maxAge := 3 * eo.Interval
 	sat, demand := catalog.Lookup(signals.MetricSaturation), catalog.Lookup(signals.MetricDemandReplicas)
-	satPool, demandPool := sat.NewPool(), demand.NewPool()
+	chosen, satPool, demandPool := policy.NewPool(now, maxAge), sat.NewPool(now, maxAge), demand.NewPool(now, maxAge)
 	var ex Explanation
-	for _, f := range files {
-		body, err := readFile(f, stdin)
-		if err != nil {
-			return Explanation{}, err
-		}
-		r, err := e.Extract(body)
-		if err != nil {
-			return Explanation{}, fmt.Errorf("%s: %w", f, err)
-		}
+	for i, h := range histories {
+		r := h.Latest()
+		rep := policy.ExplainPod(h, "", now, maxAge)
 		t := ExplainPod{
-			Source: f, Dialect: r.Dialect, Models: r.Models, Metrics: r.Sources, Engines: r.Engines,
-			QueueDepth: r.QueueDepth, Running: r.Running, KVCacheUsage: r.KVCacheUsage,
-			KVCacheUsageMax: r.KVCacheUsageMax, Preemptions: r.Preemptions,
-			Terms: signals.Score(&r, sat.SetPoints).Terms, Invalid: r.Invalid, Warnings: r.Warnings,
+			Source: pods[i], Scrapes: len(strings.Split(pods[i], ",")), Dialect: r.Dialect, Models: r.Models, Metrics: r.Sources, Engines: r.Engines,
+			QueueDepth: r.Ptr(signals.QueueDepth), QueueDeferred: r.Ptr(signals.QueueDeferred), Running: r.Ptr(signals.Running),
+			KVCacheUsage: r.Ptr(signals.KVCacheUsage), KVCacheUsageMax: r.KVCacheUsageMax, Preemptions: r.Ptr(signals.Preemptions),
+			State: rep.State, EngineStates: rep.Engines, Terms: rep.Terms, Dominant: rep.Dominant,
+			Counted: rep.Counted, Why: rep.Why, Invalid: r.Invalid, Warnings: r.Warnings,
 		}
-		if v := satPool.Add(&r); v.Present {
+		if v := chosen.Add(h, ""); v.Present {
 			t.Saturation = &v.Value
 		}
-		demandPool.Add(&r)
+		satPool.Add(h, "")
+		demandPool.Add(h, "")
 		ex.Pods = append(ex.Pods, t)
 	}
-	p, d := satPool.Pool(), demandPool.Pool()
-	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known, Saturation: p.Value, DemandReplicas: d.Value}
+	p := chosen.Pool()
+	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known, Policy: policy.Name, Value: p.Value, Latency: p.Latency,
+		Saturation: satPool.Pool().Value, DemandReplicas: demandPool.Pool().Value}
 	if p.Value == nil {
-		ex.Pool.Error = "no pod has a queue depth or KV-cache usage: the server would answer 503 and the HPA would hold"
+		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", policy.Name)
 	}
 	return ex, nil
+}
+
+// writeExplainTable prints the human summary of -o table.
+func writeExplainTable(w io.Writer, ex Explanation) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tDIALECT\tSTATE\tQUEUE\tRUNNING\tKV\tTERMS (value/set point = ratio)\tSATURATION\tCOUNTED")
+	for _, p := range ex.Pods {
+		var terms []string
+		for _, t := range p.Terms {
+			mark := ""
+			if t.Term == p.Dominant {
+				mark = "*"
+			}
+			if t.Capped {
+				mark += " (capped)"
+			}
+			terms = append(terms, fmt.Sprintf("%s %.4g/%.4g=%.3g%s", t.Term, t.Value, t.SetPoint, t.Ratio, mark))
+		}
+		if len(terms) == 0 {
+			terms = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3g\n", p.Source, p.Dialect, p.State, num(p.QueueDepth), num(p.Running), num(p.KVCacheUsage),
+			strings.Join(terms, ", "), num(p.Saturation), p.Counted)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range ex.Pods {
+		for _, e := range p.EngineStates {
+			if e.State != signals.StateOK {
+				fmt.Fprintf(w, "%s engine %q: %s (%s)\n", p.Source, e.ID, e.State, e.Reason)
+			}
+		}
+		if p.Why != "" {
+			fmt.Fprintf(w, "%s: %s\n", p.Source, p.Why)
+		}
+		for _, warn := range p.Warnings {
+			fmt.Fprintf(w, "%s: warning: %s\n", p.Source, warn)
+		}
+	}
+	for _, l := range ex.Pool.Latency {
+		fmt.Fprintf(w, "pool %s: %.4gs / SLO %.4gs = %.3g (%s)\n", l.Term, l.Value, l.SetPoint, l.Ratio, l.Note)
+	}
+	if ex.Pool.Value == nil {
+		_, err := fmt.Fprintf(w, "pool %s: no value over %d pods (%d unknown): %s\n", ex.Pool.Policy, ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Error)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "pool %s = %.4g over %d pods (%d unknown)\n", ex.Pool.Policy, *ex.Pool.Value, ex.Pool.Pods, ex.Pool.Unknown)
+	return err
+}
+
+func num(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.4g", *p)
 }
 
 func readFile(name string, stdin io.Reader) ([]byte, error) {

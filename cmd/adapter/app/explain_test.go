@@ -30,7 +30,7 @@ func TestExplainRealSamples(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			path := filepath.Join(samples, tt.file)
-			ex, err := Explain([]string{path}, NewScoringOptions(), nil)
+			ex, err := Explain([]string{path}, NewScoringOptions(), ExplainOptions{}, nil)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.file) {
 					t.Fatalf("error = %v, want one naming the file and containing %q", err, tt.err)
@@ -112,7 +112,7 @@ func TestExplainErrors(t *testing.T) {
 // A pool with no known pod is what the server answers with an error: explain says
 // so instead of printing the unknown-pod saturation as if it were a value.
 func TestExplainUnknownPool(t *testing.T) {
-	ex, err := Explain([]string{"-"}, NewScoringOptions(), strings.NewReader("vllm:num_requests_running 3\n"))
+	ex, err := Explain([]string{"-"}, NewScoringOptions(), ExplainOptions{}, strings.NewReader("vllm:num_requests_running 3\nvllm:num_requests_waiting NaN\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
+	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -31,10 +33,13 @@ type ScrapeOptions struct {
 	Interval     time.Duration
 	Timeout      time.Duration
 	MaxBodyBytes int64
-	Concurrency  int
-	Port         int
-	Path         string
-	Scheme       string
+	// MaxSeries and MaxEngines bound what one body may hold (signals.ExtractOptions).
+	MaxSeries   int
+	MaxEngines  int
+	Concurrency int
+	Port        int
+	Path        string
+	Scheme      string
 	// MaxSampleAge is the age beyond which a reading is stale; 0 means 3 intervals.
 	MaxSampleAge time.Duration
 	// CAFile, ServerName and InsecureSkipVerify verify https engines.
@@ -50,31 +55,55 @@ func (s ScrapeOptions) TLSConfig() promconfig.TLSConfig {
 	return promconfig.TLSConfig{CAFile: s.CAFile, ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify}
 }
 
-// ScoringOptions are the set points of the built-in saturation policies and the
-// saturation of a pod without fresh data.
+// ScoringOptions are the set points of the built-in saturation policies, the
+// saturation of a pod without fresh data, how long a pod that stopped answering
+// keeps its last good value, the policy configuration file and the engine-state
+// window.
 type ScoringOptions struct {
 	QueueDepthSetPoint   float64
 	KVCacheUsageSetPoint float64
 	UnknownSaturation    float64
+	UnknownPodHold       time.Duration
+	// ConfigFile is the policy configuration (--config); none when empty.
+	ConfigFile string
+	// StateWindow is the span over which engine states are judged.
+	StateWindow time.Duration
 }
 
-// NewScoringOptions returns the defaults of signals.DefaultSetPoints and
-// signals.DefaultUnknownSaturation.
+// NewScoringOptions returns the defaults of signals.DefaultSetPoints,
+// signals.DefaultUnknownSaturation, signals.DefaultHoldLastGood and
+// signals.DefaultStateWindow.
 func NewScoringOptions() ScoringOptions {
 	d := signals.DefaultSetPoints()
-	return ScoringOptions{QueueDepthSetPoint: d.QueueDepth, KVCacheUsageSetPoint: d.KVCacheUsage, UnknownSaturation: signals.DefaultUnknownSaturation}
+	return ScoringOptions{QueueDepthSetPoint: d.QueueDepth, KVCacheUsageSetPoint: d.KVCacheUsage,
+		UnknownSaturation: signals.DefaultUnknownSaturation, UnknownPodHold: signals.DefaultHoldLastGood,
+		StateWindow: signals.DefaultStateWindow}
 }
 
-// AddFlags adds the scoring flags; explain and the server share them. The
-// names before the set-point rename (--queue-depth-target,
-// --kv-cache-usage-target) stay as deprecated aliases.
+// AddFlags adds the scoring flags; explain and the server share them:
+// AddSetPointFlags and the policy flags (--config, --unknown-pod-hold,
+// --engine-state-window).
 func (o *ScoringOptions) AddFlags(fs *pflag.FlagSet) {
+	o.AddSetPointFlags(fs)
+	fs.DurationVar(&o.UnknownPodHold, "unknown-pod-hold", o.UnknownPodHold,
+		"How long a pod that stopped answering keeps counting at its last good value when that is higher than the unknown-pod value, so a partial outage never scales a pool down; 0 turns it off.")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
+		"Policy configuration file (YAML): metrics served beside the built-in ones, each with its terms, set points and rules. Reloaded when it changes; a bad new file keeps the previous one.")
+	fs.DurationVar(&o.StateWindow, "engine-state-window", o.StateWindow,
+		"Span over which engine states (wedged, frozen) are judged; at least 3 scrapes must fall in it.")
+}
+
+// AddSetPointFlags adds the set points of the built-in policies and the
+// unknown-pod saturation (simulate takes these only). The names before the
+// set-point rename (--queue-depth-target, --kv-cache-usage-target) stay as
+// deprecated aliases.
+func (o *ScoringOptions) AddSetPointFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.QueueDepthSetPoint, "queue-depth-set-point", o.QueueDepthSetPoint,
 		"Waiting requests per pod (at least 0.001) at which a pod counts as saturated (saturation 1.0). Default from the Gateway API inference extension's saturation detector.")
 	fs.Float64Var(&o.KVCacheUsageSetPoint, "kv-cache-usage-set-point", o.KVCacheUsageSetPoint,
 		"KV-cache usage ratio, in [0.001, 1], at which a pod counts as saturated (saturation 1.0).")
 	fs.Float64Var(&o.UnknownSaturation, "unknown-pod-saturation", o.UnknownSaturation,
-		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid). 1.0 treats it as at its set point.")
+		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid) or whose engine cannot serve (wedged, frozen, sleeping). 1.0 treats it as at its set point.")
 	for old, now := range map[string]string{"queue-depth-target": "queue-depth-set-point", "kv-cache-usage-target": "kv-cache-usage-set-point"} {
 		f := *fs.Lookup(now)
 		f.Name, f.Shorthand = old, ""
@@ -96,12 +125,46 @@ func (o *ScoringOptions) Validate() []error {
 	if !(o.UnknownSaturation >= 0) || math.IsInf(o.UnknownSaturation, 0) {
 		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be a finite number >= 0", o.UnknownSaturation))
 	}
+	if o.UnknownPodHold < 0 {
+		errs = append(errs, fmt.Errorf("--unknown-pod-hold=%s: must be >= 0", o.UnknownPodHold))
+	}
+	if o.StateWindow < time.Second {
+		errs = append(errs, fmt.Errorf("--engine-state-window=%s: must be at least 1s", o.StateWindow))
+	}
+	if o.ConfigFile != "" {
+		// The whole file is checked here, so a bad one stops the start with every
+		// bad field named.
+		data, err := os.ReadFile(o.ConfigFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
+		} else if f, err := config.Parse(data); err != nil {
+			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
+		} else if _, err := f.Catalog(o.Builtin()); err != nil {
+			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
+		}
+	}
 	return errs
 }
 
-// Catalog returns the built-in metric catalog with these set points.
+// Builtin returns the built-in policies with these set points.
+func (o *ScoringOptions) Builtin() []signals.Policy {
+	return signals.BuiltinPolicies(signals.SetPoints{QueueDepth: o.QueueDepthSetPoint, KVCacheUsage: o.KVCacheUsageSetPoint}, o.UnknownSaturation, o.UnknownPodHold)
+}
+
+// Catalog returns the metric catalog: the built-in policies and those of the
+// configuration file, if any.
 func (o *ScoringOptions) Catalog() (*signals.Catalog, error) {
-	return signals.BuiltinCatalog(signals.SetPoints{QueueDepth: o.QueueDepthSetPoint, KVCacheUsage: o.KVCacheUsageSetPoint}, o.UnknownSaturation)
+	var f *config.File
+	if o.ConfigFile != "" {
+		data, err := os.ReadFile(o.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("--config=%s: %w", o.ConfigFile, err)
+		}
+		if f, err = config.Parse(data); err != nil {
+			return nil, fmt.Errorf("--config=%s: %w", o.ConfigFile, err)
+		}
+	}
+	return f.Catalog(o.Builtin())
 }
 
 // Options are all options of the adapter server. NewOptions fills every
@@ -152,6 +215,8 @@ func NewOptions() *Options {
 			Interval:     2 * time.Second,
 			Timeout:      time.Second,
 			MaxBodyBytes: 4 << 20,
+			MaxSeries:    signals.DefaultMaxSeries,
+			MaxEngines:   signals.DefaultMaxEngines,
 			Concurrency:  64,
 			Port:         8000, // vLLM's default --port
 			Path:         "/metrics",
@@ -188,6 +253,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.DurationVar(&o.Scrape.Interval, "scrape-interval", o.Scrape.Interval, "How often each engine's /metrics is scraped.")
 	s.DurationVar(&o.Scrape.Timeout, "scrape-timeout", o.Scrape.Timeout, "Deadline of one scrape, connection to last byte.")
 	s.Int64Var(&o.Scrape.MaxBodyBytes, "scrape-max-body-bytes", o.Scrape.MaxBodyBytes, "Largest /metrics body accepted, in bytes.")
+	s.IntVar(&o.Scrape.MaxSeries, "scrape-max-series", o.Scrape.MaxSeries, "Most series of the engine metric families read in one /metrics body; a body with more fails its scrape (reason too_many_series).")
+	s.IntVar(&o.Scrape.MaxEngines, "scrape-max-engines", o.Scrape.MaxEngines, "Most engines (data-parallel ranks, Triton models) in one /metrics body; more fails the scrape (reason too_many_engines).")
 	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once.")
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
@@ -232,6 +299,12 @@ func (o *Options) Validate() error {
 	}
 	if s.MaxBodyBytes <= 0 || s.MaxBodyBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("--scrape-max-body-bytes=%d: must be in 1..1073741824 (1 GiB)", s.MaxBodyBytes))
+	}
+	if s.MaxSeries < 1 || s.MaxSeries > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--scrape-max-series=%d: must be in 1..1000000", s.MaxSeries))
+	}
+	if s.MaxEngines < 1 || s.MaxEngines > 100_000 {
+		errs = append(errs, fmt.Errorf("--scrape-max-engines=%d: must be in 1..100000", s.MaxEngines))
 	}
 	if s.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("--scrape-concurrency=%d: must be >= 1", s.Concurrency))

@@ -22,6 +22,7 @@ import (
 	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
+	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
@@ -112,6 +113,7 @@ type Server struct {
 	pools     *podselect.Selection
 	scraper   *scrape.Scraper
 	checker   *apiservice.Checker // nil when the adapter does not know its Service
+	catalogs  *config.Loader
 	config    CompletedConfig
 	// synced is closed once the pod and HPA caches are filled.
 	synced chan struct{}
@@ -130,12 +132,21 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	configMetrics, err := config.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	catalogs, err := config.NewLoader(c.ConfigFile, c.Builtin, c.Clock, configMetrics)
+	if err != nil {
+		return nil, err
+	}
 	inf, err := podselect.NewInformers(c.Client, c.Namespaces)
 	if err != nil {
 		return nil, err
 	}
 	sel := c.Select
 	sel.OnHPADeleted = providerMetrics.ForgetHPA
+	sel.Serves = func(m string) bool { return catalogs.Catalog().Lookup(m) != nil }
 	pools := podselect.New(sel, inf.Pods(), c.Clock)
 	if err := inf.AddHPAHandler(pools.HPAHandler()); err != nil {
 		return nil, err
@@ -144,8 +155,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	scraper := scrape.New(c.Scrape, httpClient, signals.NewExtractor(), c.Clock, scrapeMetrics)
-	prov := provider.New(c.Provider, c.Catalog, pools, scraper, c.Clock, providerMetrics)
+	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
+	catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
+	prov := provider.New(c.Provider, catalogs, pools, scraper, c.Clock, providerMetrics)
 
 	if c.ManagedTLS != nil {
 		// The generic server runs it (RunOnce before listening, then Run): it is
@@ -170,7 +182,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
-	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, config: c, synced: make(chan struct{})}
+	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, catalogs: catalogs, config: c, synced: make(chan struct{})}
 
 	// /metrics serves the API server's own metrics (request latencies, Go and
 	// process collectors, from component-base's registry) beside the adapter's.
@@ -180,7 +192,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	s.generic.Handler.NonGoRestfulMux.Handle("/metrics", promhttp.HandlerFor(
 		prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 
-	if err := s.generic.AddReadyzChecks(healthz.NamedCheck("informer-sync", s.checkSynced)); err != nil {
+	if err := s.generic.AddReadyzChecks(healthz.NamedCheck("informer-sync", s.checkSynced), configCheck{catalogs}); err != nil {
 		return nil, err
 	}
 	if err := s.generic.AddPostStartHook("saturation-adapter-start-pipeline", s.startPipeline); err != nil {
@@ -222,8 +234,39 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 		klog.InfoS("Informer caches synced; scraping", "interval", s.config.ScrapeInterval, "namespaces", s.config.Namespaces)
 		s.scraper.Run(ctx, s.config.ScrapeInterval, s.pools.Targets)
 	}()
+	go s.catalogs.Run(ctx, s.config.ConfigReloadInterval)
 	return nil
 }
+
+// reader returns how bodies become readings under a catalog: the families its
+// policies need (histograms only for latency terms) and the windows they read.
+func (c CompletedConfig) reader(cat *signals.Catalog) scrape.Reader {
+	needs := cat.Needs()
+	opts := c.Extract
+	opts.Histograms = needs.Histograms
+	return scrape.Reader{
+		Extractor: signals.NewExtractorWith(opts),
+		History:   signals.HistoryOptions{Needs: needs, StateWindow: c.StateWindow},
+	}
+}
+
+// configCheck is the readiness check of the policy configuration. It never
+// fails: a bad new file keeps the last good one in force, and failing
+// readiness would take every replica (they read the same ConfigMap) out of
+// the APIService's endpoints, breaking API discovery cluster-wide (hazard
+// NC-11). Instead its name in /readyz?verbose says that the last reload failed
+// ("[+]policy-config-reload-failed ok"); the log has the error and
+// saturation_adapter_config_last_reload_successful is 0.
+type configCheck struct{ l *config.Loader }
+
+func (c configCheck) Name() string {
+	if _, err := c.l.Status(); err != nil {
+		return "policy-config-reload-failed"
+	}
+	return "policy-config"
+}
+
+func (c configCheck) Check(*http.Request) error { return nil }
 
 // Run serves until ctx is done.
 func (s *Server) Run(ctx context.Context) error {

@@ -427,7 +427,7 @@ func TestServerAndExplainAgree(t *testing.T) {
 	}
 	a := startAdapter(t, files...)
 	a.waitReady(t)
-	ex, err := Explain(files, NewScoringOptions(), nil)
+	ex, err := Explain(files, NewScoringOptions(), ExplainOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func (o *SimulateOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Policies, "policies", o.Policies, fmt.Sprintf("Built-in policies to compare with the oracle and the static fleet, from %v; empty for none.", simulate.BuiltinPolicyNames()))
 	fs.StringArrayVar(&o.HPAFiles, "hpa", o.HPAFiles, "A HorizontalPodAutoscaler manifest (autoscaling/v2 YAML) to replay as one more policy named after it; repeatable.")
 	fs.StringVar(&o.HPAPath, "hpa-metrics-path", o.HPAPath, "How --hpa manifests' External metrics are served: adapter (scraped every --scrape-interval), prometheus (Prometheus, queried at each sync) or keda (Prometheus, polled by KEDA).")
-	o.Scoring.AddFlags(fs) // the keda-queue and kv policies aim at the same set points
+	o.Scoring.AddSetPointFlags(fs) // the keda-queue and kv policies aim at the same set points
 	fs.Int32Var(&o.GPUUtilization, "gpu-utilization-target", o.GPUUtilization, "averageUtilization (percent) of the gpu-util policy's HPA.")
 	fs.StringVar(&o.JSON, "json", o.JSON, "Write the full report (settings, per-policy results and time series) as JSON to this file.")
 	fs.StringVar(&o.SVG, "svg", o.SVG, "Write a chart of load, replicas and queue per policy as SVG to this file.")

@@ -1,0 +1,372 @@
+// Package config reads the adapter's policy configuration file (--config): the
+// metric catalog a platform engineer shapes per workload, on top of the
+// built-in one. It decodes strictly (unknown and duplicate fields are errors),
+// validates every field with its path, turns the file into pkg/signals policies,
+// and keeps the catalog in force, reloading the file when it changes (a mounted
+// ConfigMap) and keeping the last good one when a new one is bad.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// APIVersion and Kind identify the file format.
+const (
+	APIVersion = "saturation-adapter.io/v1alpha1"
+	Kind       = "PolicyConfig"
+)
+
+// File is the configuration file.
+type File struct {
+	// APIVersion must be APIVersion and Kind must be Kind.
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// RoleLabel is the pod label whose value a policy's role selects
+	// (signals.DefaultRoleLabel when empty).
+	RoleLabel string `json:"roleLabel,omitempty"`
+	// Policies are served beside the built-in catalog, under their own names.
+	Policies []Policy `json:"policies"`
+}
+
+// Policy is one served metric.
+type Policy struct {
+	// Name is the metric name an HPA asks for: a DNS-1123 label.
+	Name string `json:"name"`
+	// Kind is mean (HPA target type Value), demand (replicas needed, type
+	// AverageValue) or signal (one raw signal).
+	Kind string `json:"kind"`
+	// Signal is the raw signal of a signal policy: queueDepth, running,
+	// kvCacheUsage or queueDeferred.
+	Signal string `json:"signal,omitempty"`
+	// Model restricts the policy to the engines serving that model.
+	Model string `json:"model,omitempty"`
+	// Role restricts the pool to pods whose role label has this value.
+	Role string `json:"role,omitempty"`
+	// UnknownPodSaturation is the saturation of a pod without fresh data or in
+	// a state that cannot serve (default signals.DefaultUnknownSaturation).
+	UnknownPodSaturation *float64 `json:"unknownPodSaturation,omitempty"`
+	// HoldLastGood is how long a pod that stopped answering counts at its last
+	// good value when higher (default signals.DefaultHoldLastGood; "0s" turns it
+	// off).
+	HoldLastGood *Duration `json:"holdLastGood,omitempty"`
+	// QueueCap is the engines' admission cap on waiting + running requests
+	// (vLLM --max-num-queued-reqs), for the clipped state.
+	QueueCap float64 `json:"queueCap,omitempty"`
+	// Terms are the saturation terms of a mean or demand policy.
+	Terms []Term `json:"terms,omitempty"`
+	// Gateway is the gateway queue that feeds the pool.
+	Gateway *Gateway `json:"gateway,omitempty"`
+}
+
+// Term is one saturation term. Latency terms (ttft, e2eLatency,
+// interTokenLatency) take slo, quantile and window; the others setPoint.
+type Term struct {
+	Kind       string    `json:"kind"`
+	SetPoint   *float64  `json:"setPoint,omitempty"`
+	SLO        *Duration `json:"slo,omitempty"`
+	Quantile   float64   `json:"quantile,omitempty"`
+	Window     *Duration `json:"window,omitempty"`
+	MaxRatio   float64   `json:"maxRatio,omitempty"`
+	MaxNumSeqs float64   `json:"maxNumSeqs,omitempty"`
+}
+
+// Gateway names the endpoint picker whose flow-control queue holds the pool's
+// backlog.
+type Gateway struct {
+	// Namespace of the gateway's pods; the HPA's namespace when empty.
+	Namespace string `json:"namespace,omitempty"`
+	// Selector selects the gateway's pods (label selector syntax, e.g.
+	// "app=epp").
+	Selector string `json:"selector"`
+	// Port and Path of its /metrics; the pods' prometheus.io annotations (else
+	// the scrape defaults) when unset.
+	Port int    `json:"port,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Metric is the queue gauge (signals.DefaultGatewayQueueMetric when empty).
+	Metric string `json:"metric,omitempty"`
+	// Match selects this pool's series by label (e.g. inference_pool: my-pool).
+	Match map[string]string `json:"match"`
+	// QueueSetPoint converts waiting requests to replicas; the policy's
+	// queueDepth set point when unset.
+	QueueSetPoint float64 `json:"queueSetPoint,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s", "2m").
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration must be a string such as \"30s\": %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Parse decodes and validates a configuration file (YAML or JSON). The error
+// lists every problem, each naming the field path and value, e.g.
+// `policies[0].terms[1].quantile: Invalid value: 1.5: must be in (0, 1), e.g. 0.95`.
+func Parse(data []byte) (*File, error) {
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the configuration: %w", err)
+	}
+	var f File
+	strict, err := sigsjson.UnmarshalStrict(j, &f)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the configuration: %w", err)
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return nil, fmt.Errorf("decoding the configuration: %s", strings.Join(msgs, "; "))
+	}
+	if _, errs := f.policies(nil); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return &f, nil
+}
+
+// Catalog returns the catalog of the built-in policies followed by the file's
+// (a nil file adds none). Errors name the field path and value.
+func (f *File) Catalog(builtin []signals.Policy) (*signals.Catalog, error) {
+	var role string
+	if f != nil {
+		role = f.RoleLabel
+	}
+	ps, errs := f.policies(builtin)
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	c, err := signals.NewCatalog(append(append([]signals.Policy(nil), builtin...), ps...)...)
+	if err != nil {
+		return nil, err
+	}
+	return c.WithRoleLabel(role), nil
+}
+
+// policies converts and validates the file's policies; builtin names are taken.
+func (f *File) policies(builtin []signals.Policy) ([]signals.Policy, field.ErrorList) {
+	if f == nil {
+		return nil, nil
+	}
+	var errs field.ErrorList
+	if f.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), f.APIVersion, []string{APIVersion}))
+	}
+	if f.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{Kind}))
+	}
+	if f.RoleLabel != "" {
+		if _, err := labels.Parse(f.RoleLabel); err != nil || strings.ContainsAny(f.RoleLabel, "=!,() ") {
+			errs = append(errs, field.Invalid(field.NewPath("roleLabel"), f.RoleLabel, "must be a label key"))
+		}
+	}
+	taken := map[string]string{}
+	for _, b := range builtin {
+		taken[b.Name] = "a built-in metric"
+	}
+	var out []signals.Policy
+	for i, p := range f.Policies {
+		path := field.NewPath("policies").Index(i)
+		sp, perrs := p.convert(path)
+		errs = append(errs, perrs...)
+		if prev, dup := taken[p.Name]; dup && p.Name != "" {
+			errs = append(errs, field.Duplicate(path.Child("name"), fmt.Sprintf("%s (already %s)", p.Name, prev)))
+			continue
+		}
+		taken[p.Name] = fmt.Sprintf("policies[%d]", i)
+		if len(perrs) == 0 {
+			out = append(out, sp)
+		}
+	}
+	return out, errs
+}
+
+// convert turns one file policy into a signals.Policy, validating each field.
+func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
+	var errs field.ErrorList
+	if !signals.ValidName(p.Name) {
+		errs = append(errs, field.Invalid(path.Child("name"), p.Name,
+			"must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters (the HPA lower-cases metric names)"))
+	}
+	sp := signals.Policy{Name: p.Name, Kind: signals.Kind(p.Kind), Model: p.Model, Role: p.Role,
+		UnknownSaturation: signals.DefaultUnknownSaturation, HoldLastGood: signals.DefaultHoldLastGood, QueueCap: p.QueueCap}
+	if p.UnknownPodSaturation != nil {
+		sp.UnknownSaturation = *p.UnknownPodSaturation
+	}
+	if p.HoldLastGood != nil {
+		sp.HoldLastGood = p.HoldLastGood.Duration
+	}
+	switch sp.Kind {
+	case signals.KindMean, signals.KindDemand:
+		if p.Signal != "" {
+			errs = append(errs, field.Forbidden(path.Child("signal"), "only signal policies name a signal"))
+		}
+	case signals.KindSignal:
+		servable := []string{"queueDepth", "running", "kvCacheUsage", "queueDeferred"}
+		s, _ := signals.ParseSignal(p.Signal)
+		if !slices.Contains(servable, p.Signal) {
+			errs = append(errs, field.NotSupported(path.Child("signal"), p.Signal, servable))
+		}
+		sp.Signal = s
+	default:
+		errs = append(errs, field.NotSupported(path.Child("kind"), p.Kind, []string{"mean", "demand", "signal"}))
+		return sp, errs
+	}
+	for i, t := range p.Terms {
+		st, terrs := t.convert(path.Child("terms").Index(i))
+		errs = append(errs, terrs...)
+		sp.Terms = append(sp.Terms, st)
+	}
+	if g := p.Gateway; g != nil {
+		gp := path.Child("gateway")
+		if g.Selector == "" {
+			errs = append(errs, field.Required(gp.Child("selector"), "the gateway pods' label selector, e.g. app=epp"))
+		} else if _, err := labels.Parse(g.Selector); err != nil {
+			errs = append(errs, field.Invalid(gp.Child("selector"), g.Selector, err.Error()))
+		}
+		if g.Port < 0 || g.Port > 65535 {
+			errs = append(errs, field.Invalid(gp.Child("port"), g.Port, "must be a port number"))
+		}
+		if g.Path != "" && !strings.HasPrefix(g.Path, "/") {
+			errs = append(errs, field.Invalid(gp.Child("path"), g.Path, "must start with /"))
+		}
+		if len(g.Match) == 0 {
+			errs = append(errs, field.Required(gp.Child("match"), "labels that pick this pool's series, e.g. inference_pool: my-pool"))
+		}
+		sp.Gateway = &signals.GatewayInput{Namespace: g.Namespace, Selector: g.Selector, Port: g.Port, Path: g.Path,
+			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint}
+	}
+	if len(errs) > 0 {
+		return sp, errs
+	}
+	if err := sp.Validate(); err != nil {
+		errs = append(errs, field.Invalid(path.Child(err.Field), err.Value, err.Msg))
+	}
+	return sp, errs
+}
+
+// convert turns one file term into a signals.Term, validating its fields.
+func (t *Term) convert(path *field.Path) (signals.Term, field.ErrorList) {
+	var errs field.ErrorList
+	st := signals.Term{Kind: signals.TermKind(t.Kind), Quantile: t.Quantile, MaxRatio: t.MaxRatio, MaxNumSeqs: t.MaxNumSeqs}
+	if !knownTerm(st.Kind) {
+		kinds := make([]string, 0, len(signals.TermKinds()))
+		for _, k := range signals.TermKinds() {
+			kinds = append(kinds, string(k))
+		}
+		return st, append(errs, field.NotSupported(path.Child("kind"), t.Kind, kinds))
+	}
+	if t.Window != nil {
+		st.Window = t.Window.Duration
+	}
+	if st.Kind.IsLatency() {
+		if t.SetPoint != nil {
+			errs = append(errs, field.Forbidden(path.Child("setPoint"), "a latency term takes slo (a duration) instead"))
+		}
+		if t.SLO == nil {
+			errs = append(errs, field.Required(path.Child("slo"), "the latency objective, e.g. 2s"))
+		} else {
+			st.SetPoint = t.SLO.Seconds()
+		}
+	} else {
+		if t.SLO != nil {
+			errs = append(errs, field.Forbidden(path.Child("slo"), "only latency terms take an slo"))
+		}
+		if t.Quantile != 0 {
+			errs = append(errs, field.Forbidden(path.Child("quantile"), "only latency terms take a quantile"))
+		}
+		switch {
+		case t.SetPoint != nil:
+			st.SetPoint = *t.SetPoint
+		case st.Kind == signals.TermQueueDepth:
+			st.SetPoint = signals.DefaultSetPoints().QueueDepth
+		case st.Kind == signals.TermKVCacheUsage:
+			st.SetPoint = signals.DefaultSetPoints().KVCacheUsage
+		default:
+			errs = append(errs, field.Required(path.Child("setPoint"), fmt.Sprintf("the %s value at saturation 1.0", st.Kind)))
+		}
+	}
+	if len(errs) > 0 {
+		return st, errs
+	}
+	d := st
+	if d.Kind.IsLatency() && d.Quantile == 0 {
+		d.Quantile = signals.DefaultQuantile
+	}
+	if (d.Kind == signals.TermPreemptionRate || d.Kind.IsLatency()) && d.Window == 0 {
+		d.Window = signals.DefaultTermWindow
+	}
+	if err := d.Validate(); err != nil {
+		name := err.Field
+		if name == "setPoint" && st.Kind.IsLatency() {
+			name = "slo"
+		}
+		errs = append(errs, field.Invalid(path.Child(name), err.Value, err.Msg))
+	}
+	return st, errs
+}
+
+func knownTerm(k signals.TermKind) bool { return slices.Contains(signals.TermKinds(), k) }
+
+// Example returns a commented example file, the one the README shows: a chat
+// policy with a tight TTFT guardrail, a batch policy that tolerates a deep
+// queue, and a long-context policy led by KV-cache usage. It parses (a test
+// checks).
+func Example() []byte {
+	return bytes.TrimLeft([]byte(exampleFile), "\n")
+}
+
+const exampleFile = `
+apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+# Chat: short prompts, users waiting on the first token. Scale on the queue,
+# the KV cache, and a TTFT p95 guardrail at 1.5 s.
+- name: chat-saturation
+  kind: mean
+  terms:
+  - {kind: queueDepth, setPoint: 4, maxRatio: 10}
+  - {kind: kvCacheUsage, setPoint: 0.8}
+  - {kind: ttft, slo: 1500ms, quantile: 0.95, window: 1m}
+# Batch: offline work that tolerates a deep queue; replicas needed at 50
+# waiting per pod, preemptions as a warning.
+- name: batch-demand
+  kind: demand
+  terms:
+  - {kind: queueDepth, setPoint: 50}
+  - {kind: kvCacheUsage, setPoint: 0.95}
+  - {kind: preemptionRate, setPoint: 1, window: 2m}
+# Long context: the KV cache fills before the queue grows; batch slots matter
+# too (vLLM --max-num-seqs 64).
+- name: long-context-saturation
+  kind: mean
+  terms:
+  - {kind: kvCacheUsage, setPoint: 0.7}
+  - {kind: queueDepth, setPoint: 2}
+  - {kind: batchSlots, setPoint: 0.9, maxNumSeqs: 64}
+  - {kind: e2eLatency, slo: 60s, quantile: 0.9, window: 5m}
+`

@@ -1,0 +1,176 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+func builtin() []signals.Policy {
+	return signals.BuiltinPolicies(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation, signals.DefaultHoldLastGood)
+}
+
+// The example the README shows parses into the three workload policies, with
+// their terms in documentation order and defaults filled.
+func TestExample(t *testing.T) {
+	f, err := Parse(Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Catalog(builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"chat-saturation", "batch-demand", "long-context-saturation", signals.MetricSaturation} {
+		if c.Lookup(name) == nil {
+			t.Errorf("catalog has no %s: %v", name, c.Names())
+		}
+	}
+	chat := c.Lookup("chat-saturation")
+	if len(chat.Terms) != 3 || chat.Terms[2].Kind != signals.TermTTFT || chat.Terms[2].SetPoint != 1.5 || chat.Terms[2].Quantile != 0.95 {
+		t.Errorf("chat terms %+v", chat.Terms)
+	}
+	if chat.UnknownSaturation != 1 || chat.HoldLastGood != signals.DefaultHoldLastGood {
+		t.Errorf("chat defaults: unknown %g hold %s", chat.UnknownSaturation, chat.HoldLastGood)
+	}
+	if !c.Needs().Histograms {
+		t.Error("a TTFT term needs histograms")
+	}
+}
+
+// Every bad field is named with its path and value, all at once.
+func TestParseErrors(t *testing.T) {
+	head := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\n"
+	tests := []struct {
+		name string
+		file string
+		want []string
+	}{
+		{"unknown field", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPont: 5}]\n", []string{`unknown field "policies[0].terms[0].setPont"`}},
+		{"duplicate key", head + "policies:\n- name: a\n  name: b\n  kind: mean\n", []string{`"name" already set`}},
+		{"wrong version", "apiVersion: v1\nkind: PolicyConfig\n", []string{"apiVersion: Unsupported value: \"v1\""}},
+		{"upper-case name (BC-15)", head + "policies:\n- name: Chat\n  kind: mean\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].name: Invalid value: "Chat": must be a DNS-1123 label`}},
+		{"underscore name", head + "policies:\n- name: chat_sat\n  kind: mean\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].name: Invalid value: "chat_sat"`}},
+		{"built-in name taken", head + "policies:\n- name: llm-saturation\n  kind: mean\n  terms: [{kind: queueDepth}]\n- name: llm-saturation\n  kind: mean\n  terms: [{kind: queueDepth}]\n", []string{`policies[1].name: Duplicate value`}},
+		{"bad quantile and slo", head + "policies:\n- name: a\n  kind: mean\n  terms:\n  - {kind: ttft, slo: 2s, quantile: 1.5}\n  - {kind: e2eLatency, setPoint: 3}\n", []string{
+			"policies[0].terms[0].quantile: Invalid value: 1.5: must be in (0, 1)",
+			"policies[0].terms[1].setPoint: Forbidden",
+			"policies[0].terms[1].slo: Required value",
+		}},
+		{"bad KV set point", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: kvCacheUsage, setPoint: 1.2}]\n", []string{"policies[0].terms[0].setPoint: Invalid value: 1.2"}},
+		{"unknown term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: gpuUtil, setPoint: 1}]\n", []string{`policies[0].terms[0].kind: Unsupported value: "gpuUtil"`}},
+		{"no terms", head + "policies:\n- name: a\n  kind: mean\n", []string{"policies[0].terms: Invalid value"}},
+		{"signal kind", head + "policies:\n- name: a\n  kind: signal\n  signal: preemptions\n", []string{`policies[0].signal: Unsupported value: "preemptions"`}},
+		{"unknown kind", head + "policies:\n- name: a\n  kind: median\n", []string{`policies[0].kind: Unsupported value: "median"`}},
+		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
+		{"window on a gauge term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, window: 1m}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
+		{"bad duration", head + "policies:\n- name: a\n  kind: mean\n  holdLastGood: forever\n  terms: [{kind: queueDepth}]\n", []string{`time: invalid duration "forever"`}},
+		{"gateway without selector or match", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {port: 9090}\n", []string{"policies[0].gateway.selector: Required value", "policies[0].gateway.match: Required value"}},
+		{"cap below 1", head + "policies:\n- name: a\n  kind: mean\n  maxRatio: 2\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{`unknown field "policies[0].maxRatio"`}},
+		{"term cap below 1", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{"policies[0].terms[0].maxRatio: Invalid value: 0.5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Parse([]byte(tt.file))
+			if err == nil {
+				_, err = f.Catalog(builtin())
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// A configured policy may not take a built-in name.
+func TestBuiltinNamesTaken(t *testing.T) {
+	f := &File{APIVersion: APIVersion, Kind: Kind, Policies: []Policy{{Name: "x", Kind: "mean", Terms: []Term{{Kind: "queueDepth"}}}}}
+	b := append(builtin(), signals.Policy{Name: "x", Kind: signals.KindSignal, Signal: signals.Running})
+	if _, err := f.Catalog(b); err == nil || !strings.Contains(err.Error(), "already a built-in metric") {
+		t.Errorf("error %v, want the built-in name refused", err)
+	}
+}
+
+// A changed file takes effect without a restart; a bad new file keeps the last
+// good one, says so in the metric and Status, and the next good one recovers.
+func TestLoaderReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	write := func(s string) {
+		t.Helper()
+		// As the kubelet updates a ConfigMap volume: a new file renamed over.
+		tmp := filepath.Join(dir, "tmp")
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"
+	write(head + "- {name: a, kind: mean, terms: [{kind: queueDepth, setPoint: 5}]}\n")
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	l, err := NewLoader(path, builtin(), clk, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []string
+	l.OnChange(func(c *signals.Catalog) { changes = append(changes, strings.Join(c.Names(), ",")) })
+	if l.Catalog().Lookup("a") == nil || testutil.ToFloat64(m.Policies) != 6 {
+		t.Fatalf("first catalog %v", l.Catalog().Names())
+	}
+
+	write(head + "- {name: b, kind: demand, terms: [{kind: queueDepth, setPoint: 9}]}\n")
+	if changed, err := l.Reload(); !changed || err != nil {
+		t.Fatalf("Reload = %v, %v; want a change", changed, err)
+	}
+	if l.Catalog().Lookup("b") == nil || l.Catalog().Lookup("a") != nil || len(changes) != 1 {
+		t.Errorf("after reload: %v, changes %v", l.Catalog().Names(), changes)
+	}
+
+	write(head + "- {name: B, kind: demand}\n")
+	if _, err := l.Reload(); err == nil || !strings.Contains(err.Error(), "policies[0].name") {
+		t.Fatalf("bad file: %v, want an error naming the field", err)
+	}
+	if l.Catalog().Lookup("b") == nil {
+		t.Error("a bad file replaced the last good catalog")
+	}
+	if _, serr := l.Status(); serr == nil || testutil.ToFloat64(m.LastReloadSuccessful) != 0 {
+		t.Errorf("status %v, metric %g; want the failure reported", serr, testutil.ToFloat64(m.LastReloadSuccessful))
+	}
+	// Unchanged content is not re-parsed, and the same bad file is still bad.
+	if changed, _ := l.Reload(); changed {
+		t.Error("an unchanged file counted as a change")
+	}
+
+	write(head + "- {name: c, kind: mean, terms: [{kind: kvCacheUsage}]}\n")
+	if changed, err := l.Reload(); !changed || err != nil {
+		t.Fatalf("recovery: %v, %v", changed, err)
+	}
+	if _, serr := l.Status(); serr != nil || testutil.ToFloat64(m.LastReloadSuccessful) != 1 {
+		t.Errorf("after recovery: status %v", serr)
+	}
+
+	// A missing file at start is an error naming it.
+	if _, err := NewLoader(filepath.Join(dir, "nope.yaml"), builtin(), clk, m); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+}

@@ -1,0 +1,210 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// DefaultReloadInterval is how often the file is checked for changes: a
+// mounted ConfigMap changes on disk within the kubelet's sync period (about a
+// minute), so 10 s adds little to that.
+const DefaultReloadInterval = 10 * time.Second
+
+// metricsNamespace prefixes every metric of the adapter.
+const metricsNamespace = "saturation_adapter"
+
+// Metrics are the configuration's self-metrics, on a registry the caller owns.
+type Metrics struct {
+	// LastReloadSuccessful is 1 when the last load of the file succeeded and 0
+	// when it failed (the previous catalog is still served).
+	LastReloadSuccessful prometheus.Gauge
+	// LastReloadSuccessTime is the Unix time of the last successful load.
+	LastReloadSuccessTime prometheus.Gauge
+	// Policies is the number of metrics in the catalog in force.
+	Policies prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		LastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "config_last_reload_successful",
+			Help: "1 when the last load of the --config file succeeded, 0 when it failed and the previous catalog is still served.",
+		}),
+		LastReloadSuccessTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful load of the --config file (or of the start without one).",
+		}),
+		Policies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "config_policies",
+			Help: "Metrics in the catalog in force, built-in and configured.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.LastReloadSuccessful, m.LastReloadSuccessTime, m.Policies} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Loader keeps the metric catalog in force: the built-in policies and those of
+// the file at Path. It is safe for concurrent use.
+type Loader struct {
+	path    string
+	builtin []signals.Policy
+	clock   clock.WithTicker
+	metrics *Metrics
+
+	cur atomic.Pointer[signals.Catalog]
+
+	mu       sync.Mutex
+	hash     [sha256.Size]byte
+	lastErr  error
+	failedAt time.Time
+	onChange []func(*signals.Catalog)
+}
+
+// NewLoader returns a Loader serving builtin and, when path is not empty, the
+// policies of that file, which it reads now. A file that cannot be read or is
+// invalid is an error naming the path and every bad field: the adapter does not
+// start on it.
+func NewLoader(path string, builtin []signals.Policy, clk clock.WithTicker, metrics *Metrics) (*Loader, error) {
+	l := &Loader{path: path, builtin: builtin, clock: clk, metrics: metrics}
+	if path == "" {
+		c, err := (*File)(nil).Catalog(builtin)
+		if err != nil {
+			return nil, err
+		}
+		l.set(c)
+		return l, nil
+	}
+	if _, err := l.Reload(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Catalog returns the catalog in force.
+func (l *Loader) Catalog() *signals.Catalog { return l.cur.Load() }
+
+// OnChange registers f to be called with each new catalog after a reload
+// changed it (not for the first one).
+func (l *Loader) OnChange(f func(*signals.Catalog)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onChange = append(l.onChange, f)
+}
+
+func (l *Loader) set(c *signals.Catalog) {
+	l.cur.Store(c)
+	l.metrics.LastReloadSuccessful.Set(1)
+	l.metrics.LastReloadSuccessTime.Set(float64(l.clock.Now().Unix()))
+	l.metrics.Policies.Set(float64(len(c.Names())))
+	for _, w := range warnings(c) {
+		klog.InfoS("Policy configuration warning", "path", l.path, "warning", w)
+	}
+}
+
+func warnings(c *signals.Catalog) []string {
+	var out []string
+	for _, p := range c.Policies() {
+		out = append(out, p.Warnings()...)
+	}
+	return out
+}
+
+// Reload reads the file and, when its content changed and is valid, makes its
+// catalog the one in force. A bad file keeps the previous catalog; the error
+// says what is wrong. changed reports a new catalog.
+func (l *Loader) Reload() (changed bool, err error) {
+	if l.path == "" {
+		return false, nil
+	}
+	data, err := os.ReadFile(l.path)
+	if err != nil {
+		return false, l.failed(fmt.Errorf("reading --config=%s: %w", l.path, err))
+	}
+	sum := sha256.Sum256(data)
+	l.mu.Lock()
+	same := sum == l.hash && l.cur.Load() != nil
+	l.mu.Unlock()
+	if same {
+		return false, nil
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return false, l.failed(fmt.Errorf("--config=%s: %w", l.path, err))
+	}
+	c, err := f.Catalog(l.builtin)
+	if err != nil {
+		return false, l.failed(fmt.Errorf("--config=%s: %w", l.path, err))
+	}
+	first := l.cur.Load() == nil
+	l.mu.Lock()
+	l.hash, l.lastErr = sum, nil
+	subs := slices.Clone(l.onChange)
+	l.mu.Unlock()
+	l.set(c)
+	if !first {
+		klog.InfoS("Policy configuration reloaded", "path", l.path, "metrics", c.Names())
+		for _, f := range subs {
+			f(c)
+		}
+	}
+	return true, nil
+}
+
+func (l *Loader) failed(err error) error {
+	l.mu.Lock()
+	l.lastErr, l.failedAt = err, l.clock.Now()
+	l.mu.Unlock()
+	l.metrics.LastReloadSuccessful.Set(0)
+	return err
+}
+
+// Status returns when the last load failed and its error, while no later load
+// succeeded; a nil error when the file in force is the newest.
+func (l *Loader) Status() (failedAt time.Time, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failedAt, l.lastErr
+}
+
+// Run checks the file every interval until ctx ends, logging each failed
+// reload once per distinct error (the previous catalog stays in force).
+func (l *Loader) Run(ctx context.Context, interval time.Duration) {
+	if l.path == "" {
+		return
+	}
+	t := l.clock.NewTicker(interval)
+	defer t.Stop()
+	var lastMsg string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if _, err := l.Reload(); err != nil {
+			if msg := err.Error(); msg != lastMsg {
+				klog.ErrorS(err, "Policy configuration not reloaded; serving the previous one", "path", l.path)
+				lastMsg = msg
+			}
+			continue
+		}
+		lastMsg = ""
+	}
+}
