@@ -51,6 +51,20 @@ E2E_UNIT_PKGS := ./controlplane/... ./loadgen/... ./nodeagent/... ./stack/...
 test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
+
+# Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
+# runs each for FUZZTIME_TEST; `make fuzz FUZZTIME=10m` longer. A failing input is saved
+# under the package's testdata/fuzz and replayed by every later `go test`.
+FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzPool ./pkg/signals:FuzzHistogramSince \
+	./pkg/provider:FuzzMilliQuantity ./pkg/config:FuzzParse
+FUZZTIME_TEST ?= 3s
+FUZZTIME ?= 2m
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 # --- e2e (test/e2e is its own Go module; see test/e2e/README.md) ---------------------------
 E2E_K8S_VERSION := v1.37.2

@@ -107,7 +107,7 @@ func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, poli
 			Timestamp:       metav1.NewTime(v.Time),
 			Value:           q,
 		})
-	})
+	}, false)
 	var err error
 	switch {
 	case a.pool.Pods == 0:

@@ -3,6 +3,8 @@ package provider
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // metricsNamespace prefixes every metric of the adapter.
@@ -38,9 +40,32 @@ type PodState string
 const (
 	// PodsCounted: Running, Ready, not terminating pods behind the answer.
 	PodsCounted PodState = "counted"
-	// PodsUnknown: counted pods without a fresh saturation.
+	// PodsUnknown: counted pods without fresh, usable data (no reading, stale,
+	// or an engine that cannot serve).
 	PodsUnknown PodState = "unknown"
+	// PodsHeld: unknown pods counted at their last good value.
+	PodsHeld PodState = "held"
+	// PodsSleeping, PodsFrozen, PodsWedged, PodsClipped: pods by engine state
+	// (signals.EngineState).
+	PodsSleeping PodState = PodState(signals.StateSleeping)
+	PodsFrozen   PodState = PodState(signals.StateFrozen)
+	PodsWedged   PodState = PodState(signals.StateWedged)
+	PodsClipped  PodState = PodState(signals.StateClipped)
 )
+
+// PodStates lists every PodState, in documentation order.
+func PodStates() []PodState {
+	return []PodState{PodsCounted, PodsUnknown, PodsHeld, PodsSleeping, PodsFrozen, PodsWedged, PodsClipped}
+}
+
+// podCounts returns the pods of a pool by PodState.
+func podCounts(p signals.Pool) map[PodState]int {
+	return map[PodState]int{
+		PodsCounted: p.Pods, PodsUnknown: p.Pods - p.Known, PodsHeld: p.Held,
+		PodsSleeping: p.States[signals.StateSleeping], PodsFrozen: p.States[signals.StateFrozen],
+		PodsWedged: p.States[signals.StateWedged], PodsClipped: p.States[signals.StateClipped],
+	}
+}
 
 // metricUnknown labels requests for a metric the catalog does not have, so that
 // request text never becomes a label value.
@@ -76,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"namespace", "hpa", "metric"}),
 		PoolPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: metricsNamespace, Name: "pool_pods",
-			Help: "Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown).",
+			Help: "Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown, held, and by engine state).",
 		}, []string{"namespace", "hpa", "metric", "state"}),
 	}
 	for _, c := range []prometheus.Collector{m.Requests, m.ServedValue, m.PoolPods} {
@@ -92,11 +117,13 @@ func (m *Metrics) request(metric string, r Result) {
 }
 
 // served records an answer for each HPA it was computed for.
-func (m *Metrics) served(namespace string, hpas []string, metric string, value float64, counted, unknown int) {
+func (m *Metrics) served(namespace string, hpas []string, metric string, value float64, pool signals.Pool) {
+	counts := podCounts(pool)
 	for _, h := range hpas {
 		m.ServedValue.WithLabelValues(namespace, h, metric).Set(value)
-		m.PoolPods.WithLabelValues(namespace, h, metric, string(PodsCounted)).Set(float64(counted))
-		m.PoolPods.WithLabelValues(namespace, h, metric, string(PodsUnknown)).Set(float64(unknown))
+		for _, st := range PodStates() {
+			m.PoolPods.WithLabelValues(namespace, h, metric, string(st)).Set(float64(counts[st]))
+		}
 	}
 }
 

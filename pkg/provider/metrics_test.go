@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/metricdocs"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // TestMetricsDocumented keeps the README's metric table and this package's
@@ -23,7 +24,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, r := range Results() {
 		m.request("llm_saturation", r)
 	}
-	m.served("llm", []string{"vllm"}, "llm_saturation", 1, 2, 1)
+	m.served("llm", []string{"vllm"}, "llm_saturation", 1, signals.Pool{Pods: 2, Known: 1})
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -65,10 +66,15 @@ func TestMetricsExposition(t *testing.T) {
 	f.get(t, "llm", "llm_saturation", "app=nothing-"+"x") // no pods
 	f.get(t, "llm", "made_up_"+"metric", "app=vllm")      // not in the catalog
 	const want = `
-# HELP saturation_adapter_pool_pods Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown).
+# HELP saturation_adapter_pool_pods Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown, held, and by engine state).
 # TYPE saturation_adapter_pool_pods gauge
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="clipped"} 0
 saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="counted"} 1
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="frozen"} 0
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="held"} 0
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="sleeping"} 0
 saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="unknown"} 0
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="wedged"} 0
 # HELP saturation_adapter_requests_total External and per-pod metric requests, by metric and result (ok, not_found, no_pods, no_data, error).
 # TYPE saturation_adapter_requests_total counter
 saturation_adapter_requests_total{metric="llm_demand_replicas",result="ok"} 1

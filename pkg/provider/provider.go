@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -83,13 +84,16 @@ type Provider struct {
 	readings Readings
 	clock    clock.PassiveClock
 	metrics  *Metrics
+
+	warnMu sync.Mutex
+	warned map[string]struct{}
 }
 
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
 // New returns a Provider serving the policies of the catalog in force.
 func New(opts Options, catalogs Catalogs, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
-	return &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics}
+	return &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics, warned: map[string]struct{}{}}
 }
 
 // ListAllExternalMetrics lists the catalog: a static list, no I/O, so API
@@ -120,7 +124,7 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 		p.fail(policy.Name, err)
 		return nil, err
 	}
-	a := p.evaluate(ctx, catalog, policy, members, nil)
+	a := p.evaluate(ctx, catalog, policy, members, nil, true)
 	if err := a.poolError(where); err != nil {
 		p.fail(policy.Name, err)
 		return nil, err
@@ -137,17 +141,58 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 			"metric", policy.Name, "unknownSaturation", policy.UnknownSaturation, "held", a.pool.Held, "pods", a.unknown)
 	}
 	p.metrics.request(policy.Name, ResultOK)
-	p.metrics.served(namespace, p.pools.HPAsFor(namespace, policy.Name, metricSelector), policy.Name, q.AsApproximateFloat64(), a.pool.Pods, unknown)
+	p.metrics.served(namespace, p.pools.HPAsFor(namespace, policy.Name, metricSelector), policy.Name, q.AsApproximateFloat64(), a.pool)
+	if len(a.roles) > 1 {
+		p.warnMixedRoles(namespace, metricSelector, policy.Name, catalog.RoleLabel(), a.roles)
+	}
 	return &external_metrics.ExternalMetricValueList{Items: []external_metrics.ExternalMetricValue{{
-		MetricName: info.Metric,
-		MetricLabels: map[string]string{
-			"pods":         strconv.Itoa(a.pool.Pods),
-			"pods_unknown": strconv.Itoa(unknown),
-		},
-		Timestamp: metav1.NewTime(a.pool.Oldest),
-		Value:     q,
+		MetricName:   info.Metric,
+		MetricLabels: metricLabels(a.pool),
+		Timestamp:    metav1.NewTime(a.pool.Oldest),
+		Value:        q,
 	}}}, nil
 }
+
+// metricLabels describes the pool behind an answer, for people reading it with
+// kubectl get --raw (the HPA ignores them): pods counted, unknown, and, when
+// any, held at their last good value or in an engine state.
+func metricLabels(p signals.Pool) map[string]string {
+	out := map[string]string{}
+	for st, n := range podCounts(p) {
+		switch {
+		case st == PodsCounted:
+			out["pods"] = strconv.Itoa(n)
+		case st == PodsUnknown:
+			out["pods_unknown"] = strconv.Itoa(n)
+		case n > 0:
+			out["pods_"+string(st)] = strconv.Itoa(n)
+		}
+	}
+	if p.Gateway != nil {
+		out["gateway_queue"] = strconv.FormatFloat(*p.Gateway, 'g', -1, 64)
+	}
+	return out
+}
+
+// warnMixedRoles logs, once per pool, that a selector's pods mix roles of a
+// disaggregated deployment (hazard NC-03): one HPA per role.
+func (p *Provider) warnMixedRoles(namespace string, selector labels.Selector, metric, roleLabel string, roles []string) {
+	key := namespace + "\x00" + selector.String() + "\x00" + metric
+	p.warnMu.Lock()
+	_, seen := p.warned[key]
+	if !seen && len(p.warned) < maxWarned {
+		p.warned[key] = struct{}{}
+	}
+	p.warnMu.Unlock()
+	if !seen {
+		slices.Sort(roles)
+		klog.InfoS("Warning: the selector's pods mix roles of a disaggregated deployment; averaging prefill and decode pods scales the wrong pool: give each role its own HPA (a selector on the role label, or a policy with role)",
+			"namespace", namespace, "selector", selector.String(), "metric", metric, "roleLabel", roleLabel, "roles", roles)
+	}
+}
+
+// maxWarned bounds the pools remembered as already warned about.
+const maxWarned = 1000
 
 // answer is the evaluation of one request over a pool.
 type answer struct {
@@ -216,16 +261,19 @@ func (p *Provider) ready(where, namespace string) error {
 
 // evaluate scrapes on the spot the counted members never scraped, then folds
 // the policy over the members. each, when set, receives every counted pod.
-func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc) answer {
+func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc, poolOnly bool) answer {
 	p.scrapeCold(ctx, members)
-	return p.fold(catalog, policy, members, p.clock.Now(), each)
+	return p.fold(catalog, policy, members, p.clock.Now(), each, poolOnly)
 }
 
 // fold evaluates the policy over the counted members in one pass, through the
 // one pooling path (signals.PoolBuilder).
-func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc) answer {
+func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc, poolOnly bool) answer {
 	a := answer{matched: len(members), signal: policy.Kind == signals.KindSignal}
 	b := policy.NewPool(now, p.opts.MaxAge)
+	if poolOnly {
+		b.PoolOnly()
+	}
 	roleKey := catalog.RoleLabel()
 	for i := range members {
 		m := &members[i]

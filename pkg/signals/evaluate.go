@@ -54,20 +54,23 @@ func (s EngineState) severity() int {
 // pod then counts at the unknown-pod saturation, as an unscraped pod does.
 func (s EngineState) cannotServe() bool { return s.severity() >= 2 }
 
-// engineState derives an engine's state from its facts under the policy.
-func (p *Policy) engineState(f *EngineFacts) (EngineState, string) {
+// engineState derives an engine's state from its facts under the policy: a
+// state of no progress (frozen, wedged) needs at least MinStateReadings
+// readings over at least half the state window, all showing it.
+func (p *Policy) engineState(f *EngineFacts, window time.Duration) (EngineState, string) {
+	long := f != nil && f.Readings >= MinStateReadings && f.Span >= window/2
 	switch {
 	case f == nil:
 		return StateOK, ""
 	case f.Asleep:
 		return StateSleeping, "engine_sleep_state awake is 0"
-	case f.Readings >= MinStateReadings && f.Working && f.HasCounters && f.CountersFlat && f.GaugesFlat:
-		return StateFrozen, fmt.Sprintf("requests running but no counter and no gauge moved across %d scrapes", f.Readings)
-	case f.Readings >= MinStateReadings && f.Waiting && f.HasTokens && f.TokensFlat && (!f.HasFinished || f.FinishedFlat):
-		return StateWedged, fmt.Sprintf("requests waiting but no token generated and nothing finished across %d scrapes", f.Readings)
+	case long && f.Working && f.HasCounters && f.CountersFlat && f.GaugesFlat:
+		return StateFrozen, fmt.Sprintf("requests running but no counter and no gauge moved for %s (%d scrapes)", f.Span.Round(time.Second), f.Readings)
+	case long && f.Waiting && f.HasTokens && f.TokensFlat && f.PromptsFlat && (!f.HasFinished || f.FinishedFlat):
+		return StateWedged, fmt.Sprintf("requests waiting but no token generated and nothing finished for %s (%d scrapes)", f.Span.Round(time.Second), f.Readings)
 	case p.QueueCap > 0 && f.InQueue >= p.QueueCap:
 		return StateClipped, fmt.Sprintf("waiting + running = %g, at the admission cap %g", f.InQueue, p.QueueCap)
-	case f.RejectionsRose && f.Waiting:
+	case f.RejectionsRose && f.InQueue > 0:
 		return StateClipped, "admission rejections rising while requests wait"
 	}
 	return StateOK, ""
@@ -146,7 +149,7 @@ func fresh(h *History, now time.Time, maxAge time.Duration) (*Reading, bool) {
 
 // evalSaturation evaluates one pod under a KindMean or KindDemand policy;
 // report, when not nil, receives the details.
-func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge time.Duration, report *PodReport) podEval {
+func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge time.Duration, report *PodReport, ownLatency bool) podEval {
 	ev := podEval{state: StateOK, part: p.UnknownSaturation, history: h}
 	r, ok := fresh(h, now, maxAge)
 	if r != nil && !ok {
@@ -171,7 +174,7 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 		// Unknown: the unknown-pod saturation, or the last good saturation while
 		// it is higher and not older than HoldLastGood.
 		if r != nil && p.HoldLastGood > 0 && now.Sub(r.At()) <= p.HoldLastGood {
-			if last, _, has := p.podTerms(h, r, nil); has && last > ev.part {
+			if _, last, has := p.podTerms(h, r, nil, false); has && last > ev.part {
 				ev.part, ev.held = last, true
 				ev.why += fmt.Sprintf("; counted at its last good saturation %.3g until %s old", last, p.HoldLastGood)
 			}
@@ -193,7 +196,7 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 		if p.Model != "" && !sameModel(e.Model, p.Model) {
 			continue
 		}
-		st, reason := p.engineState(h.factsOf(e.ID))
+		st, reason := p.engineState(h.factsOf(e.ID), h.opts.StateWindow)
 		if report != nil {
 			report.Engines = append(report.Engines, EngineReport{ID: e.ID, Model: e.Model, State: st, Reason: reason})
 		}
@@ -206,7 +209,7 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 		report.Fresh, report.State = true, ev.state
 		terms = &report.Terms
 	}
-	own, part, has := p.podTerms(h, r, terms)
+	own, part, has := p.podTerms(h, r, terms, ownLatency || report != nil)
 	if report != nil && has {
 		s := own
 		report.Saturation = &s
@@ -248,10 +251,10 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 	return ev
 }
 
-// lostDemand returns (finished + rejected) / finished per second over the
-// longest window the history keeps, for a clipped pod.
+// lostDemand returns (finished + rejected) / finished over the last
+// DefaultTermWindow, for a clipped pod.
 func (p *Policy) lostDemand(h *History) (float64, bool) {
-	w := h.window(WindowKey{Window: max(h.opts.StateWindow, DefaultStateWindow), Model: p.Model})
+	w := h.window(WindowKey{Window: DefaultTermWindow, Model: p.Model})
 	fin, ok1 := w.inc.Value(RequestsFinished)
 	rej, ok2 := w.inc.Value(Rejections)
 	if !w.ok || !ok1 || !ok2 || fin <= 0 {
@@ -261,10 +264,10 @@ func (p *Policy) lostDemand(h *History) (float64, bool) {
 }
 
 // podTerms computes a pod's terms from reading r (the newest of h): own is its
-// saturation with its own latency terms, part without them (the pool adds
-// pooled latency instead); has is false when no term has a value. terms, when
-// not nil, receives each term.
-func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue) (own, part float64, has bool) {
+// saturation with its own latency terms (when latency is set; else the same as
+// part), part without them (the pool adds pooled latency instead); has is false
+// when no term has a value. terms, when not nil, receives each term with a note.
+func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue, latency bool) (own, part float64, has bool) {
 	f := &r.Fold
 	if p.Model != "" {
 		mf := fold(r.Engines, engineFilter(r, p.Model))
@@ -273,7 +276,10 @@ func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue) (own, part
 	partHas := false
 	for i := range p.Terms {
 		t := &p.Terms[i]
-		v, note, ok := p.termValue(t, h, r, f)
+		if t.Kind.IsLatency() && !latency {
+			continue
+		}
+		v, note, ok := p.termValue(t, h, r, f, terms != nil)
 		if !ok {
 			continue
 		}
@@ -296,13 +302,13 @@ func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue) (own, part
 	return own, part, has
 }
 
-// termValue returns one term's value for a pod, and a note on how it was
-// obtained; ok is false when the pod has no value for it.
-func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold) (v float64, note string, ok bool) {
+// termValue returns one term's value for a pod and, when withNote is set, a
+// note on how it was obtained; ok is false when the pod has no value for it.
+func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bool) (v float64, note string, ok bool) {
 	switch t.Kind {
 	case TermQueueDepth:
 		v, ok = f.Value(QueueDepth)
-		if d, dok := f.Value(QueueDeferred); ok && dok && d > 0 {
+		if d, dok := f.Value(QueueDeferred); withNote && ok && dok && d > 0 {
 			note = fmt.Sprintf("%g deferred waits not counted (more replicas would not shorten them)", d)
 		}
 		return v, note, ok
@@ -310,14 +316,17 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold) (v float64,
 		v, ok = f.Value(KVCacheUsage)
 		return v, "", ok
 	case TermBatchSlots:
-		return batchSlots(t, r, p.Model, f)
+		return batchSlots(t, r, p.Model, f, withNote)
 	case TermPreemptionRate:
 		w := h.window(WindowKey{Window: t.Window, Model: p.Model})
 		inc, has := w.inc.Value(Preemptions)
 		if !w.ok || !has || w.span <= 0 {
 			return 0, "", false
 		}
-		return inc / w.span.Seconds(), fmt.Sprintf("over %s", w.span.Round(time.Second)), true
+		if withNote {
+			note = fmt.Sprintf("over %s", w.span.Round(time.Second))
+		}
+		return inc / w.span.Seconds(), note, true
 	}
 	hk, _ := t.Kind.histo()
 	w := h.window(WindowKey{Window: t.Window, Model: p.Model})
@@ -327,16 +336,20 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold) (v float64,
 	q, _ := f.Value(QueueDepth)
 	qd, _ := f.Value(QueueDeferred)
 	run, _ := f.Value(Running)
-	return latencyValue(t, w.hist[hk], q+qd+run > 0)
+	return latencyValue(t, w.hist[hk], q+qd+run > 0, withNote)
 }
 
 // latencyValue is a latency term's value over a window's observations: their
 // quantile; with no observation while requests wait or run, the SLO itself
 // (at least the SLO: never NaN, never a stale low value); with no observation
 // and nothing in flight, no value (an idle window drops the term).
-func latencyValue(t *Term, obs *Histogram, busy bool) (float64, string, bool) {
+func latencyValue(t *Term, obs *Histogram, busy, withNote bool) (float64, string, bool) {
 	if q, ok := obs.Quantile(t.Quantile); ok {
-		return q, fmt.Sprintf("p%g over %s, %g observations", t.Quantile*100, t.Window, obs.Count), true
+		note := ""
+		if withNote {
+			note = fmt.Sprintf("p%g over %s, %g observations", t.Quantile*100, t.Window, obs.Count)
+		}
+		return q, note, true
 	}
 	if busy {
 		return t.SetPoint, "no new observations while requests wait: at least the SLO", true
@@ -346,7 +359,7 @@ func latencyValue(t *Term, obs *Histogram, busy bool) (float64, string, bool) {
 
 // batchSlots is running / slots (the engines' own limits, else MaxNumSeqs per
 // engine), or the state pool's usage when higher.
-func batchSlots(t *Term, r *Reading, model string, f *Fold) (float64, string, bool) {
+func batchSlots(t *Term, r *Reading, model string, f *Fold, withNote bool) (float64, string, bool) {
 	running, hasRun := f.Value(Running)
 	slots := 0.0
 	keep := engineFilter(r, model)
@@ -363,7 +376,10 @@ func batchSlots(t *Term, r *Reading, model string, f *Fold) (float64, string, bo
 	}
 	v, note, ok := 0.0, "", false
 	if hasRun && slots > 0 {
-		v, note, ok = running/slots, fmt.Sprintf("%g running of %g slots", running, slots), true
+		v, ok = running/slots, true
+		if withNote {
+			note = fmt.Sprintf("%g running of %g slots", running, slots)
+		}
 	}
 	if su, has := f.Value(StateUsage); has && (!ok || su > v) {
 		v, note, ok = su, "state pool usage (hybrid model)", true
@@ -406,7 +422,7 @@ func (p *Policy) ExplainPod(h *History, why string, now time.Time, maxAge time.D
 		}
 		return rep
 	}
-	p.evalSaturation(h, why, now, maxAge, &rep)
+	p.evalSaturation(h, why, now, maxAge, &rep, true)
 	return rep
 }
 

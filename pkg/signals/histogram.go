@@ -180,5 +180,6 @@ func (h *Histogram) Quantile(phi float64) (v float64, ok bool) {
 	if count <= 0 {
 		return end, true
 	}
-	return start + (end-start)*(rank/count), true
+	// Clamped: float rounding must not leave the bucket.
+	return min(max(start+(end-start)*(rank/count), start), end), true
 }

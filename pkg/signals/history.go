@@ -7,10 +7,12 @@ import (
 
 // Defaults of HistoryOptions.
 const (
-	// DefaultStateWindow is the span over which engine states (wedged, frozen)
-	// are judged: 30 s, 15 scrapes at the adapter's default 2 s interval and more
-	// than the HPA's 15 s sync period, so a state is seen before the HPA acts twice.
-	DefaultStateWindow = 30 * time.Second
+	// DefaultStateWindow is how long an engine must make no progress before it
+	// is judged wedged or frozen: 10 s, five scrapes at the adapter's default 2 s
+	// interval. A healthy engine with work generates tokens every step (tens of
+	// milliseconds); 10 s also covers a long prompt's chunked prefill on a busy
+	// engine, during which no counter may move.
+	DefaultStateWindow = 10 * time.Second
 	// DefaultMaxReadings bounds the readings kept per pod; older ones are thinned
 	// so that the kept ones still span the longest window.
 	DefaultMaxReadings = 24
@@ -262,8 +264,10 @@ func (h *History) window(k WindowKey) windowAgg {
 type EngineFacts struct {
 	// ID is the engine's ID.
 	ID string
-	// Readings is the number of readings of the engine within the state window.
+	// Readings is the number of readings of the engine within the state window,
+	// and Span the time from the oldest of them to the newest.
 	Readings int
+	Span     time.Duration
 	// Asleep reports that the newest reading says the engine sleeps (vLLM sleep
 	// mode: awake = 0).
 	Asleep bool
@@ -273,15 +277,18 @@ type EngineFacts struct {
 	// HasTokens: every reading has the generation-token counter; TokensFlat: it
 	// did not move.
 	HasTokens, TokensFlat bool
-	// HasFinished and FinishedFlat: the same for finished requests.
+	// HasFinished and FinishedFlat: the same for finished requests;
+	// PromptsFlat: no prompt token was prefilled (true when the counter is absent).
 	HasFinished, FinishedFlat bool
+	PromptsFlat               bool
 	// HasCounters: every reading has at least one counter; CountersFlat: none
 	// of the counters present moved.
 	HasCounters, CountersFlat bool
 	// GaugesFlat: queue depth, running and KV-cache usage were identical in
 	// every reading.
 	GaugesFlat bool
-	// RejectionsRose: the admission-rejection counter grew within the window.
+	// RejectionsRose: the admission-rejection counter grew since the reading
+	// before the newest.
 	RejectionsRose bool
 	// InQueue is waiting + deferred + running in the newest reading.
 	InQueue float64
@@ -296,7 +303,7 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 	for ei := range last.Engines {
 		e := &last.Engines[ei]
 		f := EngineFacts{ID: e.ID, Waiting: true, Working: true, HasTokens: true, TokensFlat: true,
-			HasFinished: true, FinishedFlat: true, HasCounters: true, CountersFlat: true, GaugesFlat: true}
+			HasFinished: true, FinishedFlat: true, PromptsFlat: true, HasCounters: true, CountersFlat: true, GaugesFlat: true}
 		if aw, ok := e.Value(Awake); ok && aw < 0.5 {
 			f.Asleep = true
 		}
@@ -310,6 +317,7 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 				break
 			}
 			f.Readings++
+			f.Span = last.At().Sub(rs[i].At())
 			wq, _ := x.Value(QueueDepth)
 			wd, _ := x.Value(QueueDeferred)
 			wr, _ := x.Value(Running)
@@ -332,8 +340,8 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 						f.TokensFlat = false
 					case RequestsFinished:
 						f.FinishedFlat = false
-					case Rejections:
-						f.RejectionsRose = f.RejectionsRose || lv > v
+					case PromptTokens:
+						f.PromptsFlat = false
 					}
 				}
 				if !ok {
@@ -352,6 +360,15 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 				if ok != lok || v != lv {
 					f.GaugesFlat = false
 				}
+			}
+		}
+		// Rejections compare with the reading before the newest, however old: a
+		// cap is hit now, whatever the state window.
+		if len(rs) > 1 {
+			if x := findEngine(rs[len(rs)-2], e.ID); x != nil {
+				v, ok := x.Value(Rejections)
+				lv, lok := e.Value(Rejections)
+				f.RejectionsRose = ok && lok && lv > v
 			}
 		}
 		out[ei] = f

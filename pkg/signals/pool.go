@@ -99,6 +99,17 @@ type PoolBuilder struct {
 	busy   bool
 	oldest time.Time
 	gw     *float64
+	// poolOnly skips what only a per-pod answer needs (each pod's own latency).
+	poolOnly bool
+}
+
+// PoolOnly says that the caller needs the pool's value only, not each pod's
+// own (the External metrics): PodValue.Value then leaves out the pod's own
+// latency terms, which the pool computes pooled anyway, and costs nothing for
+// them. Returns b.
+func (b *PoolBuilder) PoolOnly() *PoolBuilder {
+	b.poolOnly = true
+	return b
 }
 
 // NewPool returns an empty builder for the policy, which must come from a
@@ -116,7 +127,7 @@ func (b *PoolBuilder) Add(h *History, why string) PodValue {
 	if p.Kind == KindSignal {
 		return b.addSignal(h, why)
 	}
-	ev := p.evalSaturation(h, why, b.now, b.maxAge, nil)
+	ev := p.evalSaturation(h, why, b.now, b.maxAge, nil, !b.poolOnly)
 	if ev.fresh {
 		b.fresh++
 	}
@@ -238,7 +249,7 @@ func (b *PoolBuilder) Pool() Pool {
 		if b.obs != nil {
 			obs = b.obs[i]
 		}
-		lv, note, ok := latencyValue(&p.Terms[i], obs, b.busy)
+		lv, note, ok := latencyValue(&p.Terms[i], obs, b.busy, true)
 		if !ok {
 			continue
 		}

@@ -1,0 +1,34 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// FuzzParse: any file is either rejected with a message or gives a catalog
+// whose configured names are DNS-1123 labels; never a panic.
+func FuzzParse(f *testing.F) {
+	f.Add(Example())
+	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: a, kind: signal, signal: running}\n"))
+	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: b, kind: demand, queueCap: 5, terms: [{kind: ttft, slo: 1ms, quantile: 0.5, window: 1s, maxRatio: 1}], gateway: {selector: a=b, match: {x: y}}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data)
+		if err != nil {
+			if strings.TrimSpace(err.Error()) == "" {
+				t.Fatal("an empty error message")
+			}
+			return
+		}
+		c, err := file.Catalog(builtin())
+		if err != nil {
+			return
+		}
+		for _, p := range c.Policies()[len(builtin()):] {
+			if !signals.ValidName(p.Name) {
+				t.Fatalf("accepted policy name %q", p.Name)
+			}
+		}
+	})
+}
