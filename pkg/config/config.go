@@ -344,24 +344,24 @@ const exampleFile = `
 apiVersion: saturation-adapter.io/v1alpha1
 kind: PolicyConfig
 policies:
-# Chat: short prompts, users waiting on the first token. Scale on the queue,
-# the KV cache, and a TTFT p95 guardrail at 1.5 s.
+# Chat: short prompts, users waiting on the first token. Scale on the queue, the KV
+# cache, and a TTFT p95 guardrail at 1.5 s.
 - name: chat-saturation
   kind: mean
   terms:
   - {kind: queueDepth, setPoint: 4, maxRatio: 10}
   - {kind: kvCacheUsage, setPoint: 0.8}
   - {kind: ttft, slo: 1500ms, quantile: 0.95, window: 1m}
-# Batch: offline work that tolerates a deep queue; replicas needed at 50
-# waiting per pod, preemptions as a warning.
+# Batch: offline work that tolerates a deep queue; replicas needed at 50 waiting per
+# pod, preemptions as a warning.
 - name: batch-demand
   kind: demand
   terms:
   - {kind: queueDepth, setPoint: 50}
   - {kind: kvCacheUsage, setPoint: 0.95}
   - {kind: preemptionRate, setPoint: 1, window: 2m}
-# Long context: the KV cache fills before the queue grows; batch slots matter
-# too (vLLM --max-num-seqs 64).
+# Long context: the KV cache fills before the queue grows; batch slots matter too
+# (vLLM --max-num-seqs 64).
 - name: long-context-saturation
   kind: mean
   terms:

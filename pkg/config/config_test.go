@@ -174,3 +174,34 @@ func TestLoaderReload(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// Every policy file the README shows parses, and the workload example is
+// Example() verbatim.
+func TestREADMEExamples(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	if !strings.Contains(readme, "```yaml\n"+string(Example())+"```") {
+		t.Error("the README's workload example is not config.Example()")
+	}
+	blocks := 0
+	for _, part := range strings.Split(readme, "```yaml\n")[1:] {
+		body, _, _ := strings.Cut(part, "```")
+		if !strings.HasPrefix(body, "apiVersion: "+APIVersion) {
+			continue
+		}
+		blocks++
+		f, err := Parse([]byte(body))
+		if err == nil {
+			_, err = f.Catalog(builtin())
+		}
+		if err != nil {
+			t.Errorf("README policy file does not parse: %v\n%s", err, body)
+		}
+	}
+	if blocks < 2 {
+		t.Errorf("found %d policy files in the README, want at least 2", blocks)
+	}
+}

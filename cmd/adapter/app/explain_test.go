@@ -3,10 +3,14 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 const samples = "../../../testdata/samples/"
@@ -119,4 +123,83 @@ func TestExplainUnknownPool(t *testing.T) {
 	if ex.Pool.Saturation != nil || ex.Pool.DemandReplicas != nil || !strings.Contains(ex.Pool.Error, "503") {
 		t.Errorf("pool = %+v, want null values and the server's error", ex.Pool)
 	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files of explain")
+
+// golden compares got with testdata/explain/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "explain", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run %s -update to create it)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("explain output differs from %s (-want +got):\n%s", path, diff)
+	}
+}
+
+// runExplain runs the explain command as a user does and returns its output,
+// or its error's text.
+func runExplain(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := newExplainCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(new(bytes.Buffer))
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		return []byte("error: " + err.Error() + "\n")
+	}
+	return out.Bytes()
+}
+
+// Golden explain output for every real sample and every hazard body, one pod
+// each, and for the scrape sequences of the hazards that span several scrapes.
+func TestExplainGolden(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "testdata")
+	for _, dir := range []string{"samples", "hazards"} {
+		files, err := filepath.Glob(filepath.Join(root, dir, "*.prom"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no .prom files in %s: %v", dir, err)
+		}
+		for _, f := range files {
+			name := dir + "_" + strings.TrimSuffix(filepath.Base(f), ".prom") + ".json"
+			t.Run(name, func(t *testing.T) { golden(t, name, runExplain(t, f)) })
+		}
+	}
+	seqs := map[string][]string{
+		"sequence_BC-12.json": {"hazards/BC-12-t0.prom", "hazards/BC-12-t1.prom"},
+		"sequence_NC-02.json": {"hazards/NC-02-t0.prom", "hazards/NC-02-t1.prom"},
+	}
+	for name, files := range seqs {
+		var paths []string
+		for _, f := range files {
+			paths = append(paths, filepath.Join(root, f))
+		}
+		t.Run(name, func(t *testing.T) {
+			golden(t, name, runExplain(t, "--interval=15s", "--policy=llm_demand_replicas", strings.Join(paths, ",")))
+		})
+	}
+}
+
+// The states explain shows, as a table: a wedged pod (four scrapes 5 s apart
+// with no progress while the queue grows) beside a sleeping one.
+func TestExplainStatesTable(t *testing.T) {
+	wedged := strings.Join([]string{"testdata/wedged-t0.prom", "testdata/wedged-t1.prom", "testdata/wedged-t2.prom", "testdata/wedged-t3.prom"}, ",")
+	out := runExplain(t, "--interval=5s", "-o", "table", wedged, "testdata/sleeping.prom,testdata/sleeping.prom,testdata/sleeping.prom,testdata/sleeping.prom")
+	golden(t, "states.txt", out)
+	for _, want := range []string{"wedged", "sleeping", "counts at the unknown-pod saturation"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	golden(t, "states.json", runExplain(t, "--interval=5s", wedged, "testdata/sleeping.prom"))
 }

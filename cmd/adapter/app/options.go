@@ -90,7 +90,7 @@ func (o *ScoringOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
 		"Policy configuration file (YAML): metrics served beside the built-in ones, each with its terms, set points and rules. Reloaded when it changes; a bad new file keeps the previous one.")
 	fs.DurationVar(&o.StateWindow, "engine-state-window", o.StateWindow,
-		"Span over which engine states (wedged, frozen) are judged; at least 3 scrapes must fall in it.")
+		"How long an engine must make no progress (no token, nothing finished) while requests wait before it is judged wedged or frozen; at least 3 scrapes must fall in it.")
 }
 
 // AddSetPointFlags adds the set points of the built-in policies and the

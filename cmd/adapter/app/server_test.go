@@ -122,6 +122,13 @@ type adapterUnderTest struct {
 // HPA on llm_saturation for app=vllm.
 func startAdapter(t *testing.T, files ...string) *adapterUnderTest {
 	t.Helper()
+	return startAdapterWith(t, nil, nil, files...)
+}
+
+// startAdapterWith is startAdapter with the options and the configuration
+// changed by optsMod and cfgMod (either may be nil) before the server is built.
+func startAdapterWith(t *testing.T, optsMod func(*Options), cfgMod func(*Config), files ...string) *adapterUnderTest {
+	t.Helper()
 	pki := newTestPKI(t)
 	a := &adapterUnderTest{stopped: make(chan error, 1)}
 
@@ -168,6 +175,9 @@ func startAdapter(t *testing.T, files ...string) *adapterUnderTest {
 	// One scrape round at start, then none during the test: engine requests after
 	// that come from requests, which the discovery check relies on.
 	o.Scrape.Interval = time.Hour
+	if optsMod != nil {
+		optsMod(o)
+	}
 	o.Complete()
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
@@ -175,6 +185,9 @@ func startAdapter(t *testing.T, files ...string) *adapterUnderTest {
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfgMod != nil {
+		cfgMod(cfg)
 	}
 	a.fake = fake.NewClientset(append(objs,
 		&autoscalingv2.HorizontalPodAutoscaler{
@@ -346,10 +359,15 @@ func TestAssembledServer(t *testing.T) {
 		})
 		// Normalised: the deterministic families of one External request by an HPA.
 		const want = `
-# HELP saturation_adapter_pool_pods Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown).
+# HELP saturation_adapter_pool_pods Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown, held, and by engine state).
 # TYPE saturation_adapter_pool_pods gauge
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="clipped"} 0
 saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="counted"} 1
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="frozen"} 0
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="held"} 0
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="sleeping"} 0
 saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="unknown"} 0
+saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="wedged"} 0
 # HELP saturation_adapter_requests_total External and per-pod metric requests, by metric and result (ok, not_found, no_pods, no_data, error).
 # TYPE saturation_adapter_requests_total counter
 saturation_adapter_requests_total{metric="llm_saturation",result="ok"} 1
@@ -439,5 +457,68 @@ func TestServerAndExplainAgree(t *testing.T) {
 		if got := a.value(t, metric); got != want.String() {
 			t.Errorf("%s: server %s, explain %s", metric, got, want.String())
 		}
+	}
+}
+
+// TestConfigReload runs the assembled server on --config: a configured policy
+// is served and listed; a changed file takes effect without a restart; a bad
+// new file keeps the last good one and says so in /readyz?verbose and
+// /metrics, while /readyz stays ready.
+func TestConfigReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	write := func(s string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"+s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("- {name: chat, kind: mean, terms: [{kind: queueDepth, setPoint: 10}]}\n")
+	a := startAdapterWith(t, func(o *Options) { o.Scoring.ConfigFile = path },
+		func(c *Config) { c.ConfigReloadInterval = 50 * time.Millisecond },
+		filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom")) // 37 waiting, KV 0.97/0.02
+	a.waitReady(t)
+	if got := a.value(t, "chat"); got != "3700m" {
+		t.Errorf("chat = %s, want 3700m (37 waiting / 10)", got)
+	}
+	discovery := func() string {
+		_, body := a.get(t, "/apis/external.metrics.k8s.io/v1beta1")
+		return string(body)
+	}
+	if d := discovery(); !strings.Contains(d, `"name":"chat"`) || !strings.Contains(d, `"name":"llm_saturation"`) {
+		t.Errorf("discovery lacks chat or the built-ins: %s", d)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+
+	write("- {name: chat-v2, kind: demand, terms: [{kind: queueDepth, setPoint: 37}]}\n")
+	waitFor("chat-v2 to replace chat", func() bool {
+		d := discovery()
+		return strings.Contains(d, `"name":"chat-v2"`) && !strings.Contains(d, `"name":"chat"`)
+	})
+	if got := a.value(t, "chat-v2"); got != "1" {
+		t.Errorf("chat-v2 = %s, want 1", got)
+	}
+
+	write("- {name: Chat, kind: mean}\n")
+	waitFor("the bad reload to show in /readyz?verbose", func() bool {
+		code, body := a.get(t, "/readyz?verbose")
+		return code == http.StatusOK && strings.Contains(string(body), "[+]policy-config-reload-failed ok")
+	})
+	if _, body := a.get(t, "/metrics"); !strings.Contains(string(body), "saturation_adapter_config_last_reload_successful 0") {
+		t.Error("/metrics does not say the last reload failed")
+	}
+	if got := a.value(t, "chat-v2"); got != "1" {
+		t.Errorf("after a bad file chat-v2 = %s, want the last good catalog", got)
+	}
+	if code, _ := a.get(t, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d after a bad reload, want 200: every replica reads the same file", code)
 	}
 }
