@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,26 +22,67 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
-// stubImage runs this test binary as a minimal engine (TestMain below): /health and an idle
-// vLLM /metrics, enough to test the harness without the emulator.
+// stubImage runs this test binary as a minimal engine (TestMain below): /health and a vLLM
+// /metrics whose values the test sets, enough to test the harness and the adapter's
+// missing-data rules without the emulator's dynamics.
 const stubImage = "e2e/stub-engine"
 
 func TestMain(m *testing.M) {
+	addr, waiting := "", "0"
 	for _, a := range os.Args[1:] {
-		if addr, ok := strings.CutPrefix(a, "stub-engine-addr="); ok {
-			os.Exit(serveStub(addr))
+		if v, ok := strings.CutPrefix(a, "stub-engine-addr="); ok {
+			addr = v
 		}
+		if v, ok := strings.CutPrefix(a, "stub-waiting="); ok {
+			waiting = v
+		}
+	}
+	if addr != "" {
+		os.Exit(serveStub(addr, waiting))
 	}
 	os.Exit(m.Run())
 }
 
-func serveStub(addr string) int {
+// serveStub serves a one-engine vLLM /metrics with `waiting` requests waiting (container
+// arg stub-waiting=N), nothing running and no KV in use. POST /admin/set?waiting=N changes
+// the queue; POST /admin/fault?mode=metrics-500|none makes /metrics fail or recover, as
+// the emulator's switch does.
+func serveStub(addr, waiting string) int {
+	var mu sync.Mutex
+	failing := false
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		fail, q := failing, waiting
+		mu.Unlock()
+		if fail {
+			http.Error(w, "stub fault", http.StatusInternalServerError)
+			return
+		}
 		fmt.Fprint(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"stub\",engine=\"0\"} 0\n"+
-			"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"stub\",engine=\"0\"} 0\n"+
+			"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"stub\",engine=\"0\"} "+q+"\n"+
 			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"stub\",engine=\"0\"} 0\n")
+	})
+	mux.HandleFunc("POST /admin/set", func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query().Get("waiting")
+		if _, err := strconv.ParseFloat(v, 64); err != nil {
+			http.Error(w, "waiting must be a number", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		waiting = v
+		mu.Unlock()
+	})
+	mux.HandleFunc("POST /admin/fault", func(w http.ResponseWriter, r *http.Request) {
+		mode := r.URL.Query().Get("mode")
+		if mode != "none" && mode != "metrics-500" {
+			http.Error(w, "mode must be none or metrics-500", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		failing = mode == "metrics-500"
+		mu.Unlock()
 	})
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

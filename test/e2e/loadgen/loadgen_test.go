@@ -126,3 +126,20 @@ func TestGatewayNoEndpoint(t *testing.T) {
 		t.Errorf("summary %s, want one 'no Ready endpoint' error", s)
 	}
 }
+
+// Poisson arrivals: the rate and the span they promise, repeatable for a seed.
+func TestPoisson(t *testing.T) {
+	a := Poisson(time.Second, 4, 500*time.Second, 100, 10, 7)
+	if n := len(a); n < 1800 || n > 2200 {
+		t.Errorf("%d arrivals in 500 s at 4/s, want about 2000", n)
+	}
+	for i, r := range a {
+		if r.At < time.Second || r.At >= 501*time.Second || (i > 0 && r.At < a[i-1].At) || r.PromptTokens != 100 || r.OutputTokens != 10 {
+			t.Fatalf("arrival %d = %+v out of order or range", i, r)
+		}
+	}
+	b := Poisson(time.Second, 4, 500*time.Second, 100, 10, 7)
+	if len(a) != len(b) || a[len(a)-1] != b[len(b)-1] {
+		t.Error("the same seed gave different arrivals")
+	}
+}

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
@@ -56,4 +57,20 @@ func Step(start time.Duration, rps float64, length time.Duration, prompt, output
 		out[i] = Request{At: start + time.Duration(float64(i)/rps*float64(time.Second)), PromptTokens: prompt, OutputTokens: output}
 	}
 	return out
+}
+
+// Poisson returns requests arriving as a Poisson process at rps for length (exponential
+// gaps from a generator seeded with seed, so a run is repeatable), each with the given
+// sizes, starting at offset start. Real traffic is bursty: evenly spaced arrivals below
+// capacity never queue, Poisson ones do.
+func Poisson(start time.Duration, rps float64, length time.Duration, prompt, output int, seed uint64) []Request {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var out []Request
+	for at := start; ; {
+		at += time.Duration(rng.ExpFloat64() / rps * float64(time.Second))
+		if at >= start+length {
+			return out
+		}
+		out = append(out, Request{At: at, PromptTokens: prompt, OutputTokens: output})
+	}
 }

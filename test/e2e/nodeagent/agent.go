@@ -429,7 +429,7 @@ func (a *Agent) waitHealthy(ctx context.Context, r *podRun, pod *corev1.Pod, c c
 	var exited error
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if done, werr := proc.Exited(); done {
-			exited = fmt.Errorf("engine exited during start: %v", werr)
+			exited = fmt.Errorf("engine exited during start: %w", werr)
 			return false, exited
 		}
 		return httpOK(ctx, url), nil
@@ -570,13 +570,13 @@ func inFlight(ctx context.Context, url string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("GET %s: %w", url, err)
 	}
-	if r.Running == nil && r.QueueDepth == nil {
+	if r.Ptr(signals.Running) == nil && r.Ptr(signals.QueueDepth) == nil {
 		return 0, fmt.Errorf("GET %s: no running or waiting requests reported", url)
 	}
 	var n float64
-	for _, v := range []*float64{r.Running, r.QueueDepth} {
-		if v != nil {
-			n += *v
+	for _, s := range []signals.Signal{signals.Running, signals.QueueDepth, signals.QueueDeferred} {
+		if v, ok := r.Value(s); ok {
+			n += v
 		}
 	}
 	return n, nil
