@@ -385,3 +385,50 @@ func (h *History) factsOf(id string) *EngineFacts {
 	}
 	return nil
 }
+
+// WindowAggregate is what a time-series database says happened in one pod over
+// one window (see NewSnapshot): its counters' increases and the latency
+// observations, already computed (PromQL increase() and the bucket increases of
+// a histogram over the window).
+type WindowAggregate struct {
+	// Key is the window (and model restriction) the aggregate answers.
+	Key WindowKey
+	// Span is the time the aggregate covers; 0 means no data for the window.
+	Span time.Duration
+	// Increases holds counter increases by signal (Preemptions, GenerationTokens,
+	// PromptTokens, RequestsFinished, Rejections); others are ignored.
+	Increases map[Signal]float64
+	// Histograms holds the observations per latency histogram; nil when none.
+	Histograms [numHistos]*Histogram
+}
+
+// NewSnapshot builds a History from aggregates computed elsewhere: the newest
+// reading (its gauges, counters and Time), the window aggregates its policies
+// read, and the engines' facts for the engine states (nil when the source
+// cannot tell: every engine is then in StateOK unless asleep). Pooling a
+// snapshot is pooling the same numbers a scraped History would give, so a
+// Prometheus-backed source and direct scrapes share every rule. Negative,
+// NaN or infinite increases are dropped (a counter never decreases).
+func NewSnapshot(latest *Reading, windows []WindowAggregate, facts []EngineFacts, o HistoryOptions) *History {
+	o = o.withDefaults()
+	h := &History{readings: []*Reading{latest}, opts: o, facts: facts}
+	if facts == nil {
+		for i := range latest.Engines {
+			f := EngineFacts{ID: latest.Engines[i].ID}
+			if aw, ok := latest.Engines[i].Value(Awake); ok && aw < 0.5 {
+				f.Asleep = true
+			}
+			h.facts = append(h.facts, f)
+		}
+	}
+	for _, w := range windows {
+		a := windowAgg{key: w.Key, ok: w.Span > 0, span: w.Span, hist: w.Histograms}
+		for s, v := range w.Increases {
+			if s.IsCounter() && v >= 0 && finite(v) {
+				a.inc.set(s, v)
+			}
+		}
+		h.windows = append(h.windows, a)
+	}
+	return h
+}

@@ -382,3 +382,35 @@ func TestClippedLostDemand(t *testing.T) {
 		t.Errorf("clipped pod = %v (%+v), want 4", p.Value, v)
 	}
 }
+
+// A snapshot of aggregates computed elsewhere pools exactly as the scraped
+// history with the same numbers does.
+func TestSnapshotPoolsLikeHistory(t *testing.T) {
+	c, err := NewCatalog(Policy{Name: "p", Kind: KindDemand, UnknownSaturation: 1, Terms: []Term{
+		{Kind: TermQueueDepth, SetPoint: 5}, {Kind: TermPreemptionRate, SetPoint: 0.1, Window: time.Minute},
+		{Kind: TermTTFT, SetPoint: 1, Quantile: 0.9, Window: time.Minute},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := HistoryOptions{Needs: c.Needs()}
+	a := read(t, ttftBody(3, [4]float64{0, 0, 0, 0}, 0)+"vllm:num_preemptions_total{engine=\"0\"} 10\n", t0)
+	b := read(t, ttftBody(3, [4]float64{2, 6, 10, 10}, 10)+"vllm:num_preemptions_total{engine=\"0\"} 16\n", t0.Add(30*time.Second))
+	scraped := NewHistory(o, a, b)
+	w := scraped.window(WindowKey{Window: time.Minute})
+	snap := NewSnapshot(b, []WindowAggregate{{Key: WindowKey{Window: time.Minute}, Span: 30 * time.Second,
+		Increases: map[Signal]float64{Preemptions: 6}, Histograms: w.hist}}, nil, o)
+	now := b.At()
+	for _, h := range []*History{scraped, snap} {
+		pb := c.Lookup("p").NewPool(now, maxAge)
+		pb.Add(h, "")
+		p := pb.Pool()
+		// Preemptions: 6 in 30 s = 0.2/s, 2 × the set point. TTFT p90 of 10 new
+		// observations (cumulative 2, 6, 10 at 0.5, 1, 2.5 s): rank 9 lies in
+		// (1, 2.5] holding ranks 6..10, so 1 + 1.5 × 3/4 = 2.125 s, 2.125 × the SLO,
+		// which decides.
+		if p.Value == nil || !approx(*p.Value, 2.125) {
+			t.Errorf("pool = %v, want 2.125 (the TTFT guardrail over 1 pod)", deref(p.Value))
+		}
+	}
+}
