@@ -366,8 +366,10 @@ const (
 type sourceIndex struct {
 	scalars map[string][]sourceRef
 	histos  map[string][]histoRef
-	// read holds every name of scalars and histos, and first the first bytes
-	// of those names: the prefilter rejects most lines on their first byte.
+	// gateway holds the gateway queue metrics read (ExtractOptions.GatewayMetrics).
+	gateway map[string]bool
+	// read holds every name of scalars, histos and gateway, and first the first
+	// bytes of those names: the prefilter rejects most lines on their first byte.
 	read  map[string]bool
 	first [256]bool
 }
@@ -388,8 +390,13 @@ func (d *Dialect) spellings() int { return max(1, len(d.Spellings)) }
 
 // newSourceIndex indexes every scalar source and, when histograms is set, every
 // histogram series name.
-func newSourceIndex(dialects []Dialect, histograms bool) sourceIndex {
-	idx := sourceIndex{scalars: map[string][]sourceRef{}, histos: map[string][]histoRef{}, read: map[string]bool{}}
+func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourceIndex {
+	idx := sourceIndex{scalars: map[string][]sourceRef{}, histos: map[string][]histoRef{}, gateway: map[string]bool{}, read: map[string]bool{}}
+	for _, g := range gateway {
+		if g != "" {
+			idx.gateway[g], idx.read[g], idx.first[g[0]] = true, true, true
+		}
+	}
 
 	for d := range dialects {
 		dia := &dialects[d]

@@ -81,6 +81,10 @@ type ExtractOptions struct {
 	// MaxEngines bounds the engines per pod (0: DefaultMaxEngines); more is
 	// ErrTooManyEngines.
 	MaxEngines int
+	// GatewayMetrics are gateway queue gauges to read (a policy's gateway input,
+	// e.g. DefaultGatewayQueueMetric): their series land in Reading.Gateway, and
+	// a body with them but no engine metric is a gateway reading, not an error.
+	GatewayMetrics []string
 }
 
 // Extractor reads /metrics bodies. It is immutable (but for a bounded cache of
@@ -107,7 +111,7 @@ func NewExtractorWith(opts ExtractOptions) *Extractor {
 		opts.MaxEngines = DefaultMaxEngines
 	}
 	d := builtinDialects()
-	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms)}
+	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms, opts.GatewayMetrics)}
 	e.bufs.New = func() any { return &scanBuffers{} }
 	return e
 }
@@ -117,6 +121,7 @@ type scanBuffers struct {
 	lines   bytes.Buffer
 	lineNos []int
 	samples []rawSample
+	gateway []GatewaySeries
 	lset    labels.Labels
 }
 
@@ -165,11 +170,42 @@ func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, er
 	if err := e.parse(om, b); err != nil {
 		return Reading{}, err
 	}
+	if len(b.samples) == 0 && len(b.gateway) > 0 {
+		// A gateway (endpoint picker): its queue, no engine.
+		return Reading{Dialect: DialectGateway, Gateway: slices.Clone(b.gateway)}, nil
+	}
 	r, err := e.fold(b.samples, st)
 	if err != nil {
 		return Reading{}, err
 	}
+	r.Gateway = slices.Clone(b.gateway)
 	return r, nil
+}
+
+// DialectGateway is the Reading.Dialect of a body with gateway queue series
+// and no engine metric.
+const DialectGateway = "gateway"
+
+// GatewaySeries is one series of a gateway queue metric: its labels (without
+// the metric name; at most maxGatewayLabels, values cut to maxLabelBytes) and
+// its value, a count of waiting requests.
+type GatewaySeries struct {
+	Metric string            `json:"metric"`
+	Labels map[string]string `json:"labels"`
+	Value  float64           `json:"value"`
+}
+
+// maxGatewayLabels bounds the labels kept per gateway series.
+const maxGatewayLabels = 32
+
+// Matches reports whether every label of match has that value on the series.
+func (g *GatewaySeries) Matches(match map[string]string) bool {
+	for k, v := range match {
+		if g.Labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // filterStats describes what filter skipped.
@@ -331,6 +367,7 @@ func closingBrace(line []byte) int {
 // samples of interest in b.samples.
 func (e *Extractor) parse(om bool, b *scanBuffers) error {
 	b.samples = b.samples[:0]
+	b.gateway = b.gateway[:0]
 	data := b.lines.Bytes()
 	if len(data) == 0 {
 		return nil
@@ -360,6 +397,17 @@ func (e *Extractor) parse(om bool, b *scanBuffers) error {
 		var t int64
 		if ts != nil {
 			t = *ts
+		}
+		if e.index.gateway[name] {
+			if _, _, bad := validate(QueueDepth, value); !bad {
+				gs := GatewaySeries{Metric: name, Labels: map[string]string{}, Value: value}
+				b.lset.Range(func(l labels.Label) {
+					if l.Name != model.MetricNameLabel && len(gs.Labels) < maxGatewayLabels {
+						gs.Labels[Excerpt(l.Name, maxLabelBytes)] = Excerpt(l.Value, maxLabelBytes)
+					}
+				})
+				b.gateway = append(b.gateway, gs)
+			}
 		}
 		for _, ref := range e.index.scalars[name] {
 			src := ref.source

@@ -314,8 +314,34 @@ type GatewayInput struct {
 
 // DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
 // queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
-// inference_extension_flow_control_queue_size).
+// inference_extension_flow_control_queue_size), labelled by inference_pool,
+// fairness_id, priority and model names (hazard NC-04).
 const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
+
+// GatewayQueue returns the waiting requests of the gateway series that a
+// gateway input selects: the sum over the series of its metric whose labels
+// match, over the readings given (one per gateway pod). ok is false when no
+// reading has a series of the metric at all: never a silent 0. A reading
+// whose series exist but none match counts 0 (flow control holds nothing for
+// this pool).
+func (g *GatewayInput) GatewayQueue(readings ...*Reading) (queue float64, ok bool) {
+	for _, r := range readings {
+		if r == nil {
+			continue
+		}
+		for i := range r.Gateway {
+			s := &r.Gateway[i]
+			if s.Metric != g.Metric {
+				continue
+			}
+			ok = true
+			if s.Matches(g.Match) {
+				queue += s.Value
+			}
+		}
+	}
+	return queue, ok
+}
 
 // PerPod reports whether the policy has a value per pod (served on
 // custom.metrics.k8s.io for HPA metrics of type Pods): every kind but
@@ -543,6 +569,9 @@ func (c *Catalog) Needs() Needs {
 				n.add(WindowKey{Window: t.Window, Model: p.Model})
 			}
 		}
+		if g := p.Gateway; g != nil && !slices.Contains(n.GatewayMetrics, g.Metric) {
+			n.GatewayMetrics = append(n.GatewayMetrics, g.Metric)
+		}
 	}
 	return n
 }
@@ -553,6 +582,9 @@ type Needs struct {
 	Histograms bool
 	// Windows lists the distinct (window, model) pairs of rate and latency terms.
 	Windows []WindowKey
+	// GatewayMetrics lists the gateway queue metrics of the policies' gateway
+	// inputs.
+	GatewayMetrics []string
 }
 
 // WindowKey is one window aggregate a policy reads.

@@ -414,3 +414,78 @@ func TestSnapshotPoolsLikeHistory(t *testing.T) {
 		}
 	}
 }
+
+// NC-04: with flow control the backlog waits in the gateway. Two engines sit
+// just under their set points (0.975 and 1.0) while the endpoint picker holds
+// 352 + 28 requests for this pool: the gateway input adds 380 / 5 = 76
+// replicas' worth of demand, and the mean reflects the same total.
+func TestGatewayDemand(t *testing.T) {
+	gw := &GatewayInput{Namespace: "llm", Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
+	c, err := NewCatalog(
+		Policy{Name: "gw-demand", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(), Gateway: gw},
+		Policy{Name: "gw-mean", Kind: KindMean, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(), Gateway: gw},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Needs(); len(n.GatewayMetrics) != 1 || n.GatewayMetrics[0] != DefaultGatewayQueueMetric {
+		t.Fatalf("needs %+v, want the default gateway metric", n)
+	}
+	e := NewExtractorWith(ExtractOptions{GatewayMetrics: c.Needs().GatewayMetrics})
+	epp, err := e.Extract(readTestdata(t, "hazards/NC-04-epp.prom"))
+	if err != nil || epp.Dialect != DialectGateway {
+		t.Fatalf("EPP body: %v %+v", err, epp)
+	}
+	pol := c.Lookup("gw-demand")
+	q, ok := pol.Gateway.GatewayQueue(&epp)
+	if !ok || q != 380 {
+		t.Fatalf("gateway queue %g %v, want 380", q, ok)
+	}
+	// Another pool's series are not this pool's.
+	other := GatewayInput{Metric: DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "other"}}
+	if q, ok := other.GatewayQueue(&epp); !ok || q != 0 {
+		t.Errorf("another pool's queue = %g %v, want 0 (series exist, none match)", q, ok)
+	}
+	// No series of the metric at all is no data, never 0.
+	if _, ok := pol.Gateway.GatewayQueue(read(t, vllm(1, 1, 0.1), t0)); ok {
+		t.Error("a body without the gateway metric gave a queue")
+	}
+	pods := []*History{
+		NewHistory(HistoryOptions{}, read(t, vllm(4, 8, 0.78), t0)),
+		NewHistory(HistoryOptions{}, read(t, vllm(5, 8, 0.79), t0)),
+	}
+	eval := func(name string, pods []*History, gateway *float64) *float64 {
+		b := c.Lookup(name).NewPool(t0, maxAge)
+		for _, h := range pods {
+			b.Add(h, "")
+		}
+		if gateway != nil {
+			b.AddGateway(*gateway)
+		}
+		return b.Pool().Value
+	}
+	engines := 0.975 + 1.0
+	if v := eval("gw-demand", pods, &q); v == nil || !approx(*v, engines+76) {
+		t.Errorf("demand = %v, want %g", deref(v), engines+76)
+	}
+	if v := eval("gw-mean", pods, &q); v == nil || !approx(*v, (engines+76)/2) {
+		t.Errorf("mean = %v, want %g", deref(v), (engines+76)/2)
+	}
+	// Zero pods: the gateway demand alone, so the HPA (ceil(value / target) at
+	// zero replicas) wakes the pool on the first waiting request; no waiting
+	// request is a legitimate 0.
+	one, zero := 1.0, 0.0
+	if v := eval("gw-demand", nil, &one); v == nil || *v != 0.2 {
+		t.Errorf("zero pods, 1 waiting: demand %v, want 0.2", deref(v))
+	}
+	if v := eval("gw-mean", nil, &one); v == nil || *v != 0.2 {
+		t.Errorf("zero pods, 1 waiting: mean %v, want 0.2", deref(v))
+	}
+	if v := eval("gw-demand", nil, &zero); v == nil || *v != 0 {
+		t.Errorf("zero pods, nothing waiting: %v, want 0", deref(v))
+	}
+	// Zero pods without gateway data is no data.
+	if v := eval("gw-demand", nil, nil); v != nil {
+		t.Errorf("zero pods, no gateway reading: %g, want no value", *v)
+	}
+}

@@ -114,6 +114,11 @@ type Reading struct {
 	// zero when none carries one. When set, the reading is as old as it says.
 	SampleTime time.Time
 
+	// Gateway holds the series of the gateway queue metrics read, when the
+	// extractor reads any (ExtractOptions.GatewayMetrics); invalid values
+	// (NaN, negative, absurd) are left out.
+	Gateway []GatewaySeries
+
 	// Invalid counts rejected series by reason.
 	Invalid map[Reason]int
 	// Warnings explain rejected series, disagreeing duplicates, partial terms,
