@@ -1,0 +1,323 @@
+// Package advisor says where people look (Kubernetes Events on the HPA, the log, a
+// self-metric) when an HorizontalPodAutoscaler on the adapter's metrics is set up so that
+// it cannot do what its owner expects: scale to zero on a metric computed from pods (at
+// zero pods there is nothing to read: it never wakes up, hazard NC-15), or a Value target
+// on a pool with demand but no Ready pod (the HPA multiplies by Ready pods and computes 0,
+// hazard NC-08). It also notices a gateway holding requests for pools no policy reads
+// (flow control in use without a gateway input, hazard NC-04).
+package advisor
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// Reason labels saturation_adapter_hpa_warnings and is the Event's reason.
+type Reason string
+
+// The warnings.
+const (
+	// ReasonNoZeroCapableInput: minReplicas is 0 but every metric of the HPA is one of
+	// the adapter's computed from pods only (no gateway input).
+	ReasonNoZeroCapableInput Reason = "NoZeroCapableInput"
+	// ReasonValueTargetNoReadyPods: the pool has demand but no Ready pod, and the HPA
+	// reads it with target type Value.
+	ReasonValueTargetNoReadyPods Reason = "ValueTargetNoReadyPods"
+)
+
+// Reasons lists every Reason, in documentation order.
+func Reasons() []Reason { return []Reason{ReasonNoZeroCapableInput, ReasonValueTargetNoReadyPods} }
+
+// Catalogs gives the metric catalog in force.
+type Catalogs interface {
+	Catalog() *signals.Catalog
+}
+
+// metricsNamespace prefixes every metric of the adapter.
+const metricsNamespace = "saturation_adapter"
+
+// Metrics are the advisor's self-metrics, on a registry the caller owns.
+type Metrics struct {
+	// Warnings is 1 while a warning holds for an HPA, by its namespace and name
+	// and the Reason.
+	Warnings *prometheus.GaugeVec
+	// UnmatchedGatewaySeries is the number of gateway queue series holding
+	// requests that no policy's gateway input matches, at the last look.
+	UnmatchedGatewaySeries prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Warnings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "hpa_warnings",
+			Help: "1 while a HorizontalPodAutoscaler on the adapter's metrics cannot do what it is set up for, by its namespace and name and the reason (NoZeroCapableInput, ValueTargetNoReadyPods).",
+		}, []string{"namespace", "hpa", "reason"}),
+		UnmatchedGatewaySeries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "gateway_unmatched_series",
+			Help: "Gateway flow-control queue series holding requests that no policy's gateway input matches (flow control in use for a pool whose policy has no gateway input).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.Warnings, m.UnmatchedGatewaySeries} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// hpaInfo is what the advisor keeps of one HPA.
+type hpaInfo struct {
+	obj     *autoscalingv2.HorizontalPodAutoscaler // for Events
+	min     int32
+	current int32
+	metrics []hpaMetric
+	// others reports metrics that are not External metrics of ours (they may wake it).
+	others bool
+}
+
+type hpaMetric struct {
+	name     string // lower-case
+	selector string // canonical
+	value    bool   // target type Value
+}
+
+// Advisor watches HPAs and the adapter's answers. Safe for concurrent use.
+type Advisor struct {
+	recorder record.EventRecorder
+	catalogs Catalogs
+	metrics  *Metrics
+
+	mu     sync.Mutex
+	hpas   map[types.NamespacedName]*hpaInfo
+	active map[types.NamespacedName]map[Reason]bool
+	warned map[string]bool // unmatched gateway pools already logged
+}
+
+// New returns an Advisor recording Events with recorder (nil: no Events, log and
+// metric only).
+func New(recorder record.EventRecorder, catalogs Catalogs, metrics *Metrics) *Advisor {
+	return &Advisor{recorder: recorder, catalogs: catalogs, metrics: metrics,
+		hpas: map[types.NamespacedName]*hpaInfo{}, active: map[types.NamespacedName]map[Reason]bool{}, warned: map[string]bool{}}
+}
+
+// HPAHandler returns the event handler that keeps the advisor's view of the HPAs
+// and checks each one as it is added or changed.
+func (a *Advisor) HPAHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.upsert(obj) },
+		UpdateFunc: func(_, obj any) { a.upsert(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
+			if !ok {
+				return
+			}
+			key := types.NamespacedName{Namespace: h.Namespace, Name: h.Name}
+			a.mu.Lock()
+			delete(a.hpas, key)
+			delete(a.active, key)
+			a.mu.Unlock()
+			a.metrics.Warnings.DeletePartialMatch(prometheus.Labels{"namespace": h.Namespace, "hpa": h.Name})
+		},
+	}
+}
+
+func (a *Advisor) upsert(obj any) {
+	h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
+	if !ok {
+		return
+	}
+	catalog := a.catalogs.Catalog()
+	info := &hpaInfo{obj: h, min: 1, current: h.Status.CurrentReplicas}
+	if h.Spec.MinReplicas != nil {
+		info.min = *h.Spec.MinReplicas
+	}
+	for _, m := range h.Spec.Metrics {
+		if m.Type != autoscalingv2.ExternalMetricSourceType || m.External == nil || catalog.Lookup(m.External.Metric.Name) == nil {
+			info.others = true
+			continue
+		}
+		sel := labels.Everything().String()
+		if s := m.External.Metric.Selector; s != nil {
+			parsed, err := metaSelector(s)
+			if err != nil {
+				continue
+			}
+			sel = parsed
+		}
+		info.metrics = append(info.metrics, hpaMetric{name: strings.ToLower(m.External.Metric.Name), selector: sel,
+			value: m.External.Target.Type == autoscalingv2.ValueMetricType})
+	}
+	key := types.NamespacedName{Namespace: h.Namespace, Name: h.Name}
+	a.mu.Lock()
+	a.hpas[key] = info
+	a.mu.Unlock()
+	a.checkZero(key, info, catalog)
+}
+
+// checkZero warns about minReplicas 0 when no metric of the HPA can wake it.
+func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *signals.Catalog) {
+	bad := info.min == 0 && !info.others && len(info.metrics) > 0
+	var names []string
+	for _, m := range info.metrics {
+		names = append(names, m.name)
+		if p := catalog.Lookup(m.name); p != nil && p.Gateway != nil {
+			bad = false
+		}
+	}
+	a.set(key, info, ReasonNoZeroCapableInput, bad, fmt.Sprintf(
+		"minReplicas is 0 but %s is computed from the pods only: at zero pods there is nothing to read and this HPA never scales up again. "+
+			"Scale from zero needs a metric with a gateway input (a policy with gateway: in the adapter's --config; README \"Scale to zero\")",
+		strings.Join(names, ", ")))
+}
+
+// Answered is called with each External answer's pool: for the HPAs reading that
+// (namespace, metric, selector) with a Value target, demand with no Ready pod is a
+// warning (the HPA computes 0 replicas from it while it has replicas).
+func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, pool signals.Pool) {
+	metric, sel := strings.ToLower(metric), selector.String()
+	bad := pool.Pods == 0 && pool.Value != nil && *pool.Value > 0
+	a.mu.Lock()
+	var hits []types.NamespacedName
+	for key, info := range a.hpas {
+		if key.Namespace != namespace {
+			continue
+		}
+		for _, m := range info.metrics {
+			if m.name == metric && m.selector == sel && m.value {
+				hits = append(hits, key)
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, key := range hits {
+		a.mu.Lock()
+		info := a.hpas[key]
+		a.mu.Unlock()
+		if info == nil {
+			continue
+		}
+		value := 0.0
+		if pool.Value != nil {
+			value = *pool.Value
+		}
+		a.set(key, info, ReasonValueTargetNoReadyPods, bad && info.current > 0, fmt.Sprintf(
+			"%s has demand %.3g but no Ready pod: with target type Value the HPA multiplies by Ready pods and computes 0 replicas (hazard NC-08). "+
+				"Use a demand policy (e.g. llm_demand_replicas) with target type AverageValue \"1\"", metric, value))
+	}
+}
+
+// set records a warning's transitions: an Event and a log line when it starts, the
+// gauge while it holds.
+func (a *Advisor) set(key types.NamespacedName, info *hpaInfo, r Reason, on bool, msg string) {
+	a.mu.Lock()
+	was := a.active[key][r]
+	if on {
+		if a.active[key] == nil {
+			a.active[key] = map[Reason]bool{}
+		}
+		a.active[key][r] = true
+	} else if a.active[key] != nil {
+		delete(a.active[key], r)
+	}
+	a.mu.Unlock()
+	g := a.metrics.Warnings.WithLabelValues(key.Namespace, key.Name, string(r))
+	if !on {
+		g.Set(0)
+		return
+	}
+	g.Set(1)
+	if was {
+		return
+	}
+	klog.InfoS("Warning: HorizontalPodAutoscaler cannot do what it is set up for", "hpa", klog.KObj(info.obj), "reason", r, "message", msg)
+	if a.recorder != nil {
+		a.recorder.Event(info.obj, corev1.EventTypeWarning, string(r), msg)
+	}
+}
+
+// maxUnmatchedLogged bounds the gateway pools remembered as logged.
+const maxUnmatchedLogged = 100
+
+// GatewaySeen checks gateway readings against the catalog: series holding
+// requests that no policy's gateway input (of the same metric) matches mean flow
+// control in use for a pool whose policy has no gateway input; each such pool is
+// logged once, and the gauge counts the series.
+func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
+	catalog := a.catalogs.Catalog()
+	var inputs []*signals.GatewayInput
+	for _, p := range catalog.Policies() {
+		if p.Gateway != nil {
+			inputs = append(inputs, p.Gateway)
+		}
+	}
+	unmatched := 0
+	var fresh []string
+	for _, r := range readings {
+		if r == nil {
+			continue
+		}
+		for i := range r.Gateway {
+			s := &r.Gateway[i]
+			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *signals.GatewayInput) bool { return g.Metric == s.Metric && s.Matches(g.Match) }) {
+				continue
+			}
+			unmatched++
+			id := describe(s.Labels)
+			a.mu.Lock()
+			if !a.warned[id] && len(a.warned) < maxUnmatchedLogged {
+				a.warned[id] = true
+				fresh = append(fresh, id)
+			}
+			a.mu.Unlock()
+		}
+	}
+	a.metrics.UnmatchedGatewaySeries.Set(float64(unmatched))
+	for _, id := range fresh {
+		klog.InfoS("Warning: the gateway holds requests for a pool no policy's gateway input matches; its HPA scales on the engines alone, which sit at their set points while requests wait in the gateway (hazard NC-04)", "series", id)
+	}
+}
+
+// describe renders the identifying labels of a gateway series.
+func describe(l map[string]string) string {
+	var keys []string
+	for k := range l {
+		if k == "inference_pool" || strings.Contains(k, "model") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+"="+signals.Excerpt(l[k], 64))
+	}
+	return strings.Join(parts, ",")
+}
+
+// metaSelector returns the canonical form of an HPA metric's selector, as the
+// request the HPA sends carries it.
+func metaSelector(s *metav1.LabelSelector) (string, error) {
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return "", err
+	}
+	return sel.String(), nil
+}
