@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -109,11 +110,23 @@ func replay(cfg emulator.Config, reqs []record, at []time.Duration, limit time.D
 		return nil, nil, err
 	}
 	sim.Schedule(arrivals...)
+	sorted := make([]time.Duration, len(arrivals))
+	for i, a := range arrivals {
+		sorted[i] = a.At
+	}
+	slices.Sort(sorted)
 	var samples []sample
 	for _, t := range at {
+		// RunUntil finishes the step in progress at t; the requests that arrived
+		// after t, during that step, were not waiting yet at t (a live engine's
+		// gauge counts a request from its arrival).
 		sim.RunUntil(t0.Add(t - base))
 		snap := sim.Engine().Snapshot()
-		q, run, kv := float64(snap.Waiting), float64(snap.Running), snap.KVCacheUsage
+		after := sim.Now().Sub(t0)
+		early, _ := slices.BinarySearch(sorted, t-base+1)
+		late, _ := slices.BinarySearch(sorted, after+1)
+		q := float64(max(0, snap.Waiting-(late-early)))
+		run, kv := float64(snap.Running), snap.KVCacheUsage
 		samples = append(samples, sample{at: t, queue: &q, running: &run, kv: &kv})
 	}
 	sim.Drain(t0.Add(limit - base))

@@ -63,8 +63,11 @@
 //     tokens per engine step (prompt tokens completed per second × τ); with
 //     PerPrefillToken known, Base and PerSeq are a least-squares line over the
 //     steps and the idle point;
-//   - maxNumSeqs is the most running requests seen while requests were waiting
-//     (a full batch), numGPUBlocks and blockSize come from vllm:cache_config_info
+//   - maxNumSeqs is the most running requests seen while requests were waiting,
+//     when the batch sat at that count (a full batch); when the token budget or
+//     the KV cache stopped admissions first it is only a lower bound, and the
+//     emulator's default is written if larger; numGPUBlocks and blockSize come
+//     from vllm:cache_config_info
 //     when the engine exports it and are otherwise estimated from KV usage against
 //     the tokens the running requests hold, maxModelLen from /v1/models.
 //

@@ -150,32 +150,52 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 		notes = append(notes, "no step time could be measured: base set to 1us")
 	}
 
-	// The batch limit: the most running requests while some were waiting.
-	var maxRunningQueued, maxRunning, kvAtMax float64
-	queued := false
+	// The batch limit: the most running requests while some were waiting, if
+	// the batch sat at it (in a quarter of those readings, and at least 3). A
+	// queue also forms below the limit when the token budget (long prompts) or
+	// the KV cache stops admissions; then the limit is not observed.
+	var waitingRunning []float64
+	var maxRunning, kvAtMax float64
 	for _, s := range r.samples {
 		if s.running == nil {
 			continue
 		}
 		maxRunning = math.Max(maxRunning, *s.running)
-		if s.queue != nil && *s.queue > 0 && *s.running >= maxRunningQueued {
-			maxRunningQueued, queued = *s.running, true
-			if s.kv != nil {
-				kvAtMax = *s.kv
-			}
+		if s.queue != nil && *s.queue > 0 {
+			waitingRunning = append(waitingRunning, *s.running)
 		}
 	}
-	switch {
-	case queued && maxRunningQueued >= 1:
-		cfg.MaxNumSeqs = int(maxRunningQueued)
-		fit.MaxNumSeqsFrom = "observed"
-		if kvAtMax >= 0.95 {
-			notes = append(notes, fmt.Sprintf("the batch was full at %d running requests with the KV cache %.0f %% used: the KV cache, not max-num-seqs, limited it", cfg.MaxNumSeqs, 100*kvAtMax))
+	peak, atPeak := 0.0, 0
+	for _, v := range waitingRunning {
+		peak = math.Max(peak, v)
+	}
+	for _, v := range waitingRunning {
+		if v == peak {
+			atPeak++
 		}
-	case maxRunning >= 1:
-		cfg.MaxNumSeqs = int(maxRunning)
+	}
+	for _, s := range r.samples {
+		if s.running != nil && *s.running == peak && s.queue != nil && *s.queue > 0 && s.kv != nil {
+			kvAtMax = math.Max(kvAtMax, *s.kv)
+		}
+	}
+	plateau := peak >= 1 && atPeak >= max(3, len(waitingRunning)/4)
+	switch {
+	case plateau && kvAtMax < 0.95:
+		cfg.MaxNumSeqs = int(peak)
+		fit.MaxNumSeqsFrom = "observed"
+	case peak >= 1 || maxRunning >= 1:
+		seen := int(math.Max(peak, maxRunning))
+		cfg.MaxNumSeqs = max(cfg.MaxNumSeqs, seen)
 		fit.MaxNumSeqsFrom = "lower bound"
-		notes = append(notes, fmt.Sprintf("no reading had requests waiting: maxNumSeqs %d is the most running requests seen, a lower bound (set it to your --max-num-seqs)", cfg.MaxNumSeqs))
+		why := "no reading had requests waiting"
+		switch {
+		case plateau:
+			why = fmt.Sprintf("requests waited with %.0f running and the KV cache %.0f %% used: the KV cache limited the batch", peak, 100*kvAtMax)
+		case peak >= 1:
+			why = fmt.Sprintf("requests waited while the batch varied (up to %.0f running): the token budget or the KV cache limited admissions, not the batch", peak)
+		}
+		notes = append(notes, fmt.Sprintf("%s, so maxNumSeqs is not observed: at least %d, %d written (set it to your --max-num-seqs)", why, seen, cfg.MaxNumSeqs))
 	default:
 		fit.MaxNumSeqsFrom = "default"
 		notes = append(notes, "the engine reports no running requests: maxNumSeqs is the emulator's default")

@@ -135,7 +135,7 @@ func (r *runner) analyse(windows []window, warmupEnd time.Duration) *Report {
 			QueueDepth: s.QueueDepth, Running: s.Running, KVCacheUsage: s.KVCacheUsage, TTFTQuantileSeconds: s.TTFTQuantileSeconds}
 		rep.Recommended = r.recommend(rep.Steps[:sat+1], warmupEnd)
 		if rep.Recommended.KVCacheUsage == nil {
-			rep.Notes = append(rep.Notes, "the engine reports no KV-cache usage: only the queue term can be set; leave --kv-cache-usage-set-point at its default")
+			rep.Notes = append(rep.Notes, "the engine reports no KV-cache usage (absent, or 0 throughout): only the queue term can be set; leave --kv-cache-usage-set-point at its default")
 		}
 	}
 

@@ -339,8 +339,9 @@ func (r *runner) stepProgress(i int, w window) {
 		fmtPtr(s.queue, "%.0f"), fmtPtr(s.running, "%.0f"), fmtPtr(s.kv, "%.2f"))
 }
 
-// judgeNow judges step i at its end from what is known: requests still without
-// a first token count as misses once they have waited longer than the SLO.
+// judgeNow judges step i at its end from what is known: a request still without
+// a first token counts with the time it has waited so far, a lower bound of its
+// TTFT (a miss once that exceeds the SLO).
 func (r *runner) judgeNow(w window, i int) StepReport {
 	r.mu.Lock()
 	recs := make([]record, len(r.records))
@@ -351,8 +352,8 @@ func (r *runner) judgeNow(w window, i int) StepReport {
 	r.mu.Unlock()
 	now := r.since()
 	for j := range recs {
-		if recs[j].step == i && recs[j].first < 0 && recs[j].done < 0 && now-recs[j].sent <= r.cfg.TTFTSLO {
-			recs[j].first = now // not late yet: counted as in time
+		if recs[j].step == i && recs[j].first < 0 && recs[j].done < 0 {
+			recs[j].first = now // a lower bound of its TTFT: late once it has waited longer than the SLO
 		}
 	}
 	return judgeStep(r.cfg, w, i, recs, samples)
