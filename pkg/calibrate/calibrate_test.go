@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,13 @@ import (
 )
 
 func ptr(v float64) *float64 { return &v }
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
 
 func sec(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
@@ -270,14 +278,16 @@ func TestAnalyseSimulatedEngine(t *testing.T) {
 		t.Errorf("profile check %+v, want the fitted profile to saturate at 6 requests/s too", c)
 	}
 
-	// Set points at 80 % of 6 requests/s = 4.8: KV interpolated between the 4.5
-	// and 5 requests/s steps; queue 0.8 × 6 × (1 s − TTFT p95 at 6).
+	// Set points at 90 % of 6 requests/s = 5.4: KV interpolated between the 5
+	// and 5.5 requests/s steps (0.8 of the way); queue twice --max-queue.
 	sp := rep.Recommended
-	s45, s5, s6 := rep.Steps[1], rep.Steps[2], rep.Steps[4]
-	wantKV := math.Round(1000*(s45.KVCacheUsage.Mean+(s5.KVCacheUsage.Mean-s45.KVCacheUsage.Mean)*0.6)) / 1000 // below 0.1: 3 decimals
-	wantQ := math.Round(10*0.8*6*(1-*s6.TTFTQuantileSeconds)) / 10
-	if sp == nil || sp.TargetRateRequestsPerSecond != 4.8 || sp.KVCacheUsage == nil || *sp.KVCacheUsage != wantKV || sp.QueueDepth != wantQ {
-		t.Errorf("recommended %+v, want target 4.8, KV %g, queue %g", sp, wantKV, wantQ)
+	s5, s55 := rep.Steps[2], rep.Steps[3]
+	wantKV := math.Round(1000*(s5.KVCacheUsage.Mean+(s55.KVCacheUsage.Mean-s5.KVCacheUsage.Mean)*0.8)) / 1000 // below 0.1: 3 decimals
+	if sp == nil || sp.TargetRateRequestsPerSecond != 5.4 || sp.KVCacheUsage == nil || math.Abs(*sp.KVCacheUsage-wantKV) > 1e-9 || sp.QueueDepth != 2 {
+		t.Errorf("recommended %+v (KV %v), want target 5.4, KV %g, queue 2", sp, deref(sp.KVCacheUsage), wantKV)
+	}
+	if want := "--queue-depth-set-point 2 --kv-cache-usage-set-point " + strconv.FormatFloat(wantKV, 'f', -1, 64); sp.Flags != want {
+		t.Errorf("flags %q, want %q", sp.Flags, want)
 	}
 }
 

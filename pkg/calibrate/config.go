@@ -96,7 +96,7 @@ type Config struct {
 	// (they measure the engine overloaded: its full batch and its throughput).
 	StepsPastSaturation int
 	// Headroom is the fraction of the saturation rate the recommended set points
-	// aim each pod at, in (0, 1].
+	// aim each pod at, in (0, 1]; see the package documentation.
 	Headroom float64
 	// MetricsInterval is the time between two reads of MetricsURL.
 	MetricsInterval time.Duration
@@ -118,8 +118,9 @@ type Config struct {
 // spaced requests of 1000 prompt and 200 output tokens (about the Azure
 // conversation trace's means: 1155 and 211), ignore_eos, a TTFT p95 of at most
 // 2 s (simulate's default SLO), a queue near 0 at a mean of at most 1 waiting,
-// one step past saturation, at most 20,000 requests, set points at 80 % of the
-// saturation rate, /metrics every second, requests bounded by 5 minutes, seed 1.
+// one step past saturation, at most 20,000 requests, set points at 90 % of the
+// saturation rate (about 1 / (1 + the HPA's default tolerance of 0.1)), /metrics
+// every second, requests bounded by 5 minutes, seed 1.
 // Rates and URL are left for the caller.
 func DefaultConfig() Config {
 	return Config{
@@ -133,7 +134,7 @@ func DefaultConfig() Config {
 		MaxQueue:            1,
 		MaxRequests:         20000,
 		StepsPastSaturation: 1,
-		Headroom:            0.8,
+		Headroom:            0.9,
 		MetricsInterval:     time.Second,
 		RequestTimeout:      5 * time.Minute,
 		Seed:                1,

@@ -35,19 +35,25 @@
 // # Set points
 //
 // The adapter's per-pod saturation is max(queue / queue set point, KV usage / KV
-// set point) and an HPA on llm_saturation (Value 1) keeps it near 1. The
-// recommendation aims each pod at Config.Headroom × the saturation rate (room for
-// traffic to grow during a pod's cold start):
+// set point) and an HPA on llm_saturation (Value 1) keeps it near 1, acting only
+// once it leaves its tolerance band (10 % by default). The recommendation aims
+// each pod at Config.Headroom × the saturation rate; the default 0.9 ≈ 1 / 1.1
+// lets the HPA scale up before a pod passes the saturation point:
 //
 //   - KV-cache usage set point: the KV usage measured at that rate, interpolated
 //     linearly between the steps and the idle engine (KV usage rises with load
 //     well before a queue forms, so this term is what holds the fleet at the
 //     target rate), to 2 decimals (3 below 0.1);
-//   - queue depth set point: Headroom × the waiting requests a pod at its
-//     saturation rate admits within the TTFT budget left at that rate:
-//     saturation rate × (TTFTSLO − TTFT p95 at the saturation point), at least 1.
-//     A request behind q waiting ones waits about q / (admission rate), so a queue
-//     that long already costs the SLO: the queue term must reach 1 before it.
+//   - queue depth set point: twice the mean queue the test counts as near 0
+//     (Config.MaxQueue), at least 1. Below saturation the queue is noise
+//     (requests that arrived during the engine's current step); above it, it
+//     grows without bound. The set point sits above the noise, so that noise
+//     alone does not reach 1, and no higher, because a new pod takes a cold
+//     start to arrive: a queue term that waits for a long queue scales up after
+//     the SLO is lost.
+//
+// These are starting points: `adapter simulate` with the fitted profile and
+// the user's trace shows what they cost and keep, and what its neighbours do.
 //
 // # Profile
 //

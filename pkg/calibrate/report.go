@@ -161,11 +161,7 @@ func (r *runner) recommend(steps []StepReport, warmupEnd time.Duration) *SetPoin
 	sat := steps[len(steps)-1]
 	target := cfg.Headroom * sat.RateRequestsPerSecond
 	sp := &SetPoints{TargetRateRequestsPerSecond: round(target)}
-	budget := cfg.TTFTSLO.Seconds()
-	if sat.TTFTQuantileSeconds != nil {
-		budget -= *sat.TTFTQuantileSeconds
-	}
-	sp.QueueDepth = math.Max(1, math.Round(10*cfg.Headroom*sat.RateRequestsPerSecond*budget)/10)
+	sp.QueueDepth = math.Max(1, math.Round(10*2*cfg.MaxQueue)/10)
 
 	idle := math.Inf(1)
 	for _, s := range r.samples {
