@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,5 +367,23 @@ func TestShapesFromTrace(t *testing.T) {
 	}
 	if _, err := ShapesFromTrace(tr, 100); err == nil || !strings.Contains(err.Error(), "fits in 100 tokens") {
 		t.Errorf("ShapesFromTrace with nothing fitting = %v, want an error", err)
+	}
+}
+
+// TestRunFollowsNoRedirect: an endpoint that redirects does not move the load
+// elsewhere; the redirect is the answer, and the run fails naming it.
+func TestRunFollowsNoRedirect(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Model, cfg.Warmup, cfg.Rates = srv.URL, "m", 2, []float64{1}
+	_, err := Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "307") || elsewhere.Load() != 0 {
+		t.Errorf("Run = %v with %d requests elsewhere; want an error naming the redirect and none", err, elsewhere.Load())
 	}
 }

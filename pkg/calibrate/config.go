@@ -104,7 +104,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Seed drives the shapes' draws and the Poisson gaps.
 	Seed uint64
-	// Client sends every request; nil means a client of its own.
+	// Client sends every request; nil means a client of its own, which follows
+	// no redirect (traffic goes only to URL and MetricsURL).
 	Client *http.Client
 	// Clock times the requests and the steps; nil means the real clock.
 	Clock clock.WithTicker

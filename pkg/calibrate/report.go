@@ -42,23 +42,32 @@ type Report struct {
 	Notes []string `json:"notes"`
 }
 
-// Settings echo the run's configuration.
+// Settings echo the run's configuration (Config); durations in seconds.
 type Settings struct {
-	WarmupRequests        int       `json:"warmupRequests"`
-	Rates                 []float64 `json:"rates"`
-	StepSeconds           float64   `json:"stepSeconds"`
-	Arrivals              Arrivals  `json:"arrivals"`
-	Shapes                int       `json:"shapes"`
-	MeanPromptTokens      float64   `json:"meanPromptTokens"`
-	MeanOutputTokens      float64   `json:"meanOutputTokens"`
-	TTFTSLOSeconds        float64   `json:"ttftSLOSeconds"`
-	TTFTQuantile          float64   `json:"ttftQuantile"`
-	MaxQueue              float64   `json:"maxQueue"`
-	MaxRequests           int       `json:"maxRequests"`
-	StepsPastSaturation   int       `json:"stepsPastSaturation"`
-	Headroom              float64   `json:"headroom"`
-	MetricsIntervalSecond float64   `json:"metricsIntervalSeconds"`
-	Seed                  uint64    `json:"seed"`
+	// WarmupRequests is Config.Warmup; Rates the steps' rates (requests per
+	// second), StepSeconds their length and Arrivals their spacing.
+	WarmupRequests int       `json:"warmupRequests"`
+	Rates          []float64 `json:"rates"`
+	StepSeconds    float64   `json:"stepSeconds"`
+	Arrivals       Arrivals  `json:"arrivals"`
+	// Shapes counts the request sizes drawn from; MeanPromptTokens and
+	// MeanOutputTokens are their means.
+	Shapes           int     `json:"shapes"`
+	MeanPromptTokens float64 `json:"meanPromptTokens"`
+	MeanOutputTokens float64 `json:"meanOutputTokens"`
+	// TTFTSLOSeconds, TTFTQuantile and MaxQueue are the pass rules.
+	TTFTSLOSeconds float64 `json:"ttftSLOSeconds"`
+	TTFTQuantile   float64 `json:"ttftQuantile"`
+	MaxQueue       float64 `json:"maxQueue"`
+	// MaxRequests and StepsPastSaturation bound the run.
+	MaxRequests         int `json:"maxRequests"`
+	StepsPastSaturation int `json:"stepsPastSaturation"`
+	// Headroom is the set points' fraction of the saturation rate.
+	Headroom float64 `json:"headroom"`
+	// MetricsIntervalSecond is the time between two reads of the metrics.
+	MetricsIntervalSecond float64 `json:"metricsIntervalSeconds"`
+	// Seed is Config.Seed.
+	Seed uint64 `json:"seed"`
 }
 
 // Saturation is the saturation point and what the engine showed there.

@@ -73,7 +73,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if r.client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 1024
-		r.client = &http.Client{Transport: tr}
+		// Traffic goes only where the user pointed it: a redirect is an answer,
+		// not a place to send load to.
+		r.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	var err error
 	if r.completionsURL, err = url.JoinPath(cfg.URL, "v1", "completions"); err != nil {
