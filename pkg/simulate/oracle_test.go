@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -148,5 +149,124 @@ func TestScheduleEvents(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(scheduleEvent{})); diff != "" {
 		t.Errorf("scheduleEvents (-want +got):\n%s", diff)
+	}
+}
+
+// burst returns n requests of 10 prompt and 10 output tokens (1 s each on
+// slowEngine) arriving together at t=0.
+func burst(n int) []Request {
+	var r []Request
+	for range n {
+		r = append(r, Request{At: 0, PromptTokens: 10, OutputTokens: 10})
+	}
+	return r
+}
+
+// TestOracleGoldenSLOTarget checks the per-interval target on a burst worked out
+// by hand: 10 one-second requests at t=0 on slowEngine (one request at a time,
+// TTFT SLO 1 s). With r replicas the least-outstanding gateway gives each pod
+// at most ceil(10/r) of them; a pod's first request has a TTFT of 0.1 s, its
+// second 1.1 s (a miss). Target 0.8 allows floor(0.2 × 10) = 2 misses: 8 replicas
+// (2 misses) pass and 7 (3 misses) do not. Target 0.5 allows 5: 5 replicas (each
+// pod 2 requests, 5 misses) pass, 4 (pods of 3, 3, 2, 2: 6 misses) do not. The
+// schedule is one 10 s interval, so GPU time is replicas × 10 s.
+func TestOracleGoldenSLOTarget(t *testing.T) {
+	tests := []struct {
+		target   float64
+		replicas int
+		within   float64
+		p50, p95 float64
+	}{
+		{target: 1, replicas: 10, within: 1, p50: 0.1, p95: 0.1},
+		{target: 0.8, replicas: 8, within: 0.8, p50: 0.1, p95: 1.1},
+		{target: 0.5, replicas: 5, within: 0.5, p50: 0.1, p95: 1.1},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.target), func(t *testing.T) {
+			cfg := testConfig(0)
+			cfg.SLOTarget = tt.target
+			rep := mustRun(t, cfg, Workload{Requests: burst(10), Duration: sec(10)}, nil)
+			or := result(t, rep, "oracle")
+			if diff := cmp.Diff([]int{tt.replicas}, or.Schedule); diff != "" {
+				t.Errorf("schedule (-want +got):\n%s", diff)
+			}
+			if got := or.GPUHours * 3600; abs(got-float64(10*tt.replicas)) > 0.01 {
+				t.Errorf("GPU time = %.2fs, want %d replicas × 10 s", got, tt.replicas)
+			}
+			if abs(or.TTFTWithinSLO-tt.within) > 1e-9 || abs(deref(or.TTFTSeconds.P50).(float64)-tt.p50) > 1e-3 ||
+				abs(deref(or.TTFTSeconds.P95).(float64)-tt.p95) > 1e-3 {
+				t.Errorf("TTFT within SLO %v, p50 %v, p95 %v; want %v, %gs, %gs", or.TTFTWithinSLO, deref(or.TTFTSeconds.P50),
+					deref(or.TTFTSeconds.P95), tt.within, tt.p50, tt.p95)
+			}
+		})
+	}
+}
+
+// TestOracleGoldenUnattainable: a request the engine refuses (prompt + output
+// above maxModelLen 4096) cannot meet the SLO on any fleet; the oracle leaves it
+// out of its target instead of calling the interval infeasible, the report
+// counts it, and it is a miss: the burst of 10 still gets 10 replicas and 10 of
+// 11 requests meet the SLO.
+func TestOracleGoldenUnattainable(t *testing.T) {
+	reqs := append(burst(10), Request{At: sec(1), PromptTokens: 5000, OutputTokens: 10})
+	rep := mustRun(t, testConfig(0), Workload{Requests: reqs, Duration: sec(10)}, nil)
+	or := result(t, rep, "oracle")
+	if rep.Workload.Unattainable != 1 || or.Infeasible != 0 || !cmp.Equal(or.Schedule, []int{10}) || or.Rejected != 1 {
+		t.Errorf("unattainable %d, infeasible %d, schedule %v, rejected %d; want 1, 0, [10], 1",
+			rep.Workload.Unattainable, or.Infeasible, or.Schedule, or.Rejected)
+	}
+	if abs(or.TTFTWithinSLO-10.0/11) > 1e-4 {
+		t.Errorf("TTFT within SLO = %v, want 10/11", or.TTFTWithinSLO)
+	}
+}
+
+// TestOracleGoldenFillsADip: a dip shorter than the cold start is kept, worked
+// out by hand. On slowEngine with 0.9 s requests (9 output tokens), two per
+// second (at whole and half seconds) need 2 replicas and one per second (at
+// half seconds) 1; so intervals of 10 s at 2, 1, 2, 1 per second give the raw
+// schedule [2 1 2 1]. With a 10 s cold start (one interval) the dip in interval 1
+// is filled: [2 2 2 1]. Both pods are Ready from the start (the first cold
+// start's count), no request waits (TTFT 0.1 s), and at t=30 the drained pod is
+// idle (the 29.5 s request holds the other until 30.4 s): it is gone at once. GPU
+// time: 40 s + 30 s.
+func TestOracleGoldenFillsADip(t *testing.T) {
+	var reqs []Request
+	for k, perSec := range []int{2, 1, 2, 1} {
+		start := sec(float64(10 * k))
+		if perSec == 2 {
+			reqs = append(reqs, every(start, start+sec(10), sec(0.5), 9)...)
+		} else {
+			reqs = append(reqs, every(start+sec(0.5), start+sec(10), sec(1), 9)...)
+		}
+	}
+	w := Workload{Requests: reqs, Duration: sec(40)}
+	rep := mustRun(t, testConfig(sec(10)), w, nil)
+	or := result(t, rep, "oracle")
+	if diff := cmp.Diff([]int{2, 2, 2, 1}, or.Schedule); diff != "" {
+		t.Errorf("schedule (-want +got):\n%s", diff)
+	}
+	if got := or.GPUHours * 3600; abs(got-70) > 0.01 {
+		t.Errorf("GPU time = %.2fs, want 70 s", got)
+	}
+	if or.TTFTWithinSLO != 1 || or.TTFTSeconds.P99 == nil || abs(*or.TTFTSeconds.P99-0.1) > 1e-3 {
+		t.Errorf("TTFT within SLO %v, p99 %v; want 1 and 0.1 s", or.TTFTWithinSLO, deref(or.TTFTSeconds.P99))
+	}
+	// Without the cold start the dip is not filled.
+	rep = mustRun(t, testConfig(0), w, nil)
+	if got := result(t, rep, "oracle").Schedule; !cmp.Equal(got, []int{2, 1, 2, 1}) {
+		t.Errorf("schedule without a cold start = %v, want the raw [2 1 2 1]", got)
+	}
+}
+
+// TestOracleGoldenMinReplicas: the oracle never goes below MinReplicas: one
+// request per second needs one replica, and with MinReplicas 2 it gets 2 in
+// every interval (60 GPU-seconds over 30 s).
+func TestOracleGoldenMinReplicas(t *testing.T) {
+	cfg := testConfig(0)
+	cfg.MinReplicas = 2
+	rep := mustRun(t, cfg, Workload{Requests: every(0, sec(30), sec(1), 10), Duration: sec(30)}, nil)
+	or := result(t, rep, "oracle")
+	if !cmp.Equal(or.Schedule, []int{2, 2, 2}) || abs(or.GPUHours*3600-60) > 0.01 {
+		t.Errorf("schedule %v, GPU time %.2fs; want [2 2 2] and 60 s", or.Schedule, or.GPUHours*3600)
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 // Profile is an engine profile file: the shape of one engine (one vLLM
 // EngineCore) in YAML or JSON, with the field names of vLLM's engine arguments.
-// `adapter simulate --profile` reads it; `adapter calibrate` (issue 11, not
-// built yet) is meant to write it.
+// `adapter simulate --profile` reads it; `adapter calibrate --profile-out`
+// writes it (pkg/calibrate fits it to a live engine).
 // Fields left out keep the emulator's defaults ([emulator.DefaultConfig]).
 //
 //	maxNumSeqs: 256

@@ -1,0 +1,220 @@
+package calibrate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// record is what the client saw of one request. Times are offsets from the
+// run's start; unset ones are -1.
+type record struct {
+	step  int // index into the steps; -1 for the warm-up
+	shape Shape
+	sent  time.Duration
+	// first and last are the arrivals of the first and the last chunk carrying
+	// text; done the end of the stream (or the error).
+	first, last, done time.Duration
+	// prompt and tokens are the prompt and output lengths the engine reported
+	// (stream_options.include_usage), else the shape's and the chunks counted.
+	prompt, tokens int
+	err            error
+}
+
+// ttft returns the time to first token, false when none came.
+func (r *record) ttft() (time.Duration, bool) {
+	if r.first < 0 {
+		return 0, false
+	}
+	return r.first - r.sent, true
+}
+
+// completionChunk is the part of an OpenAI completions stream chunk the client
+// reads.
+type completionChunk struct {
+	Choices []struct {
+		Text string `json:"text"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// promptText returns a prompt of about n tokens (one short word each, as the
+// end-to-end load generator writes them) that starts with a prefix unique to
+// request id, so that an engine with prefix caching computes every prompt.
+func promptText(n, id int) string {
+	prefix := fmt.Sprintf("%07d ", id%10_000_000) // 8 characters: 2 tokens at 4 characters each
+	if n <= 2 {
+		return prefix[:4*n-1]
+	}
+	return prefix + strings.Repeat("tok ", n-2)
+}
+
+// body returns the JSON body of a streaming completion of shape s for request id.
+func (r *runner) body(s Shape, id int) ([]byte, error) {
+	b := map[string]any{
+		"model":          r.model,
+		"prompt":         promptText(s.PromptTokens, id),
+		"max_tokens":     s.OutputTokens,
+		"stream":         true,
+		"stream_options": map[string]any{"include_usage": true},
+		"temperature":    0,
+	}
+	if r.cfg.IgnoreEOS {
+		b["ignore_eos"] = true
+	}
+	return json.Marshal(b)
+}
+
+// complete sends one streaming completion and fills rec. It works on a copy
+// and publishes it under r.mu when the request is sent, at its first token and
+// at its end, so that a step can be judged while requests are in flight.
+func (r *runner) complete(ctx context.Context, rec *record, id int) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	loc := *rec
+	loc.first, loc.last, loc.done = -1, -1, -1
+	loc.prompt = loc.shape.PromptTokens
+	publish := func() {
+		r.mu.Lock()
+		*rec = loc
+		r.mu.Unlock()
+	}
+	defer publish()
+	fail := func(err error) {
+		loc.err = err
+		loc.done = r.since()
+	}
+	body, err := r.body(loc.shape, id)
+	if err != nil {
+		fail(err)
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.completionsURL, bytes.NewReader(body))
+	if err != nil {
+		fail(err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		fail(fmt.Errorf("POST %s: %w", r.completionsURL, err))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		fail(fmt.Errorf("POST %s: %s: %s", r.completionsURL, resp.Status, strings.TrimSpace(string(msg))))
+		return
+	}
+	chunks, usageTokens := 0, -1
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:")); ok {
+			data = bytes.TrimSpace(data)
+			if string(data) == "[DONE]" {
+				break
+			}
+			var c completionChunk
+			if jerr := json.Unmarshal(data, &c); jerr != nil {
+				fail(fmt.Errorf("stream chunk %q: %w", truncate(data, 80), jerr))
+				return
+			}
+			if c.Error != nil {
+				fail(fmt.Errorf("stream error: %s", c.Error.Message))
+				return
+			}
+			if len(c.Choices) > 0 && c.Choices[0].Text != "" {
+				now := r.since()
+				loc.last = now
+				chunks++
+				if loc.first < 0 {
+					loc.first = now
+					publish()
+				}
+			}
+			if c.Usage != nil {
+				loc.prompt, usageTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			fail(fmt.Errorf("reading the stream: %w", err))
+			return
+		}
+	}
+	loc.tokens = chunks
+	if usageTokens >= 0 {
+		loc.tokens = usageTokens
+	}
+	loc.done = r.since()
+	if loc.first < 0 {
+		loc.err = errors.New("the stream ended without a token")
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// modelInfo is what GET /v1/models says of the first model served.
+type modelInfo struct {
+	id          string
+	maxModelLen int // 0 when not reported
+}
+
+// fetchModel asks GET base/v1/models for the first model served (vLLM also
+// reports its max_model_len there).
+func fetchModel(ctx context.Context, client *http.Client, base string) (modelInfo, error) {
+	u, err := url.JoinPath(base, "v1", "models")
+	if err != nil {
+		return modelInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return modelInfo{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return modelInfo{}, fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return modelInfo{}, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list); err != nil {
+		return modelInfo{}, fmt.Errorf("GET %s: decoding the model list: %w", u, err)
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return modelInfo{}, fmt.Errorf("GET %s: no model served", u)
+	}
+	return modelInfo{id: list.Data[0].ID, maxModelLen: list.Data[0].MaxModelLen}, nil
+}
