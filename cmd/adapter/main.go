@@ -16,9 +16,6 @@ import (
 func main() {
 	ctx := genericapiserver.SetupSignalContext()
 	cmd := app.NewCommand(ctx)
-	// calibrate is added here until app.NewCommand registers it beside the
-	// other subcommands.
-	cmd.AddCommand(app.NewCalibrateCommand(ctx))
 	// Errors go to stderr once, plainly: explain is used by people at a terminal.
 	if err := cli.RunNoErrOutput(cmd); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

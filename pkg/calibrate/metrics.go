@@ -57,7 +57,8 @@ func fetchMetrics(ctx context.Context, client *http.Client, u string, timeout ti
 
 // readingSample turns a pkg/signals reading into a sample.
 func readingSample(at time.Duration, rd signals.Reading) sample {
-	return sample{at: at, queue: rd.QueueDepth, running: rd.Running, kv: rd.KVCacheUsage, kvMax: rd.KVCacheUsageMax, preempted: rd.Preemptions}
+	return sample{at: at, queue: rd.Ptr(signals.QueueDepth), running: rd.Ptr(signals.Running), kv: rd.Ptr(signals.KVCacheUsage),
+		kvMax: rd.KVCacheUsageMax, preempted: rd.Ptr(signals.Preemptions)}
 }
 
 // cacheConfig is vLLM's vllm:cache_config_info: the KV cache's shape.

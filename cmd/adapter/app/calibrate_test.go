@@ -21,13 +21,12 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/simulate"
 )
 
-// runCalibrate runs `adapter calibrate` with args as main.go assembles the
-// command and returns its standard output and error.
+// runCalibrate runs `adapter calibrate` with args through the root command,
+// as a user does, and returns its standard output and error.
 func runCalibrate(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	ctx := context.Background()
 	cmd := NewCommand(ctx)
-	cmd.AddCommand(NewCalibrateCommand(ctx))
 	var out, errOut bytes.Buffer
 	cmd.SetArgs(append([]string{"calibrate"}, args...))
 	cmd.SetOut(&out)

@@ -422,7 +422,7 @@ func TestHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"--queue-depth-set-point", "--scrape-interval", "--kubeconfig", "--secure-port", "Pod selection flags:", "--version",
-		"adapter explain FILE...", "adapter drain [flags]", "adapter simulate --trace FILE [flags]"} {
+		"adapter explain POD...", "adapter drain [flags]", "adapter simulate --trace FILE [flags]", "adapter calibrate --url URL [flags]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
