@@ -9,6 +9,7 @@ package podselect
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"slices"
@@ -145,6 +146,15 @@ func interestKey(namespace string, selector labels.Selector) string {
 	return namespace + "\x00" + selector.String()
 }
 
+// poolKey is the scrape pool key (scrape.Target.Pool) of a selector's pods: a
+// short hash of its canonical form, so that a long selector is not copied
+// into every target and the scraper's queues.
+func poolKey(selector labels.Selector) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(selector.String()))
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
 // Synced reports whether the pod cache is filled: before that, "no pods match"
 // would be a guess.
 func (s *Selection) Synced() bool { return s.pods.HasSynced() }
@@ -192,9 +202,11 @@ func (s *Selection) Members(namespace string, selector labels.Selector) ([]Membe
 	if err != nil {
 		return nil, err
 	}
+	pool := poolKey(selector)
 	members := make([]Member, len(pods))
 	for i, p := range pods {
 		members[i] = s.member(p)
+		members[i].Target.Pool = pool
 	}
 	s.memberMu.Lock()
 	s.members[key] = memberList{generation: gen, members: members}
@@ -233,6 +245,7 @@ func (s *Selection) Targets() []scrape.Target {
 	seen := map[types.UID]struct{}{}
 	var out []scrape.Target
 	for _, in := range s.interests() {
+		pool := poolKey(in.selector)
 		pods, err := s.pods.List(in.namespace, in.selector)
 		if err != nil {
 			klog.V(2).InfoS("Listing pods for the scrape set", "namespace", in.namespace, "selector", in.selector.String(), "err", err)
@@ -251,6 +264,7 @@ func (s *Selection) Targets() []scrape.Target {
 				continue
 			}
 			seen[p.UID] = struct{}{}
+			t.Pool = pool
 			out = append(out, t)
 		}
 	}

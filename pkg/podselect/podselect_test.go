@@ -264,9 +264,22 @@ func TestInterestTargets(t *testing.T) {
 func TestTargetsURL(t *testing.T) {
 	_, _, d := start(t, defaultOptions, newClock(), nil, annotated(pod("llm", "vllm-0", "10.0.0.1", vllm), podselect.AnnotationPort, "9000"))
 	d.RecordInterest("llm", labels.SelectorFromSet(vllm))
-	want := []scrape.Target{{Pod: types.NamespacedName{Namespace: "llm", Name: "vllm-0"}, UID: "llm/vllm-0", URL: "http://10.0.0.1:9000/metrics"}}
+	members, err := d.Members("llm", labels.SelectorFromSet(vllm))
+	if err != nil || len(members) != 1 {
+		t.Fatalf("Members() = %v, %v", members, err)
+	}
+	// The scheduled and the on-demand scrapes of a pool share its queue.
+	pool := members[0].Target.Pool
+	want := []scrape.Target{{Pod: types.NamespacedName{Namespace: "llm", Name: "vllm-0"}, UID: "llm/vllm-0", URL: "http://10.0.0.1:9000/metrics", Pool: pool}}
 	if diff := cmp.Diff(want, d.Targets()); diff != "" {
 		t.Errorf("Targets() (-want +got):\n%s", diff)
+	}
+	other, err := d.Members("llm", labels.Everything())
+	if err != nil || len(other) != 1 {
+		t.Fatalf("Members() = %v, %v", other, err)
+	}
+	if pool == "" || other[0].Target.Pool == pool {
+		t.Errorf("pools %q and %q: want distinct, non-empty keys for distinct selectors", pool, other[0].Target.Pool)
 	}
 }
 

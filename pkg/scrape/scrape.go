@@ -30,6 +30,10 @@ type Target struct {
 	UID types.UID
 	// URL is the pod's /metrics address, built from the pod (never from a request).
 	URL string
+	// Pool is an opaque key of the pool (a selector in the pod's namespace) the
+	// pod was selected for: scrape capacity is shared fairly between the pools of
+	// a namespace, as between namespaces. Pods with the same key share a queue.
+	Pool string
 }
 
 // Result is the latest known state of one target.
@@ -51,7 +55,8 @@ type Options struct {
 	Timeout time.Duration
 	// MaxBodyBytes is the largest body accepted; a larger one is an error.
 	MaxBodyBytes int64
-	// Concurrency is the number of scrapes in flight at once.
+	// Concurrency is the number of scrapes in flight at once, scheduled and
+	// on-demand together, shared fairly between namespaces (see Run).
 	Concurrency int
 }
 
@@ -60,27 +65,38 @@ type Scraper struct {
 	opts      Options
 	client    *http.Client
 	extractor *signals.Extractor
-	clock     clock.PassiveClock
+	clock     clock.WithTicker
 	metrics   *Metrics
 
 	bufs sync.Pool // *bytes.Buffer
-	// sem bounds scrapes in flight across every caller (the periodic loop and
-	// on-demand scrapes of requests) to Options.Concurrency.
-	sem chan struct{}
+	// dispatch bounds scrapes in flight across every caller (the schedule and
+	// on-demand scrapes of requests) to Options.Concurrency, fairly.
+	dispatch *dispatcher
+	sched    schedule
+	// scrapeFn is ScrapeOne; tests of the schedule replace it.
+	scrapeFn func(context.Context, Target) *Result
 
 	mu      sync.RWMutex
 	results map[types.UID]*Result
+	// base is the context scrapes run with: Run's, else Background.
+	base context.Context
 }
 
 // New returns a Scraper. client must be safe for concurrent use; NewHTTPClient
-// gives the one the adapter uses.
-func New(opts Options, client *http.Client, extractor *signals.Extractor, clk clock.PassiveClock, metrics *Metrics) *Scraper {
-	return &Scraper{
+// gives the one the adapter uses. clk timestamps readings and drives the
+// schedule's timers.
+func New(opts Options, client *http.Client, extractor *signals.Extractor, clk clock.WithTicker, metrics *Metrics) *Scraper {
+	s := &Scraper{
 		opts: opts, client: client, extractor: extractor, clock: clk, metrics: metrics,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
-		sem:     make(chan struct{}, max(1, opts.Concurrency)),
 		results: map[types.UID]*Result{},
+		base:    context.Background(),
 	}
+	s.scrapeFn = s.ScrapeOne
+	s.dispatch = newDispatcher(opts.Concurrency, s.run)
+	s.sched.entries = map[types.UID]*entry{}
+	s.sched.wake = make(chan struct{}, 1)
+	return s
 }
 
 // NewHTTPClient returns the client engines are scraped with: the one Prometheus
@@ -112,65 +128,6 @@ func (s *Scraper) Latest(uid types.UID) (*Result, bool) {
 	r, ok := s.results[uid]
 	s.mu.RUnlock()
 	return r, ok
-}
-
-// Scrape scrapes the targets, with at most Options.Concurrency scrapes in
-// flight across all callers, and stores their results; other pods' results are
-// kept. It returns when every scrape has finished or ctx is done.
-func (s *Scraper) Scrape(ctx context.Context, targets []Target) {
-	var wg sync.WaitGroup
-	for _, t := range targets {
-		// select picks at random among ready cases: check cancellation first so a
-		// stopped adapter starts no new scrape (which would be stored as an error).
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-s.sem; wg.Done() }()
-			s.ScrapeOne(ctx, t)
-		}()
-	}
-	wg.Wait()
-}
-
-// Sync makes targets the scrape set: it scrapes them, forgets the results of
-// every other pod and sets the scrape-targets gauge.
-func (s *Scraper) Sync(ctx context.Context, targets []Target) {
-	s.Scrape(ctx, targets)
-	keep := make(map[types.UID]struct{}, len(targets))
-	for _, t := range targets {
-		keep[t.UID] = struct{}{}
-	}
-	s.mu.Lock()
-	for k := range s.results {
-		if _, ok := keep[k]; !ok {
-			delete(s.results, k)
-		}
-	}
-	s.mu.Unlock()
-	s.metrics.Targets.Set(float64(len(targets)))
-}
-
-// Run syncs the targets returned by targets every interval until ctx is done.
-func (s *Scraper) Run(ctx context.Context, interval time.Duration, targets func() []Target) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		s.Sync(ctx, targets())
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
 }
 
 // ScrapeOne scrapes one target, stores and returns its result. When ctx ends

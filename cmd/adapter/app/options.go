@@ -185,10 +185,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long the pods of a selector keep being scraped after the last request that used it.")
 
 	s := fss.FlagSet("scrape")
-	s.DurationVar(&o.Scrape.Interval, "scrape-interval", o.Scrape.Interval, "How often each engine's /metrics is scraped.")
+	s.DurationVar(&o.Scrape.Interval, "scrape-interval", o.Scrape.Interval, "How often each engine's /metrics is scraped, each pod at its own phase; failing pods back off up to 8 intervals.")
 	s.DurationVar(&o.Scrape.Timeout, "scrape-timeout", o.Scrape.Timeout, "Deadline of one scrape, connection to last byte.")
 	s.Int64Var(&o.Scrape.MaxBodyBytes, "scrape-max-body-bytes", o.Scrape.MaxBodyBytes, "Largest /metrics body accepted, in bytes.")
-	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once.")
+	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once, scheduled and on-demand together, shared fairly between namespaces and pools.")
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
 	s.StringVar(&o.Scrape.Scheme, "scrape-scheme", o.Scrape.Scheme, "Scheme (http or https) for pods without the prometheus.io/scheme annotation.")
