@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -132,9 +133,11 @@ func (s *Scraper) Latest(uid types.UID) (*Result, bool) {
 
 // ScrapeOne scrapes one target, stores and returns its result. When ctx ends
 // first, nothing is stored and the previous result (possibly nil) is returned.
+// A failure is stored as an *Error: a reason and a short detail without the
+// pod's address (the full error is logged at -v=4).
 func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	start := s.clock.Now()
-	reading, reason, err := s.fetch(ctx, t.URL)
+	reading, err := s.fetch(ctx, t.URL)
 	now := s.clock.Now()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, or a request's cold-scrape budget): that says
@@ -149,7 +152,7 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 		*r = *prev
 	}
 	if err != nil {
-		r.Err, r.ErrTime = err, now
+		r.Err, r.ErrTime = err.stored(), now
 	} else {
 		r.Reading, r.Time, r.Err = reading, now, nil
 	}
@@ -158,28 +161,41 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 
 	if err != nil {
 		s.metrics.observe(OutcomeError, now.Sub(start).Seconds())
-		s.metrics.failed(reason)
-		klog.V(4).InfoS("Scrape failed", "pod", t.Pod, "url", t.URL, "reason", reason, "err", err)
+		s.metrics.failed(err.Reason)
+		klog.V(4).InfoS("Scrape failed", "pod", t.Pod, "url", t.URL, "reason", err.Reason, "err", excerpt.String(err.cause.Error(), maxLoggedErrorBytes))
 	} else {
 		s.metrics.observe(OutcomeSuccess, now.Sub(start).Seconds())
 		for why, n := range reading.Invalid {
 			s.metrics.invalid(why, n)
 		}
 		if len(reading.Warnings) > 0 {
-			klog.V(2).InfoS("Engine reported unusable series", "pod", t.Pod, "warnings", reading.Warnings)
+			klog.V(2).InfoS("Engine reported unusable series", "pod", t.Pod, "warnings", loggedWarnings(reading.Warnings))
 		}
 	}
 	return r
 }
 
-// fetch GETs one /metrics body and extracts it. On error it returns the reason
-// label for the scrape-errors counter.
-func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, ErrorReason, error) {
+// maxLoggedErrorBytes bounds the error text of a failed scrape in the log.
+const maxLoggedErrorBytes = 1024
+
+// loggedWarnings returns excerpts of a reading's warnings for the log: a pod
+// controls their text (label values), so each is cut to 256 bytes.
+func loggedWarnings(warnings []string) []string {
+	out := make([]string, len(warnings))
+	for i, w := range warnings {
+		out[i] = excerpt.String(w, 256)
+	}
+	return out
+}
+
+// fetch GETs one /metrics body and extracts it. Its error says what callers
+// may see and keeps the full error (with the URL) for the log.
+func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, ReasonRequest, fmt.Errorf("building request for %s: %w", url, err)
+		return nil, newError(ReasonRequest, "invalid scrape URL", fmt.Errorf("building request for %s: %w", url, err))
 	}
 	// Ask for the text format explicitly: protobuf or OpenMetrics would need
 	// another parser.
@@ -187,15 +203,15 @@ func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, Erro
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, ReasonTimeout, fmt.Errorf("GET %s: timed out after %s", url, s.opts.Timeout)
+			return nil, newError(ReasonTimeout, fmt.Sprintf("timed out after %s", s.opts.Timeout), fmt.Errorf("GET %s: timed out after %s", url, s.opts.Timeout))
 		}
-		return nil, ReasonConnect, fmt.Errorf("GET %s: %w", url, err)
+		return nil, newError(ReasonConnect, connectDetail(err), fmt.Errorf("GET %s: %w", url, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		// Drain a little so the connection can be reused.
 		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-		return nil, ReasonHTTPStatus, fmt.Errorf("GET %s: HTTP %s", url, resp.Status)
+		return nil, statusError(resp, url)
 	}
 
 	buf := s.bufs.Get().(*bytes.Buffer)
@@ -204,12 +220,12 @@ func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, Erro
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, s.opts.MaxBodyBytes+1))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, ReasonTimeout, fmt.Errorf("reading %s: timed out after %s", url, s.opts.Timeout)
+			return nil, newError(ReasonTimeout, fmt.Sprintf("timed out after %s", s.opts.Timeout), fmt.Errorf("reading %s: timed out after %s", url, s.opts.Timeout))
 		}
-		return nil, ReasonRead, fmt.Errorf("reading %s: %w", url, err)
+		return nil, newError(ReasonRead, readDetail(err), fmt.Errorf("reading %s: %w", url, err))
 	}
 	if n > s.opts.MaxBodyBytes {
-		return nil, ReasonBodyTooLarge, fmt.Errorf("reading %s: body exceeds %d bytes", url, s.opts.MaxBodyBytes)
+		return nil, newError(ReasonBodyTooLarge, fmt.Sprintf("body exceeds %d bytes", s.opts.MaxBodyBytes), fmt.Errorf("reading %s: body exceeds %d bytes", url, s.opts.MaxBodyBytes))
 	}
 	// The parser needs a final newline; adding it here reuses the pooled buffer
 	// instead of letting the parser copy the body.
@@ -220,11 +236,12 @@ func (s *Scraper) fetch(ctx context.Context, url string) (*signals.Reading, Erro
 	}
 	reading, err := s.extractor.Extract(body)
 	if err != nil {
-		reason := ReasonParse
+		cause := fmt.Errorf("reading %s: %w", url, err)
 		if errors.Is(err, signals.ErrNoEngineMetrics) {
-			reason = ReasonNoEngineMetrics
+			return nil, newError(ReasonNoEngineMetrics, err.Error(), cause)
 		}
-		return nil, reason, fmt.Errorf("reading %s: %w", url, err)
+		// The parser's message may quote the body: keep a short excerpt.
+		return nil, newError(ReasonParse, excerpt.String(err.Error(), bodyExcerptBytes), cause)
 	}
-	return &reading, "", nil
+	return &reading, nil
 }
