@@ -122,8 +122,10 @@ func (o *Options) Config() (*Config, error) {
 		Catalog:     catalog,
 		Select: podselect.Options{
 			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
-			IdleTimeout: o.SelectorIdleTimeout,
-			Serves:      func(m string) bool { return catalog.Lookup(m) != nil },
+			IdleTimeout:         o.SelectorIdleTimeout,
+			Serves:              func(m string) bool { return catalog.Lookup(m) != nil },
+			MaxRequestSelectors: o.MaxRequestSelectors,
+			ScrapeHostNetwork:   o.Scrape.HostNetworkPods,
 		},
 		Scrape:         scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
 		ScrapeTLS:      o.Scrape.TLSConfig(),
