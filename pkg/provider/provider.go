@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
@@ -99,9 +100,9 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	policy := p.catalog.Lookup(info.Metric)
 	if policy == nil {
 		p.metrics.request(metricUnknown, ResultNotFound)
-		return nil, cmprovider.NewMetricNotFoundError(external_metrics.Resource(info.Metric), info.Metric)
+		return nil, metricNotFound(external_metrics.Resource(info.Metric), info.Metric)
 	}
-	where := fmt.Sprintf("%s in namespace %q for selector %q", policy.Name, namespace, metricSelector)
+	where := describePool(policy.Name, namespace, metricSelector)
 	members, err := p.members(where, namespace, metricSelector)
 	if err != nil {
 		p.fail(policy.Name, err)
@@ -115,7 +116,8 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	q, err := MilliQuantity(*a.pool.Value)
 	if err != nil {
 		p.metrics.request(policy.Name, ResultError)
-		return nil, apierrors.NewInternalError(fmt.Errorf("%s: %w", where, err))
+		klog.V(2).InfoS("Pool value out of range", "namespace", namespace, "metric", policy.Name, "err", err)
+		return nil, outOfRange(where, err)
 	}
 	unknown := a.pool.Pods - a.pool.Known
 	if unknown > 0 {
@@ -163,7 +165,7 @@ func (p *Provider) members(where, namespace string, selector labels.Selector) ([
 	p.pools.RecordInterest(namespace, selector)
 	members, err := p.pools.Members(namespace, selector)
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+		return nil, unavailable(where + ": " + lowerError(err))
 	}
 	if len(members) == 0 {
 		return nil, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+": no pods match; check the HPA's metric.selector against the pod labels")
@@ -181,7 +183,7 @@ func (p *Provider) member(where, namespace, name string) ([]podselect.Member, er
 	}
 	m, found, err := p.pools.Member(namespace, name)
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+		return nil, unavailable(where + ": " + lowerError(err))
 	}
 	if !found {
 		return nil, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+": no pods match")
@@ -191,10 +193,10 @@ func (p *Provider) member(where, namespace, name string) ([]podselect.Member, er
 
 func (p *Provider) ready(where, namespace string) error {
 	if namespace == "" {
-		return apierrors.NewBadRequest(where + ": a namespace is required; pools never span namespaces")
+		return badRequest(where + ": a namespace is required; pools never span namespaces")
 	}
 	if !p.pools.Synced() {
-		return apierrors.NewServiceUnavailable(where + ": the adapter is starting: its pod cache is not synced yet")
+		return unavailable(where + ": the adapter is starting: its pod cache is not synced yet")
 	}
 	return nil
 }
@@ -243,12 +245,12 @@ func (p *Provider) fold(policy *signals.Policy, members []podselect.Member, now 
 func (a *answer) poolError(where string) error {
 	switch {
 	case a.pool.Pods == 0:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
+		return unavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
 	case a.pool.Known == 0:
 		slices.Sort(a.unknown)
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
+		return unavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
 	case a.pool.Value == nil:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Known))
+		return unavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Known))
 	}
 	return nil
 }
@@ -317,29 +319,32 @@ func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
 	p.readings.Scrape(ctx, cold)
 }
 
-// firstWarnings renders up to two of a reading's warnings for an error message.
+// firstWarnings renders up to two of a reading's warnings for an error
+// message, each cut to an excerpt (a warning may quote a pod's label values).
 func firstWarnings(w []string) string {
+	shown := make([]string, 0, 2)
+	for _, x := range w[:min(len(w), 2)] {
+		shown = append(shown, excerpt.String(x, warningExcerptBytes))
+	}
 	switch {
 	case len(w) == 0:
 		return ""
 	case len(w) <= 2:
-		return " (" + strings.Join(w, "; ") + ")"
+		return " (" + strings.Join(shown, "; ") + ")"
 	}
-	return fmt.Sprintf(" (%s; and %d more)", strings.Join(w[:2], "; "), len(w)-2)
+	return fmt.Sprintf(" (%s; and %d more)", strings.Join(shown, "; "), len(w)-2)
 }
 
-// summarize joins up to five reasons and counts the rest.
+// summarize joins up to five reasons, within a byte budget, and counts the
+// rest.
 func summarize(reasons []string) string {
-	const show = 5
-	if len(reasons) <= show {
-		return strings.Join(reasons, "; ")
-	}
-	return strings.Join(reasons[:show], "; ") + fmt.Sprintf("; and %d more", len(reasons)-show)
+	return joinReasons(reasons, 5)
 }
 
+// newStatus is an API status with msg cut to MaxMessageBytes.
 func newStatus(code int32, reason metav1.StatusReason, msg string) *apierrors.StatusError {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: capMessage(msg),
 	}}
 }
 

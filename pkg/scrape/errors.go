@@ -72,6 +72,7 @@ func connectDetail(err error) string {
 		notTLS      tls.RecordHeaderError
 		verifyError *tls.CertificateVerificationError
 		dns         *net.DNSError
+		netErr      net.Error
 	)
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -80,6 +81,8 @@ func connectDetail(err error) string {
 		return "connection reset"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return "connection timed out"
 	case errors.As(err, &unknownCA):
 		return "TLS: certificate signed by an unknown authority"
 	case errors.As(err, &hostname):
