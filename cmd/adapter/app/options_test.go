@@ -1,6 +1,7 @@
 package app
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	promconfig "github.com/prometheus/common/config"
 	"github.com/spf13/pflag"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 )
 
@@ -200,5 +202,27 @@ func TestConfigSelectOptions(t *testing.T) {
 					cfg.Select.ScrapeHostNetwork, cfg.Select.MaxRequestSelectors, tt.hostNetwork, tt.maxSelectors)
 			}
 		})
+	}
+}
+
+// The client that lists and watches pods and HPAs reports API server outages
+// at the default log level (podselect.OutageReporter).
+func TestRestConfigReportsOutages(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.Kubeconfig = kubeconfig
+	c, err := o.restConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WrapTransport == nil {
+		t.Fatal("no transport wrapper")
+	}
+	if _, ok := c.WrapTransport(http.DefaultTransport).(*podselect.OutageReporter); !ok {
+		t.Errorf("the client's transport is not wrapped by podselect.OutageReporter")
 	}
 }

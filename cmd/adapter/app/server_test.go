@@ -38,7 +38,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
@@ -122,6 +126,13 @@ type adapterUnderTest struct {
 // HPA on llm_saturation for app=vllm.
 func startAdapter(t *testing.T, files ...string) *adapterUnderTest {
 	t.Helper()
+	return startAdapterWith(t, nil, files...)
+}
+
+// startAdapterWith is startAdapter with setup applied to the Config (whose
+// Client is then the fake clientset) before the server is built.
+func startAdapterWith(t *testing.T, setup func(*Config), files ...string) *adapterUnderTest {
+	t.Helper()
 	pki := newTestPKI(t)
 	a := &adapterUnderTest{stopped: make(chan error, 1)}
 
@@ -191,6 +202,9 @@ func startAdapter(t *testing.T, files ...string) *adapterUnderTest {
 		},
 	)...)
 	cfg.Client = a.fake
+	if setup != nil {
+		setup(cfg)
+	}
 	s, err := cfg.Complete().New()
 	if err != nil {
 		t.Fatal(err)
@@ -438,5 +452,83 @@ func TestServerAndExplainAgree(t *testing.T) {
 		if got := a.value(t, metric); got != want.String() {
 			t.Errorf("%s: server %s, explain %s", metric, got, want.String())
 		}
+	}
+}
+
+// caProvider is a request-header CA that a test loads when it wants.
+type caProvider struct{ ca atomic.Pointer[[]byte] }
+
+func (p *caProvider) Name() string { return "test-request-header-ca" }
+func (p *caProvider) CurrentCABundleContent() []byte {
+	if b := p.ca.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+func (p *caProvider) VerifyOptions() (x509.VerifyOptions, bool) { return x509.VerifyOptions{}, false }
+func (p *caProvider) AddListener(dynamiccertificates.Listener)  {}
+
+// Issue 12, faults 6: the adapter reported ready while delegated
+// authentication had not loaded the aggregator's client CA yet (it loads from
+// a ConfigMap after start), and callers through the aggregator got 403 for
+// about half a second. Ready now waits for it.
+func TestNotReadyBeforeAuthenticationLoads(t *testing.T) {
+	ca := &caProvider{}
+	a := startAdapterWith(t, func(c *Config) {
+		none := headerrequest.StaticStringSlice(nil)
+		c.Generic.Authentication.RequestHeaderConfig = &authenticatorfactory.RequestHeaderConfig{CAContentProvider: ca,
+			UsernameHeaders: none, UIDHeaders: none, GroupHeaders: none, ExtraHeaderPrefixes: none, AllowedClientNames: none}
+	}, filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom"))
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := a.client.Get(a.base + "/readyz?verbose")
+		if err != nil {
+			return false, nil // not serving yet
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), "[+]informer-sync ok"), nil
+	}); err != nil {
+		t.Fatal("the caches never synced")
+	}
+	if code, body := a.get(t, "/readyz?verbose"); code == http.StatusOK || !strings.Contains(string(body), "[-]delegated-authentication failed") {
+		t.Errorf("/readyz: HTTP %d before the request-header CA loaded, want not ready:\n%s", code, body)
+	}
+	pem := []byte("-----BEGIN CERTIFICATE-----\n...\n")
+	ca.ca.Store(&pem)
+	a.waitReady(t)
+}
+
+// Issue 12, faults 6: before the pod cache syncs, a request is answered 503
+// "the adapter is starting", never 404 "no pods match" (a guess the HPA would
+// show as a misconfigured selector).
+func TestStartingAnswers503(t *testing.T) {
+	release := make(chan struct{})
+	a := startAdapterWith(t, func(c *Config) {
+		c.Client.(*fake.Clientset).PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+			<-release // the first list of pods hangs until the test lets it go
+			return false, nil, nil
+		})
+	}, filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom"))
+	t.Cleanup(func() { close(release) })
+	path := "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?labelSelector=" + url.QueryEscape("app=vllm")
+	var code int
+	var body []byte
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := a.client.Get(a.base + path)
+		if err != nil {
+			return false, nil // not serving yet
+		}
+		defer resp.Body.Close()
+		code = resp.StatusCode
+		body, _ = io.ReadAll(resp.Body)
+		return true, nil
+	}); err != nil {
+		t.Fatal("the adapter never answered")
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "the adapter is starting") {
+		t.Errorf("before the pod cache synced: HTTP %d %s, want 503 saying the adapter is starting", code, body)
+	}
+	if code, _ := a.get(t, "/readyz"); code == http.StatusOK {
+		t.Error("/readyz is ready before the pod cache synced")
 	}
 }
