@@ -95,7 +95,9 @@ func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 // the Running, Ready, non-terminating pods of namespace matched by
 // metricSelector. Errors are API statuses: 404 for an unknown metric or a
 // selector that matches no pod, 503 when pods match but none gives a value (the
-// HPA then holds its replica count) and their messages say which pods and why.
+// HPA then holds its replica count), the adapter is starting, or the value is
+// out of range; their messages say which pods and why, in at most
+// MaxMessageBytes, without pod addresses.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
 	policy := p.catalog.Lookup(info.Metric)
 	if policy == nil {

@@ -1,6 +1,9 @@
 // Package scrape fetches engines' /metrics endpoints over HTTP, turns each body
-// into a signals.Reading and keeps the latest result per pod. It moves bytes and
-// stores readings; what a reading means (scores, pools) is pkg/signals' job.
+// into a signals.Reading and keeps the latest result per pod. Each pod is
+// scraped on its own schedule with its own backoff (schedule.go), and the
+// scrape capacity is shared fairly between namespaces and pools (fair.go). It
+// moves bytes and stores readings; what a reading means (scores, pools) is
+// pkg/signals' job.
 package scrape
 
 import (
