@@ -16,9 +16,9 @@ var allowed = map[string][]string{
 	"pkg/signals":   {},
 	"pkg/trace":     {},
 	"pkg/emulator":  {"pkg/trace"},
-	"pkg/scrape":    {"pkg/signals"},
-	"pkg/podselect": {"pkg/scrape", "pkg/signals"},
-	"pkg/provider":  {"pkg/podselect", "pkg/scrape", "pkg/signals"},
+	"pkg/scrape":    {"pkg/signals", "internal/excerpt"},
+	"pkg/podselect": {"pkg/scrape", "pkg/signals", "internal/excerpt"},
+	"pkg/provider":  {"pkg/podselect", "pkg/scrape", "pkg/signals", "internal/excerpt"},
 	"pkg/hpa":       {},
 	"pkg/simulate":  {"pkg/emulator", "pkg/hpa", "pkg/signals", "pkg/trace"},
 }

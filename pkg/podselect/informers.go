@@ -27,7 +27,7 @@ type Informers struct {
 	factories  map[string]informers.SharedInformerFactory
 	// generations counts pod changes per namespace (*atomic.Uint64 values), so
 	// that a Selection can reuse a selector's members until a pod of its
-	// namespace changes.
+	// namespace changes. They move with the cache's writes (countChange).
 	generations sync.Map
 
 	mu sync.Mutex
@@ -52,26 +52,31 @@ func NewInformers(client kubernetes.Interface, namespaces []string) (*Informers,
 			informers.WithNamespace(ns),
 			informers.WithTransform(stripManagedFields))
 	}
-	bump := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if m, err := meta.Accessor(obj); err == nil {
-			i.generation(m.GetNamespace()).Add(1)
-		}
-	}
 	for _, f := range i.factories {
-		reg, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    bump,
-			UpdateFunc: func(_, obj any) { bump(obj) },
-			DeleteFunc: bump,
-		})
-		if err != nil {
+		// The generation moves inside the cache's own write, under its lock: an
+		// index function runs on every add, update and delete before the write is
+		// visible to readers. An event handler would run later, on its own
+		// goroutine, and a reader could meanwhile see the new pod (a pod re-created
+		// under the same name, with a new UID) while the generation still matched
+		// a member list cached with the old one.
+		if err := f.Core().V1().Pods().Informer().AddIndexers(cache.Indexers{generationIndex: i.countChange}); err != nil {
 			return nil, fmt.Errorf("watching pod changes: %w", err)
 		}
-		i.registrations = append(i.registrations, reg)
 	}
 	return i, nil
+}
+
+// generationIndex names the index function that counts pod changes; it
+// indexes nothing.
+const generationIndex = "saturation-adapter.io/generation"
+
+// countChange is the index function of generationIndex: it bumps the
+// generation of the pod's namespace and indexes nothing.
+func (i *Informers) countChange(obj any) ([]string, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		i.generation(m.GetNamespace()).Add(1)
+	}
+	return nil, nil
 }
 
 // AddHPAHandler registers h for the HorizontalPodAutoscalers of every watched
@@ -93,8 +98,8 @@ func (i *Informers) AddHPAHandler(h cache.ResourceEventHandler) error {
 // registered handler has seen them, or ctx ends.
 func (i *Informers) Start(ctx context.Context) error {
 	for _, f := range i.factories {
-		// Pods are registered by the handler above; HPAs here too, so that an
-		// adapter with no HPA handler still caches them.
+		// The pod informer exists since NewInformers (its generation index);
+		// HPAs here too, so that an adapter with no HPA handler still caches them.
 		f.Autoscaling().V2().HorizontalPodAutoscalers().Informer()
 		f.Start(ctx.Done())
 	}
@@ -133,7 +138,7 @@ func (i *Informers) Pods() PodLister { return podLister{i} }
 type podLister struct{ i *Informers }
 
 // Generation returns a number that changes whenever a pod of namespace is added,
-// updated or deleted in the cache.
+// updated or deleted in the cache, before the change is visible to List and Get.
 func (l podLister) Generation(namespace string) uint64 { return l.i.generation(namespace).Load() }
 
 func (l podLister) HasSynced() bool { return l.i.HasSynced() }

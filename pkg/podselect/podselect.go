@@ -8,7 +8,9 @@
 package podselect
 
 import (
+	"container/list"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"slices"
@@ -27,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 )
 
@@ -66,7 +69,25 @@ type Options struct {
 	// OnHPADeleted, if set, is called with each HorizontalPodAutoscaler that is
 	// deleted, e.g. to delete the self-metric series labelled with it.
 	OnHPADeleted func(hpa types.NamespacedName)
+	// MaxRequestSelectors bounds the selectors remembered from requests alone
+	// (not any HPA's External metric selector: a person's kubectl, an HPA of
+	// type Pods); past it the least recently asked is forgotten first. 0 means
+	// DefaultMaxRequestSelectors.
+	MaxRequestSelectors int
+	// ScrapeHostNetwork allows scraping pods with spec.hostNetwork: their IP is
+	// the node's, so an annotation could point the adapter at any port and path
+	// of the node. Off, such a pod is counted but cannot be scraped (unknown).
+	ScrapeHostNetwork bool
 }
+
+// DefaultMaxRequestSelectors is the default of Options.MaxRequestSelectors.
+const DefaultMaxRequestSelectors = 1000
+
+// MaxSelectorBytes is the longest selector (in its canonical form) a request
+// may leave in the scrape set or the member cache: a longer one is answered,
+// from a scrape on the spot, but neither remembered nor cached. HPA selectors
+// are operator objects and not bounded here.
+const MaxSelectorBytes = 4096
 
 // Member is one pod matched by a pool's selector, with the facts the provider
 // needs. Members are shared between callers: do not modify them.
@@ -93,8 +114,11 @@ type Selection struct {
 	pods  PodLister
 	clock clock.PassiveClock
 
-	mu        sync.Mutex
-	asked     map[string]*interest
+	mu sync.Mutex
+	// asked holds the selectors requests asked about that no HPA's External
+	// metric explains, most recently asked first (*interest values).
+	asked     map[string]*list.Element
+	lru       *list.List
 	lastSweep time.Time
 
 	hpaMu sync.RWMutex
@@ -102,6 +126,9 @@ type Selection struct {
 	// kept from informer events so that neither the scrape set nor a request
 	// lists HPAs.
 	hpas map[string]map[string][]hpaMetric
+	// hpaKeys counts, per interest key, the HPA metrics on a served metric with
+	// that namespace and selector: such a selector is in the scrape set anyway.
+	hpaKeys map[string]int
 
 	// members caches the members of each (namespace, selector) until a pod of
 	// the namespace changes: listing a namespace index, matching every pod's
@@ -109,10 +136,17 @@ type Selection struct {
 	// (BenchmarkGetExternalMetric1000Pods).
 	memberMu sync.Mutex
 	members  map[string]memberList
+	// cachedMembers is the sum of the cached lists' lengths.
+	cachedMembers int
 }
 
-// maxCachedPools bounds the member lists kept (one per namespace and selector).
-const maxCachedPools = 10000
+// maxCachedPools and maxCachedMembers bound the member cache: 4,096 lists of
+// selectors of at most MaxSelectorBytes and 100,000 members in all (about 20 MB
+// at the most).
+const (
+	maxCachedPools   = 4096
+	maxCachedMembers = 100000
+)
 
 type memberList struct {
 	generation uint64
@@ -120,6 +154,7 @@ type memberList struct {
 }
 
 type interest struct {
+	key       string
 	namespace string
 	selector  labels.Selector
 	lastAsked time.Time
@@ -134,10 +169,15 @@ type hpaMetric struct {
 // New returns a Selection over the pods of pods. Register HPAHandler with the
 // informers before they start so that HPAs declare interest.
 func New(opts Options, pods PodLister, clk clock.PassiveClock) *Selection {
+	if opts.MaxRequestSelectors <= 0 {
+		opts.MaxRequestSelectors = DefaultMaxRequestSelectors
+	}
 	return &Selection{
 		opts: opts, pods: pods, clock: clk,
-		asked:   map[string]*interest{},
+		asked:   map[string]*list.Element{},
+		lru:     list.New(),
 		hpas:    map[string]map[string][]hpaMetric{},
+		hpaKeys: map[string]int{},
 		members: map[string]memberList{},
 	}
 }
@@ -148,31 +188,64 @@ func interestKey(namespace string, selector labels.Selector) string {
 	return namespace + "\x00" + selector.String()
 }
 
+// poolKey is the scrape pool key (scrape.Target.Pool) of a selector's pods: a
+// short hash of its canonical form, so that a long selector is not copied
+// into every target and the scraper's queues.
+func poolKey(selector labels.Selector) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(selector.String()))
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
 // Synced reports whether the pod cache is filled: before that, "no pods match"
 // would be a guess.
 func (s *Selection) Synced() bool { return s.pods.HasSynced() }
 
 // RecordInterest records that a request asked about selector in namespace: its
-// pods join the scrape set for IdleTimeout. Interests idle for longer are
-// forgotten here, at most once per IdleTimeout.
+// pods join the scrape set for IdleTimeout. A selector that an HPA's External
+// metric on a served metric already puts in the scrape set is not stored
+// again, one longer than MaxSelectorBytes is not stored at all, and past
+// MaxRequestSelectors the least recently asked is forgotten. Interests idle
+// for longer than IdleTimeout are forgotten here, at most once per
+// IdleTimeout.
 func (s *Selection) RecordInterest(namespace string, selector labels.Selector) {
-	key := interestKey(namespace, selector)
+	sel := selector.String()
+	if len(sel) > MaxSelectorBytes {
+		klog.V(4).InfoS("Selector too long to remember; its pods are scraped on demand only", "namespace", namespace, "selectorBytes", len(sel))
+		return
+	}
+	key := namespace + "\x00" + sel
+	s.hpaMu.RLock()
+	byHPA := s.hpaKeys[key] > 0
+	s.hpaMu.RUnlock()
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if in, ok := s.asked[key]; ok {
-		in.lastAsked = now
+	if el, ok := s.asked[key]; ok {
+		el.Value.(*interest).lastAsked = now
+		s.lru.MoveToFront(el)
 		return
 	}
-	s.asked[key] = &interest{namespace: namespace, selector: selector, lastAsked: now}
+	if byHPA {
+		return
+	}
+	s.asked[key] = s.lru.PushFront(&interest{key: key, namespace: namespace, selector: selector, lastAsked: now})
+	for s.lru.Len() > s.opts.MaxRequestSelectors {
+		oldest := s.lru.Remove(s.lru.Back()).(*interest)
+		delete(s.asked, oldest.key)
+		klog.V(4).InfoS("Forgot the least recently asked request selector", "namespace", oldest.namespace, "limit", s.opts.MaxRequestSelectors)
+	}
 	if now.Sub(s.lastSweep) < s.opts.IdleTimeout {
 		return
 	}
 	s.lastSweep = now
-	for k, in := range s.asked {
-		if s.idle(in, now) {
-			delete(s.asked, k)
+	for el := s.lru.Back(); el != nil; el = s.lru.Back() {
+		in := el.Value.(*interest)
+		if !s.idle(in, now) {
+			break
 		}
+		s.lru.Remove(el)
+		delete(s.asked, in.key)
 	}
 }
 
@@ -195,16 +268,27 @@ func (s *Selection) Members(namespace string, selector labels.Selector) ([]Membe
 	if err != nil {
 		return nil, err
 	}
+	pool := poolKey(selector)
 	members := make([]Member, len(pods))
 	for i, p := range pods {
 		members[i] = s.member(p)
+		members[i].Target.Pool = pool
+	}
+	if len(key) > MaxSelectorBytes+len(namespace)+1 {
+		return members, nil
 	}
 	s.memberMu.Lock()
-	s.members[key] = memberList{generation: gen, members: members}
-	// The cache is a cache: past its bound it starts again rather than keep the
+	if old, ok := s.members[key]; ok {
+		s.cachedMembers -= len(old.members)
+	}
+	// The cache is a cache: past its bounds it starts again rather than keep the
 	// pools of selectors nobody asks about any more.
-	if len(s.members) > maxCachedPools {
-		s.members = map[string]memberList{key: s.members[key]}
+	if len(s.members) >= maxCachedPools || s.cachedMembers+len(members) > maxCachedMembers {
+		s.members, s.cachedMembers = map[string]memberList{}, 0
+	}
+	if len(members) <= maxCachedMembers {
+		s.members[key] = memberList{generation: gen, members: members}
+		s.cachedMembers += len(members)
 	}
 	s.memberMu.Unlock()
 	return members, nil
@@ -236,6 +320,7 @@ func (s *Selection) Targets() []scrape.Target {
 	seen := map[types.UID]struct{}{}
 	var out []scrape.Target
 	for _, in := range s.interests() {
+		pool := poolKey(in.selector)
 		pods, err := s.pods.List(in.namespace, in.selector)
 		if err != nil {
 			klog.V(2).InfoS("Listing pods for the scrape set", "namespace", in.namespace, "selector", in.selector.String(), "err", err)
@@ -254,6 +339,7 @@ func (s *Selection) Targets() []scrape.Target {
 				continue
 			}
 			seen[p.UID] = struct{}{}
+			t.Pool = pool
 			out = append(out, t)
 		}
 	}
@@ -266,10 +352,12 @@ func (s *Selection) interests() []interest {
 	now := s.clock.Now()
 	var out []interest
 	s.mu.Lock()
-	for _, in := range s.asked {
-		if !s.idle(in, now) {
-			out = append(out, *in)
+	for el := s.lru.Front(); el != nil; el = el.Next() {
+		in := el.Value.(*interest)
+		if s.idle(in, now) {
+			break // the rest were asked even earlier
 		}
+		out = append(out, *in)
 	}
 	s.mu.Unlock()
 	s.hpaMu.RLock()
@@ -326,10 +414,7 @@ func (s *Selection) HPAHandler() cache.ResourceEventHandler {
 				return
 			}
 			s.hpaMu.Lock()
-			delete(s.hpas[h.Namespace], h.Name)
-			if len(s.hpas[h.Namespace]) == 0 {
-				delete(s.hpas, h.Namespace)
-			}
+			s.setHPAMetricsLocked(h.Namespace, h.Name, nil)
 			s.hpaMu.Unlock()
 			if s.opts.OnHPADeleted != nil {
 				s.opts.OnHPADeleted(types.NamespacedName{Namespace: h.Namespace, Name: h.Name})
@@ -363,14 +448,36 @@ func (s *Selection) indexHPA(obj any) {
 	}
 	s.hpaMu.Lock()
 	defer s.hpaMu.Unlock()
+	s.setHPAMetricsLocked(h.Namespace, h.Name, metrics)
+}
+
+// setHPAMetricsLocked replaces the indexed External metrics of one HPA (none:
+// the HPA is gone or has none) and keeps hpaKeys in step.
+func (s *Selection) setHPAMetricsLocked(namespace, name string, metrics []hpaMetric) {
+	for _, m := range s.hpas[namespace][name] {
+		if s.opts.Serves(m.metric) {
+			k := namespace + "\x00" + m.key
+			if s.hpaKeys[k]--; s.hpaKeys[k] <= 0 {
+				delete(s.hpaKeys, k)
+			}
+		}
+	}
 	if len(metrics) == 0 {
-		delete(s.hpas[h.Namespace], h.Name)
+		delete(s.hpas[namespace], name)
+		if len(s.hpas[namespace]) == 0 {
+			delete(s.hpas, namespace)
+		}
 		return
 	}
-	if s.hpas[h.Namespace] == nil {
-		s.hpas[h.Namespace] = map[string][]hpaMetric{}
+	if s.hpas[namespace] == nil {
+		s.hpas[namespace] = map[string][]hpaMetric{}
 	}
-	s.hpas[h.Namespace][h.Name] = metrics
+	s.hpas[namespace][name] = metrics
+	for _, m := range metrics {
+		if s.opts.Serves(m.metric) {
+			s.hpaKeys[namespace+"\x00"+m.key]++
+		}
+	}
 }
 
 // Scrapeable reports whether a pod can be scraped: Running, with an IP, not
@@ -395,29 +502,36 @@ func Counted(p *corev1.Pod) bool {
 
 // target builds a pod's scrape target from its IP and the prometheus.io
 // annotations, else the configured defaults. The URL never comes from a
-// request. Errors name the bad annotation and its value.
+// request. Errors name the pod and the problem, quoting at most a short
+// excerpt of a bad port or scheme and never the path (it may hold a query
+// with a token): their text reaches API callers through the pool's message.
 func (s *Selection) target(p *corev1.Pod) (scrape.Target, error) {
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	if p.Status.PodIP == "" {
 		return scrape.Target{}, fmt.Errorf("pod %s has no IP yet", key)
 	}
+	if p.Spec.HostNetwork && !s.opts.ScrapeHostNetwork {
+		// Its IP is the node's: an annotation could aim the adapter at any port
+		// of the node (the kubelet, a node-local agent).
+		return scrape.Target{}, fmt.Errorf("pod %s uses the host network and is not scraped (--scrape-host-network-pods allows it)", key)
+	}
 	port, path, scheme := s.opts.Port, s.opts.Path, s.opts.Scheme
 	if v, ok := p.Annotations[AnnotationPort]; ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 65535 {
-			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s=%q is not a port number", key, AnnotationPort, v)
+			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s=%q is not a port number", key, AnnotationPort, excerpt.String(v, 32))
 		}
 		port = n
 	}
 	if v, ok := p.Annotations[AnnotationPath]; ok {
 		if !strings.HasPrefix(v, "/") {
-			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s=%q must start with /", key, AnnotationPath, v)
+			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s must be an absolute path, starting with /", key, AnnotationPath)
 		}
 		path = v
 	}
 	if v, ok := p.Annotations[AnnotationScheme]; ok {
 		if v != "http" && v != "https" {
-			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s=%q must be http or https", key, AnnotationScheme, v)
+			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s=%q must be http or https", key, AnnotationScheme, excerpt.String(v, 16))
 		}
 		scheme = v
 	}

@@ -2,6 +2,8 @@ package podselect_test
 
 import (
 	"context"
+	"fmt"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -106,11 +108,15 @@ func targetNames(ts []scrape.Target) []string {
 }
 
 func TestMemberTarget(t *testing.T) {
+	hostNetwork := func(p *corev1.Pod) { p.Spec.HostNetwork = true }
 	tests := []struct {
 		name    string
 		pod     *corev1.Pod
+		opts    func(*podselect.Options)
 		want    string
 		wantErr string
+		// hidden must not appear in the error: it reaches API callers.
+		hidden string
 	}{
 		{name: "defaults", pod: pod("llm", "p", "10.0.0.1", nil), want: "http://10.0.0.1:8000/metrics"},
 		{
@@ -127,13 +133,23 @@ func TestMemberTarget(t *testing.T) {
 		{name: "port 0", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "0"), wantErr: `prometheus.io/port="0"`},
 		{name: "port 70000", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "70000"), wantErr: `prometheus.io/port="70000"`},
 		{name: "port empty", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, ""), wantErr: `prometheus.io/port=""`},
-		{name: "path without leading slash", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "metrics"), wantErr: `prometheus.io/path="metrics"`},
+		{name: "path without leading slash", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "metrics?token=s3cret"),
+			wantErr: `prometheus.io/path must be an absolute path`, hidden: "s3cret"},
+		{name: "1 MB port annotation", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, strings.Repeat("9", 1<<20)),
+			wantErr: `prometheus.io/port="99999`, hidden: strings.Repeat("9", 64)},
+		{name: "host network", pod: with(pod("llm", "p", "192.168.1.10", nil), hostNetwork), wantErr: "uses the host network and is not scraped"},
+		{name: "host network allowed", pod: with(pod("llm", "p", "192.168.1.10", nil), hostNetwork),
+			opts: func(o *podselect.Options) { o.ScrapeHostNetwork = true }, want: "http://192.168.1.10:8000/metrics"},
 		{name: "scheme ftp", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationScheme, "ftp"), wantErr: `prometheus.io/scheme="ftp"`},
 		{name: "no IP yet", pod: pod("llm", "p", "", nil), wantErr: "llm/p has no IP"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, d := start(t, defaultOptions, newClock(), nil, tt.pod)
+			opts := defaultOptions
+			if tt.opts != nil {
+				tt.opts(&opts)
+			}
+			_, _, d := start(t, opts, newClock(), nil, tt.pod)
 			m, found, err := d.Member("llm", "p")
 			if err != nil || !found {
 				t.Fatalf("Member() = %v, %v", found, err)
@@ -145,6 +161,12 @@ func TestMemberTarget(t *testing.T) {
 				}
 				if !strings.Contains(err.Error(), "llm/p") {
 					t.Errorf("error %q does not name the pod llm/p", err)
+				}
+				if tt.hidden != "" && strings.Contains(err.Error(), tt.hidden) {
+					t.Errorf("error %q shows %q", err, tt.hidden)
+				}
+				if len(err.Error()) > 200 {
+					t.Errorf("error of %d bytes, want a short one", len(err.Error()))
 				}
 				return
 			}
@@ -264,9 +286,22 @@ func TestInterestTargets(t *testing.T) {
 func TestTargetsURL(t *testing.T) {
 	_, _, d := start(t, defaultOptions, newClock(), nil, annotated(pod("llm", "vllm-0", "10.0.0.1", vllm), podselect.AnnotationPort, "9000"))
 	d.RecordInterest("llm", labels.SelectorFromSet(vllm))
-	want := []scrape.Target{{Pod: types.NamespacedName{Namespace: "llm", Name: "vllm-0"}, UID: "llm/vllm-0", URL: "http://10.0.0.1:9000/metrics"}}
+	members, err := d.Members("llm", labels.SelectorFromSet(vllm))
+	if err != nil || len(members) != 1 {
+		t.Fatalf("Members() = %v, %v", members, err)
+	}
+	// The scheduled and the on-demand scrapes of a pool share its queue.
+	pool := members[0].Target.Pool
+	want := []scrape.Target{{Pod: types.NamespacedName{Namespace: "llm", Name: "vllm-0"}, UID: "llm/vllm-0", URL: "http://10.0.0.1:9000/metrics", Pool: pool}}
 	if diff := cmp.Diff(want, d.Targets()); diff != "" {
 		t.Errorf("Targets() (-want +got):\n%s", diff)
+	}
+	other, err := d.Members("llm", labels.Everything())
+	if err != nil || len(other) != 1 {
+		t.Fatalf("Members() = %v, %v", other, err)
+	}
+	if pool == "" || other[0].Target.Pool == pool {
+		t.Errorf("pools %q and %q: want distinct, non-empty keys for distinct selectors", pool, other[0].Target.Pool)
 	}
 }
 
@@ -581,5 +616,72 @@ func TestMemberKeyedByUID(t *testing.T) {
 	}
 	if _, found, err := d.Member("llm", "gone"); found || err != nil {
 		t.Errorf("Member(gone) = %v, %v; want not found and no error", found, err)
+	}
+}
+
+// A host-network pod's IP is its node's: it never becomes a target unless the
+// operator allows it.
+func TestHostNetworkPodsNotScraped(t *testing.T) {
+	hostPod := with(pod("llm", "vllm-hostnet", "192.168.0.5", vllm), func(p *corev1.Pod) { p.Spec.HostNetwork = true })
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allowed %v", allow), func(t *testing.T) {
+			opts := defaultOptions
+			opts.ScrapeHostNetwork = allow
+			_, _, d := start(t, opts, newClock(), nil, pod("llm", "vllm-0", "10.0.0.1", vllm), hostPod.DeepCopy())
+			d.RecordInterest("llm", labels.SelectorFromSet(vllm))
+			want := []string{"llm/vllm-0"}
+			if allow {
+				want = append(want, "llm/vllm-hostnet")
+			}
+			if diff := cmp.Diff(want, targetNames(d.Targets())); diff != "" {
+				t.Errorf("Targets() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The generation of a namespace moves with the cache's write itself: once the
+// cache shows a pod re-created under the same name, the generation has moved,
+// so the member list cached with the old pod's UID is not served again.
+// Counted by an event handler, the generation lagged the cache: a request in
+// between got the old UID, and with it the old pod's reading (under -race this
+// failed within a few dozen rounds).
+func TestGenerationMovesWithTheCache(t *testing.T) {
+	ctx := context.Background()
+	client, inf, d := start(t, defaultOptions, newClock(), nil)
+	sel := labels.SelectorFromSet(vllm)
+	pods := client.CoreV1().Pods("llm")
+	for i := range 200 {
+		uid := types.UID(fmt.Sprintf("uid-%d", i))
+		p := pod("llm", "vllm-0", "10.0.0.1", vllm)
+		p.UID = uid
+		if i > 0 {
+			// The old pod's list is cached; then the pod is replaced at once.
+			if _, err := d.Members("llm", sel); err != nil {
+				t.Fatal(err)
+			}
+			if err := pods.Delete(ctx, "vllm-0", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// As soon as the cache has the new pod, ask.
+		for deadline := time.Now().Add(10 * time.Second); ; goruntime.Gosched() {
+			if got, err := inf.Pods().Get("llm", "vllm-0"); err == nil && got.UID == uid {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the cache never showed the new pod", i)
+			}
+		}
+		members, err := d.Members("llm", sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(members) != 1 || members[0].UID != uid || members[0].Target.UID != uid {
+			t.Fatalf("round %d: members %+v, want the new pod %s: the old pod's member list was served", i, members, uid)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,7 +39,7 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 	if err != nil {
 		return nil, err
 	}
-	where := fmt.Sprintf("pods/%s of pod %s/%s", policy.Name, name.Namespace, name.Name)
+	where := describePod(policy.Name, name.Name, name.Namespace)
 	members, err := p.member(where, name.Namespace, name.Name)
 	if err != nil {
 		p.fail(policy.Name, err)
@@ -63,7 +62,7 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 	if err != nil {
 		return nil, err
 	}
-	where := fmt.Sprintf("pods/%s in namespace %q for selector %q", policy.Name, namespace, selector)
+	where := "pods/" + describePool(policy.Name, namespace, selector)
 	members, err := p.members(where, namespace, selector)
 	if err != nil {
 		p.fail(policy.Name, err)
@@ -77,7 +76,7 @@ func (p *Provider) podPolicy(info cmprovider.CustomMetricInfo) (*signals.Catalog
 	policy := catalog.Lookup(info.Metric)
 	if info.GroupResource != podsResource || policy == nil || !policy.PerPod() {
 		p.metrics.request(metricUnknown, ResultNotFound)
-		return nil, nil, cmprovider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+		return nil, nil, metricNotFound(info.GroupResource, info.Metric)
 	}
 	return catalog, policy, nil
 }
@@ -111,10 +110,10 @@ func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, poli
 	var err error
 	switch {
 	case a.pool.Pods == 0:
-		err = apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
+		err = unavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
 	case len(list.Items) == 0:
 		slices.Sort(missing)
-		err = apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(missing)))
+		err = unavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(missing)))
 	}
 	if err != nil {
 		p.fail(policy.Name, err)

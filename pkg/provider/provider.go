@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -110,15 +109,17 @@ func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 // the Running, Ready, non-terminating pods of namespace matched by
 // metricSelector. Errors are API statuses: 404 for an unknown metric or a
 // selector that matches no pod, 503 when pods match but none gives a value (the
-// HPA then holds its replica count) and their messages say which pods and why.
+// HPA then holds its replica count), the adapter is starting, or the value is
+// out of range; their messages say which pods and why, in at most
+// MaxMessageBytes, without pod addresses.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
 	catalog := p.catalogs.Catalog()
 	policy := catalog.Lookup(info.Metric)
 	if policy == nil {
 		p.metrics.request(metricUnknown, ResultNotFound)
-		return nil, cmprovider.NewMetricNotFoundError(external_metrics.Resource(info.Metric), info.Metric)
+		return nil, metricNotFound(external_metrics.Resource(info.Metric), info.Metric)
 	}
-	where := fmt.Sprintf("%s in namespace %q for selector %q", policy.Name, namespace, metricSelector)
+	where := describePool(policy.Name, namespace, metricSelector)
 	members, err := p.members(where, namespace, metricSelector)
 	if err != nil {
 		p.fail(policy.Name, err)
@@ -132,7 +133,8 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	q, err := MilliQuantity(*a.pool.Value)
 	if err != nil {
 		p.metrics.request(policy.Name, ResultError)
-		return nil, apierrors.NewInternalError(fmt.Errorf("%s: %w", where, err))
+		klog.V(2).InfoS("Pool value out of range", "namespace", namespace, "metric", policy.Name, "err", err)
+		return nil, outOfRange(where, err)
 	}
 	unknown := a.pool.Pods - a.pool.Known
 	if unknown > 0 {
@@ -223,7 +225,7 @@ func (p *Provider) members(where, namespace string, selector labels.Selector) ([
 	p.pools.RecordInterest(namespace, selector)
 	members, err := p.pools.Members(namespace, selector)
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+		return nil, unavailable(where + ": " + lowerError(err))
 	}
 	if len(members) == 0 {
 		return nil, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+": no pods match; check the HPA's metric.selector against the pod labels")
@@ -241,7 +243,7 @@ func (p *Provider) member(where, namespace, name string) ([]podselect.Member, er
 	}
 	m, found, err := p.pools.Member(namespace, name)
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+		return nil, unavailable(where + ": " + lowerError(err))
 	}
 	if !found {
 		return nil, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+": no pods match")
@@ -251,10 +253,10 @@ func (p *Provider) member(where, namespace, name string) ([]podselect.Member, er
 
 func (p *Provider) ready(where, namespace string) error {
 	if namespace == "" {
-		return apierrors.NewBadRequest(where + ": a namespace is required; pools never span namespaces")
+		return badRequest(where + ": a namespace is required; pools never span namespaces")
 	}
 	if !p.pools.Synced() {
-		return apierrors.NewServiceUnavailable(where + ": the adapter is starting: its pod cache is not synced yet")
+		return unavailable(where + ": the adapter is starting: its pod cache is not synced yet")
 	}
 	return nil
 }
@@ -325,14 +327,14 @@ func (p *Provider) history(m *podselect.Member) (*signals.History, string) {
 func (a *answer) poolError(where string) error {
 	switch {
 	case a.pool.Pods == 0:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
+		return unavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
 	case a.pool.Known == 0 && a.pool.Fresh > 0 && a.signal:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Fresh))
+		return unavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Fresh))
 	case a.pool.Known == 0:
 		slices.Sort(a.unknown)
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
+		return unavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
 	case a.pool.Value == nil:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Known))
+		return unavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Known))
 	}
 	return nil
 }
@@ -375,18 +377,16 @@ func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
 	p.readings.Scrape(ctx, cold)
 }
 
-// summarize joins up to five reasons and counts the rest.
+// summarize joins up to five reasons, within a byte budget, and counts the
+// rest.
 func summarize(reasons []string) string {
-	const show = 5
-	if len(reasons) <= show {
-		return strings.Join(reasons, "; ")
-	}
-	return strings.Join(reasons[:show], "; ") + fmt.Sprintf("; and %d more", len(reasons)-show)
+	return joinReasons(reasons, 5)
 }
 
+// newStatus is an API status with msg cut to MaxMessageBytes.
 func newStatus(code int32, reason metav1.StatusReason, msg string) *apierrors.StatusError {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: capMessage(msg),
 	}}
 }
 

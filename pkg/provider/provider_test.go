@@ -190,6 +190,12 @@ func (h hpaSpec) object() runtime.Object {
 
 func newFixture(t *testing.T, specs ...object) *fixture {
 	t.Helper()
+	return newFixtureCatalog(t, builtinCatalog(t), specs...)
+}
+
+// newFixtureCatalog is newFixture serving catalog.
+func newFixtureCatalog(t *testing.T, catalog *signals.Catalog, specs ...object) *fixture {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var objs []runtime.Object
@@ -197,7 +203,6 @@ func newFixture(t *testing.T, specs ...object) *fixture {
 		objs = append(objs, o.object())
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	catalog := builtinCatalog(t)
 	pools := startPools(t, ctx, catalog, clk, objs...)
 	reg := prometheus.NewRegistry()
 	sm, err := scrape.NewMetrics(reg)

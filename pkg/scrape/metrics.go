@@ -65,6 +65,14 @@ type Metrics struct {
 	InvalidSamples *prometheus.CounterVec
 	// Targets is the number of pods in the current scrape set.
 	Targets prometheus.Gauge
+	// Backoff is the number of pods of the scrape set whose last scheduled
+	// scrape failed: they are retried with exponential backoff, up to
+	// MaxBackoffIntervals scrape intervals apart.
+	Backoff prometheus.Gauge
+	// Skipped counts scheduled scrapes that did not happen because the pod's
+	// previous scrape was still waiting for a slot or running when the next was
+	// due: capacity (Options.Concurrency) is short or engines are slow.
+	Skipped prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg. It returns an
@@ -88,8 +96,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: MetricsNamespace, Name: "scrape_targets",
 			Help: "Pods in the current scrape set.",
 		}),
+		Backoff: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "scrape_backoff_targets",
+			Help: "Pods in the scrape set whose last scheduled scrape failed, retried with exponential backoff.",
+		}),
+		Skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "scrape_skipped_total",
+			Help: "Scheduled scrapes skipped because the pod's previous scrape was still waiting for a slot or running.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.Duration, m.Errors, m.InvalidSamples, m.Targets} {
+	for _, c := range []prometheus.Collector{m.Duration, m.Errors, m.InvalidSamples, m.Targets, m.Backoff, m.Skipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

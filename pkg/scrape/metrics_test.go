@@ -54,8 +54,8 @@ func TestMetricsDocumented(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("README's metric table and the registry differ (-README +registry):\n%s", diff)
 	}
-	if len(got) != 4 {
-		t.Errorf("gathered %d families, want the 4 of the scrape path", len(got))
+	if len(got) != 6 {
+		t.Errorf("gathered %d families, want the 6 of the scrape path", len(got))
 	}
 }
 

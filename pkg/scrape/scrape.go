@@ -1,6 +1,8 @@
 // Package scrape fetches engines' /metrics endpoints over HTTP, turns each body
 // into a signals.Reading and keeps each pod's recent readings as a
-// signals.History. It moves bytes and stores readings; what they mean (scores,
+// signals.History. Each pod is scraped on its own schedule with its own backoff
+// (schedule.go), and the scrape capacity is shared fairly between namespaces and
+// pools (fair.go). It moves bytes and stores readings; what they mean (scores,
 // states, pools) is pkg/signals' job.
 package scrape
 
@@ -20,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -32,6 +35,10 @@ type Target struct {
 	UID types.UID
 	// URL is the pod's /metrics address, built from the pod (never from a request).
 	URL string
+	// Pool is an opaque key of the pool (a selector in the pod's namespace) the
+	// pod was selected for: scrape capacity is shared fairly between the pools of
+	// a namespace, as between namespaces. Pods with the same key share a queue.
+	Pool string
 }
 
 // Result is the latest known state of one target.
@@ -64,7 +71,8 @@ type Options struct {
 	Timeout time.Duration
 	// MaxBodyBytes is the largest body accepted; a larger one is an error.
 	MaxBodyBytes int64
-	// Concurrency is the number of scrapes in flight at once.
+	// Concurrency is the number of scrapes in flight at once, scheduled and
+	// on-demand together, shared fairly between namespaces (see Run).
 	Concurrency int
 }
 
@@ -73,28 +81,38 @@ type Scraper struct {
 	opts    Options
 	client  *http.Client
 	reader  atomic.Pointer[Reader]
-	clock   clock.PassiveClock
+	clock   clock.WithTicker
 	metrics *Metrics
 
 	bufs sync.Pool // *bytes.Buffer
-	// sem bounds scrapes in flight across every caller (the periodic loop and
-	// on-demand scrapes of requests) to Options.Concurrency.
-	sem chan struct{}
+	// dispatch bounds scrapes in flight across every caller (the schedule and
+	// on-demand scrapes of requests) to Options.Concurrency, fairly.
+	dispatch *dispatcher
+	sched    schedule
+	// scrapeFn is ScrapeOne; tests of the schedule replace it.
+	scrapeFn func(context.Context, Target) *Result
 
 	mu      sync.RWMutex
 	results map[types.UID]*Result
+	// base is the context scrapes run with: Run's, else Background.
+	base context.Context
 }
 
 // New returns a Scraper reading bodies with reader. client must be safe for
-// concurrent use; NewHTTPClient gives the one the adapter uses.
-func New(opts Options, client *http.Client, reader Reader, clk clock.PassiveClock, metrics *Metrics) *Scraper {
+// concurrent use; NewHTTPClient gives the one the adapter uses. clk timestamps
+// readings and drives the schedule's timers.
+func New(opts Options, client *http.Client, reader Reader, clk clock.WithTicker, metrics *Metrics) *Scraper {
 	s := &Scraper{
 		opts: opts, client: client, clock: clk, metrics: metrics,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
-		sem:     make(chan struct{}, max(1, opts.Concurrency)),
 		results: map[types.UID]*Result{},
+		base:    context.Background(),
 	}
 	s.SetReader(reader)
+	s.scrapeFn = s.ScrapeOne
+	s.dispatch = newDispatcher(opts.Concurrency, s.run)
+	s.sched.entries = map[types.UID]*entry{}
+	s.sched.wake = make(chan struct{}, 1)
 	return s
 }
 
@@ -133,71 +151,14 @@ func (s *Scraper) Latest(uid types.UID) (*Result, bool) {
 	return r, ok
 }
 
-// Scrape scrapes the targets, with at most Options.Concurrency scrapes in
-// flight across all callers, and stores their results; other pods' results are
-// kept. It returns when every scrape has finished or ctx is done.
-func (s *Scraper) Scrape(ctx context.Context, targets []Target) {
-	var wg sync.WaitGroup
-	for _, t := range targets {
-		// select picks at random among ready cases: check cancellation first so a
-		// stopped adapter starts no new scrape (which would be stored as an error).
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-s.sem; wg.Done() }()
-			s.ScrapeOne(ctx, t)
-		}()
-	}
-	wg.Wait()
-}
-
-// Sync makes targets the scrape set: it scrapes them, forgets the results of
-// every other pod and sets the scrape-targets gauge.
-func (s *Scraper) Sync(ctx context.Context, targets []Target) {
-	s.Scrape(ctx, targets)
-	keep := make(map[types.UID]struct{}, len(targets))
-	for _, t := range targets {
-		keep[t.UID] = struct{}{}
-	}
-	s.mu.Lock()
-	for k := range s.results {
-		if _, ok := keep[k]; !ok {
-			delete(s.results, k)
-		}
-	}
-	s.mu.Unlock()
-	s.metrics.Targets.Set(float64(len(targets)))
-}
-
-// Run syncs the targets returned by targets every interval until ctx is done.
-func (s *Scraper) Run(ctx context.Context, interval time.Duration, targets func() []Target) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		s.Sync(ctx, targets())
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
 // ScrapeOne scrapes one target, stores and returns its result. When ctx ends
 // first, nothing is stored and the previous result (possibly nil) is returned.
+// A failure is stored as an *Error: a reason and a short detail without the
+// pod's address (the full error is logged at -v=4).
 func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	start := s.clock.Now()
 	rd := s.reader.Load()
-	reading, reason, err := s.fetch(ctx, t.URL, rd.Extractor)
+	reading, err := s.fetch(ctx, t.URL, rd.Extractor)
 	now := s.clock.Now()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, or a request's cold-scrape budget): that says
@@ -212,7 +173,7 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 		*r = *prev
 	}
 	if err != nil {
-		r.Err, r.ErrTime = err, now
+		r.Err, r.ErrTime = err.stored(), now
 	} else {
 		reading.Time = now
 		r.History, r.Time, r.Err = r.History.Append(reading, rd.History), now, nil
@@ -222,28 +183,41 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 
 	if err != nil {
 		s.metrics.observe(OutcomeError, now.Sub(start).Seconds())
-		s.metrics.failed(reason)
-		klog.V(4).InfoS("Scrape failed", "pod", t.Pod, "url", t.URL, "reason", reason, "err", err)
+		s.metrics.failed(err.Reason)
+		klog.V(4).InfoS("Scrape failed", "pod", t.Pod, "url", t.URL, "reason", err.Reason, "err", excerpt.String(err.cause.Error(), maxLoggedErrorBytes))
 	} else {
 		s.metrics.observe(OutcomeSuccess, now.Sub(start).Seconds())
 		for why, n := range reading.Invalid {
 			s.metrics.invalid(why, n)
 		}
 		if len(reading.Warnings) > 0 {
-			klog.V(2).InfoS("Engine reported unusable series", "pod", t.Pod, "warnings", reading.Warnings)
+			klog.V(2).InfoS("Engine reported unusable series", "pod", t.Pod, "warnings", loggedWarnings(reading.Warnings))
 		}
 	}
 	return r
 }
 
-// fetch GETs one /metrics body and extracts it. On error it returns the reason
-// label for the scrape-errors counter.
-func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extractor) (*signals.Reading, ErrorReason, error) {
+// maxLoggedErrorBytes bounds the error text of a failed scrape in the log.
+const maxLoggedErrorBytes = 1024
+
+// loggedWarnings returns excerpts of a reading's warnings for the log: a pod
+// controls their text (label values), so each is cut to 256 bytes.
+func loggedWarnings(warnings []string) []string {
+	out := make([]string, len(warnings))
+	for i, w := range warnings {
+		out[i] = excerpt.String(w, 256)
+	}
+	return out
+}
+
+// fetch GETs one /metrics body and extracts it. Its error says what callers
+// may see and keeps the full error (with the URL) for the log.
+func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extractor) (*signals.Reading, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, ReasonRequest, fmt.Errorf("building request for %s: %w", url, err)
+		return nil, newError(ReasonRequest, "invalid scrape URL", fmt.Errorf("building request for %s: %w", url, err))
 	}
 	// The text format first, OpenMetrics next (engines serve one or the
 	// other; the extractor reads both); never protobuf.
@@ -251,15 +225,15 @@ func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extr
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, ReasonTimeout, fmt.Errorf("GET %s: timed out after %s", url, s.opts.Timeout)
+			return nil, newError(ReasonTimeout, fmt.Sprintf("timed out after %s", s.opts.Timeout), fmt.Errorf("GET %s: timed out after %s", url, s.opts.Timeout))
 		}
-		return nil, ReasonConnect, fmt.Errorf("GET %s: %w", url, err)
+		return nil, newError(ReasonConnect, connectDetail(err), fmt.Errorf("GET %s: %w", url, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		// Drain a little so the connection can be reused.
 		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-		return nil, ReasonHTTPStatus, fmt.Errorf("GET %s: HTTP %s", url, resp.Status)
+		return nil, statusError(resp, url)
 	}
 
 	buf := s.bufs.Get().(*bytes.Buffer)
@@ -268,25 +242,26 @@ func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extr
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, s.opts.MaxBodyBytes+1))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, ReasonTimeout, fmt.Errorf("reading %s: timed out after %s", url, s.opts.Timeout)
+			return nil, newError(ReasonTimeout, fmt.Sprintf("timed out after %s", s.opts.Timeout), fmt.Errorf("reading %s: timed out after %s", url, s.opts.Timeout))
 		}
-		return nil, ReasonRead, fmt.Errorf("reading %s: %w", url, err)
+		return nil, newError(ReasonRead, readDetail(err), fmt.Errorf("reading %s: %w", url, err))
 	}
 	if n > s.opts.MaxBodyBytes {
-		return nil, ReasonBodyTooLarge, fmt.Errorf("reading %s: body exceeds %d bytes", url, s.opts.MaxBodyBytes)
+		return nil, newError(ReasonBodyTooLarge, fmt.Sprintf("body exceeds %d bytes", s.opts.MaxBodyBytes), fmt.Errorf("reading %s: body exceeds %d bytes", url, s.opts.MaxBodyBytes))
 	}
 	reading, err := extractor.ExtractContent(buf.Bytes(), resp.Header.Get("Content-Type"))
 	if err != nil {
-		reason := ReasonParse
+		cause := fmt.Errorf("reading %s: %w", url, err)
 		switch {
 		case errors.Is(err, signals.ErrNoEngineMetrics):
-			reason = ReasonNoEngineMetrics
+			return nil, newError(ReasonNoEngineMetrics, excerpt.String(err.Error(), bodyExcerptBytes), cause)
 		case errors.Is(err, signals.ErrTooManySeries):
-			reason = ReasonTooManySeries
+			return nil, newError(ReasonTooManySeries, excerpt.String(err.Error(), bodyExcerptBytes), cause)
 		case errors.Is(err, signals.ErrTooManyEngines):
-			reason = ReasonTooManyEngines
+			return nil, newError(ReasonTooManyEngines, excerpt.String(err.Error(), bodyExcerptBytes), cause)
 		}
-		return nil, reason, fmt.Errorf("reading %s: %w", url, err)
+		// The parser's message may quote the body: keep a short excerpt.
+		return nil, newError(ReasonParse, excerpt.String(err.Error(), bodyExcerptBytes), cause)
 	}
-	return &reading, "", nil
+	return &reading, nil
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	promconfig "github.com/prometheus/common/config"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	openapicommon "k8s.io/kube-openapi/pkg/common"
 	"k8s.io/utils/clock"
 	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
@@ -132,7 +134,9 @@ func (o *Options) Config() (*Config, error) {
 		Extract:     signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
 		Select: podselect.Options{
 			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
-			IdleTimeout: o.SelectorIdleTimeout,
+			IdleTimeout:         o.SelectorIdleTimeout,
+			MaxRequestSelectors: o.MaxRequestSelectors,
+			ScrapeHostNetwork:   o.Scrape.HostNetworkPods,
 		},
 		Scrape:         scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
 		ScrapeTLS:      o.Scrape.TLSConfig(),
@@ -159,6 +163,10 @@ func (o *Options) restConfig() (*rest.Config, error) {
 	}
 	c.QPS, c.Burst = o.ClientQPS, o.ClientBurst
 	c.UserAgent = Name
+	// client-go retries a refused watch at -v=4 only: log outages at the default level.
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return podselect.NewOutageReporter(rt, clock.RealClock{}, klog.Background())
+	})
 	return c, nil
 }
 

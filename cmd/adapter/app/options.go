@@ -24,6 +24,7 @@ import (
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -42,6 +43,8 @@ type ScrapeOptions struct {
 	Scheme      string
 	// MaxSampleAge is the age beyond which a reading is stale; 0 means 3 intervals.
 	MaxSampleAge time.Duration
+	// HostNetworkPods allows scraping pods with spec.hostNetwork (at the node's IP).
+	HostNetworkPods bool
 	// CAFile, ServerName and InsecureSkipVerify verify https engines.
 	CAFile             string
 	ServerName         string
@@ -185,6 +188,9 @@ type Options struct {
 
 	Namespaces          []string
 	SelectorIdleTimeout time.Duration
+	// MaxRequestSelectors bounds the selectors remembered from requests that no
+	// HPA's External metric explains.
+	MaxRequestSelectors int
 	Scrape              ScrapeOptions
 	Scoring             ScoringOptions
 	// Identity names the adapter's Service and the APIServices that should
@@ -211,6 +217,7 @@ func NewOptions() *Options {
 		// Long enough to outlive an HPA whose sync period was raised a lot, short
 		// enough that a deleted HPA's pods stop being scraped soon after.
 		SelectorIdleTimeout: 10 * time.Minute,
+		MaxRequestSelectors: podselect.DefaultMaxRequestSelectors,
 		Scrape: ScrapeOptions{
 			Interval:     2 * time.Second,
 			Timeout:      time.Second,
@@ -248,14 +255,16 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Namespaces whose pods and HorizontalPodAutoscalers are watched; all namespaces when empty.")
 	sel.DurationVar(&o.SelectorIdleTimeout, "selector-idle-timeout", o.SelectorIdleTimeout,
 		"How long the pods of a selector keep being scraped after the last request that used it.")
+	sel.IntVar(&o.MaxRequestSelectors, "max-request-selectors", o.MaxRequestSelectors,
+		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked is forgotten. Selectors longer than 4096 bytes are never remembered.")
 
 	s := fss.FlagSet("scrape")
-	s.DurationVar(&o.Scrape.Interval, "scrape-interval", o.Scrape.Interval, "How often each engine's /metrics is scraped.")
+	s.DurationVar(&o.Scrape.Interval, "scrape-interval", o.Scrape.Interval, "How often each engine's /metrics is scraped, each pod at its own phase; failing pods back off up to 8 intervals.")
 	s.DurationVar(&o.Scrape.Timeout, "scrape-timeout", o.Scrape.Timeout, "Deadline of one scrape, connection to last byte.")
 	s.Int64Var(&o.Scrape.MaxBodyBytes, "scrape-max-body-bytes", o.Scrape.MaxBodyBytes, "Largest /metrics body accepted, in bytes.")
 	s.IntVar(&o.Scrape.MaxSeries, "scrape-max-series", o.Scrape.MaxSeries, "Most series of the engine metric families read in one /metrics body; a body with more fails its scrape (reason too_many_series).")
 	s.IntVar(&o.Scrape.MaxEngines, "scrape-max-engines", o.Scrape.MaxEngines, "Most engines (data-parallel ranks, Triton models) in one /metrics body; more fails the scrape (reason too_many_engines).")
-	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once.")
+	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once, scheduled and on-demand together, shared fairly between namespaces and pools.")
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
 	s.StringVar(&o.Scrape.Scheme, "scrape-scheme", o.Scrape.Scheme, "Scheme (http or https) for pods without the prometheus.io/scheme annotation.")
@@ -264,6 +273,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.BoolVar(&o.Scrape.InsecureSkipVerify, "scrape-insecure-skip-verify", o.Scrape.InsecureSkipVerify, "Do not verify the certificates of https engines (traffic stays encrypted; a pod can then be impersonated).")
 	s.DurationVar(&o.Scrape.MaxSampleAge, "max-sample-age", o.Scrape.MaxSampleAge,
 		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals.")
+	s.BoolVar(&o.Scrape.HostNetworkPods, "scrape-host-network-pods", o.Scrape.HostNetworkPods,
+		"Scrape pods with hostNetwork: true. Their IP is the node's, so their annotations could aim the adapter at any port of the node; off, such a pod counts as unknown.")
 
 	o.Scoring.AddFlags(fss.FlagSet("saturation"))
 
@@ -333,6 +344,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SelectorIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--selector-idle-timeout=%s: must be > 0", o.SelectorIdleTimeout))
+	}
+	if o.MaxRequestSelectors < 1 {
+		errs = append(errs, fmt.Errorf("--max-request-selectors=%d: must be >= 1", o.MaxRequestSelectors))
 	}
 	if o.ClientQPS <= 0 || o.ClientBurst < 1 {
 		errs = append(errs, fmt.Errorf("--client-qps=%g and --client-burst=%d: must be > 0", o.ClientQPS, o.ClientBurst))

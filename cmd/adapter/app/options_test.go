@@ -1,7 +1,9 @@
 package app
 
 import (
+	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	promconfig "github.com/prometheus/common/config"
 	"github.com/spf13/pflag"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 )
 
@@ -31,6 +34,7 @@ func TestValidateNamesFlagAndValue(t *testing.T) {
 		{"max age below interval", func(o *Options) { o.Scrape.MaxSampleAge = time.Second }, []string{"--max-sample-age=1s"}},
 		{"body limit", func(o *Options) { o.Scrape.MaxBodyBytes = 0 }, []string{"--scrape-max-body-bytes=0"}},
 		{"empty namespace", func(o *Options) { o.Namespaces = []string{"llm", ""} }, []string{"--namespaces=llm,"}},
+		{"no request selectors", func(o *Options) { o.MaxRequestSelectors = 0 }, []string{"--max-request-selectors=0"}},
 		{"unreadable CA file", func(o *Options) { o.Scrape.CAFile = "/nonexistent/ca.pem" }, []string{"--scrape-ca-file=/nonexistent/ca.pem"}},
 		{"CA and skip-verify together", func(o *Options) { o.Scrape.CAFile = "testdata/ca.pem"; o.Scrape.InsecureSkipVerify = true },
 			[]string{"--scrape-insecure-skip-verify and --scrape-ca-file=testdata/ca.pem: choose one"}},
@@ -154,5 +158,71 @@ func TestServerFlagsDocumented(t *testing.T) {
 		if !own[f] {
 			t.Errorf("README Flags tables list %s, which is not a flag of the adapter's own flag sets", f)
 		}
+	}
+}
+
+// The pod-selection flags reach podselect through Config.
+func TestConfigSelectOptions(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args         []string
+		hostNetwork  bool
+		maxSelectors int
+	}{
+		{args: nil, hostNetwork: false, maxSelectors: 1000},
+		{args: []string{"--scrape-host-network-pods", "--max-request-selectors=7"}, hostNetwork: true, maxSelectors: 7},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			for _, f := range o.Flags().FlagSets {
+				fs.AddFlagSet(f)
+			}
+			if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig, "--cert-dir=" + dir, "--secure-port=0",
+				"--authentication-skip-lookup"}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			o.Server.Authentication.RemoteKubeConfigFileOptional = true
+			o.Server.Authorization.RemoteKubeConfigFileOptional = true
+			o.Complete()
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.Config()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Select.ScrapeHostNetwork != tt.hostNetwork || cfg.Select.MaxRequestSelectors != tt.maxSelectors {
+				t.Errorf("Select = host network %v, max request selectors %d; want %v, %d",
+					cfg.Select.ScrapeHostNetwork, cfg.Select.MaxRequestSelectors, tt.hostNetwork, tt.maxSelectors)
+			}
+		})
+	}
+}
+
+// The client that lists and watches pods and HPAs reports API server outages
+// at the default log level (podselect.OutageReporter).
+func TestRestConfigReportsOutages(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.Kubeconfig = kubeconfig
+	c, err := o.restConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WrapTransport == nil {
+		t.Fatal("no transport wrapper")
+	}
+	if _, ok := c.WrapTransport(http.DefaultTransport).(*podselect.OutageReporter); !ok {
+		t.Errorf("the client's transport is not wrapped by podselect.OutageReporter")
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	apimetrics "k8s.io/apiserver/pkg/endpoints/metrics"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -122,7 +124,8 @@ type Server struct {
 
 // New builds the pipeline (informers → pod selection → scraper → provider) and
 // the API server that serves it. Nothing starts until Run: the informers start
-// in a post-start hook, and /readyz reports ready once their caches are synced.
+// in a post-start hook, and /readyz reports ready once their caches are synced
+// and delegated authentication has loaded the aggregator's client CA.
 func (c CompletedConfig) New() (*Server, error) {
 	reg := prometheus.NewRegistry()
 	scrapeMetrics, err := scrape.NewMetrics(reg)
@@ -193,7 +196,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	s.generic.Handler.NonGoRestfulMux.Handle("/metrics", promhttp.HandlerFor(
 		prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 
-	if err := s.generic.AddReadyzChecks(healthz.NamedCheck("informer-sync", s.checkSynced), configCheck{catalogs}); err != nil {
+	if err := s.generic.AddReadyzChecks(healthz.NamedCheck("informer-sync", s.checkSynced),
+		authenticationLoaded(c.Generic.Authentication.RequestHeaderConfig), configCheck{catalogs}); err != nil {
 		return nil, err
 	}
 	if err := s.generic.AddPostStartHook("saturation-adapter-start-pipeline", s.startPipeline); err != nil {
@@ -220,6 +224,28 @@ func (s *Server) checkSynced(*http.Request) error {
 	default:
 		return errors.New("pod and HorizontalPodAutoscaler caches not synced yet")
 	}
+}
+
+// authenticationLoaded is the readiness check of delegated authentication.
+// The aggregator's requests authenticate with its front-proxy client
+// certificate, verified against the request-header CA, which
+// k8s.io/apiserver loads from kube-system/extension-apiserver-authentication
+// by an informer only after the server starts: until then every forwarded
+// request is anonymous and gets 403. Ready waits for that CA (once loaded it
+// stays); without a request-header configuration (--requestheader-client-ca-file
+// given as a file, or no in-cluster lookup) there is nothing to wait for.
+func authenticationLoaded(rh *authenticatorfactory.RequestHeaderConfig) healthz.HealthChecker {
+	var loaded atomic.Bool
+	return healthz.NamedCheck("delegated-authentication", func(*http.Request) error {
+		if rh == nil || rh.CAContentProvider == nil || loaded.Load() {
+			return nil
+		}
+		if len(rh.CAContentProvider.CurrentCABundleContent()) == 0 {
+			return errors.New("request-header client CA not loaded yet from kube-system/extension-apiserver-authentication")
+		}
+		loaded.Store(true)
+		return nil
+	})
 }
 
 // startPipeline starts the informers and, once they are synced, the scrape

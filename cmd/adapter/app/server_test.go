@@ -38,7 +38,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
@@ -125,8 +129,9 @@ func startAdapter(t *testing.T, files ...string) *adapterUnderTest {
 	return startAdapterWith(t, nil, nil, files...)
 }
 
-// startAdapterWith is startAdapter with the options and the configuration
-// changed by optsMod and cfgMod (either may be nil) before the server is built.
+// startAdapterWith is startAdapter with the options changed by optsMod before
+// Config, and the Config (whose Client is then the fake clientset) by cfgMod
+// before the server is built; either may be nil.
 func startAdapterWith(t *testing.T, optsMod func(*Options), cfgMod func(*Config), files ...string) *adapterUnderTest {
 	t.Helper()
 	pki := newTestPKI(t)
@@ -172,8 +177,9 @@ func startAdapterWith(t *testing.T, optsMod func(*Options), cfgMod func(*Config)
 	o.Server.Authentication.ClientCert.ClientCA = pki.caFile
 	o.Server.Authorization.RemoteKubeConfigFileOptional = true
 	o.Kubeconfig = kubeconfig
-	// One scrape round at start, then none during the test: engine requests after
-	// that come from requests, which the discovery check relies on.
+	// Each pod's first scheduled scrape comes at its phase within the hour (from
+	// its UID: minutes after start for uid-0 to uid-5), so during the test engine
+	// requests come from metric requests only, which the discovery check relies on.
 	o.Scrape.Interval = time.Hour
 	if optsMod != nil {
 		optsMod(o)
@@ -185,9 +191,6 @@ func startAdapterWith(t *testing.T, optsMod func(*Options), cfgMod func(*Config)
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if cfgMod != nil {
-		cfgMod(cfg)
 	}
 	a.fake = fake.NewClientset(append(objs,
 		&autoscalingv2.HorizontalPodAutoscaler{
@@ -203,6 +206,9 @@ func startAdapterWith(t *testing.T, optsMod func(*Options), cfgMod func(*Config)
 		},
 	)...)
 	cfg.Client = a.fake
+	if cfgMod != nil {
+		cfgMod(cfg)
+	}
 	s, err := cfg.Complete().New()
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +295,6 @@ func (a *adapterUnderTest) get(t *testing.T, path string) (int, []byte) {
 func TestAssembledServer(t *testing.T) {
 	a := startAdapter(t, filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom")) // saturation 7.4
 	a.waitReady(t)
-	ctx := context.Background()
 	if code, body := a.get(t, "/readyz?verbose"); code != http.StatusOK || !strings.Contains(string(body), "[+]informer-sync ok") ||
 		strings.Count(string(body), "informer-sync") != 1 {
 		t.Errorf("/readyz: HTTP %d, want 200 with one informer-sync check:\n%s", code, body)
@@ -299,10 +304,9 @@ func TestAssembledServer(t *testing.T) {
 	}
 
 	t.Run("discovery is static and does no I/O", func(t *testing.T) {
-		// The start-up scrape round (the HPA's selector) happens once.
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return a.engine.Load() > 0, nil
-		}); err != nil {
+		// A metric request scrapes the pod on the spot (it was never scraped).
+		a.value(t, "llm_saturation")
+		if a.engine.Load() == 0 {
 			t.Fatal("the HPA's pod was never scraped")
 		}
 		hits, actions := a.engine.Load(), len(a.fake.Actions())
@@ -370,7 +374,7 @@ saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",
 saturation_adapter_pool_pods{hpa="vllm",metric="llm_saturation",namespace="llm",state="wedged"} 0
 # HELP saturation_adapter_requests_total External and per-pod metric requests, by metric and result (ok, not_found, no_pods, no_data, error).
 # TYPE saturation_adapter_requests_total counter
-saturation_adapter_requests_total{metric="llm_saturation",result="ok"} 1
+saturation_adapter_requests_total{metric="llm_saturation",result="ok"} 2
 # HELP saturation_adapter_scrape_targets Pods in the current scrape set.
 # TYPE saturation_adapter_scrape_targets gauge
 saturation_adapter_scrape_targets 1
@@ -520,5 +524,83 @@ func TestConfigReload(t *testing.T) {
 	}
 	if code, _ := a.get(t, "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d after a bad reload, want 200: every replica reads the same file", code)
+	}
+}
+
+// caProvider is a request-header CA that a test loads when it wants.
+type caProvider struct{ ca atomic.Pointer[[]byte] }
+
+func (p *caProvider) Name() string { return "test-request-header-ca" }
+func (p *caProvider) CurrentCABundleContent() []byte {
+	if b := p.ca.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+func (p *caProvider) VerifyOptions() (x509.VerifyOptions, bool) { return x509.VerifyOptions{}, false }
+func (p *caProvider) AddListener(dynamiccertificates.Listener)  {}
+
+// Issue 12, faults 6: the adapter reported ready while delegated
+// authentication had not loaded the aggregator's client CA yet (it loads from
+// a ConfigMap after start), and callers through the aggregator got 403 for
+// about half a second. Ready now waits for it.
+func TestNotReadyBeforeAuthenticationLoads(t *testing.T) {
+	ca := &caProvider{}
+	a := startAdapterWith(t, nil, func(c *Config) {
+		none := headerrequest.StaticStringSlice(nil)
+		c.Generic.Authentication.RequestHeaderConfig = &authenticatorfactory.RequestHeaderConfig{CAContentProvider: ca,
+			UsernameHeaders: none, UIDHeaders: none, GroupHeaders: none, ExtraHeaderPrefixes: none, AllowedClientNames: none}
+	}, filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom"))
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := a.client.Get(a.base + "/readyz?verbose")
+		if err != nil {
+			return false, nil // not serving yet
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), "[+]informer-sync ok"), nil
+	}); err != nil {
+		t.Fatal("the caches never synced")
+	}
+	if code, body := a.get(t, "/readyz?verbose"); code == http.StatusOK || !strings.Contains(string(body), "[-]delegated-authentication failed") {
+		t.Errorf("/readyz: HTTP %d before the request-header CA loaded, want not ready:\n%s", code, body)
+	}
+	pem := []byte("-----BEGIN CERTIFICATE-----\n...\n")
+	ca.ca.Store(&pem)
+	a.waitReady(t)
+}
+
+// Issue 12, faults 6: before the pod cache syncs, a request is answered 503
+// "the adapter is starting", never 404 "no pods match" (a guess the HPA would
+// show as a misconfigured selector).
+func TestStartingAnswers503(t *testing.T) {
+	release := make(chan struct{})
+	a := startAdapterWith(t, nil, func(c *Config) {
+		c.Client.(*fake.Clientset).PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+			<-release // the first list of pods hangs until the test lets it go
+			return false, nil, nil
+		})
+	}, filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom"))
+	t.Cleanup(func() { close(release) })
+	path := "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?labelSelector=" + url.QueryEscape("app=vllm")
+	var code int
+	var body []byte
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := a.client.Get(a.base + path)
+		if err != nil {
+			return false, nil // not serving yet
+		}
+		defer resp.Body.Close()
+		code = resp.StatusCode
+		body, _ = io.ReadAll(resp.Body)
+		return true, nil
+	}); err != nil {
+		t.Fatal("the adapter never answered")
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "the adapter is starting") {
+		t.Errorf("before the pod cache synced: HTTP %d %s, want 503 saying the adapter is starting", code, body)
+	}
+	if code, _ := a.get(t, "/readyz"); code == http.StatusOK {
+		t.Error("/readyz is ready before the pod cache synced")
 	}
 }

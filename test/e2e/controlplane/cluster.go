@@ -325,7 +325,7 @@ func (c *Cluster) waitReady(ctx context.Context, p *Process) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		if exited, werr := p.Exited(); exited {
-			return false, fmt.Errorf("kube-apiserver exited: %w\n%s", werr, p.Tail(6000))
+			return false, fmt.Errorf("kube-apiserver exited: %v\n%s", werr, p.Tail(6000)) //nolint:errorlint // werr is nil after a clean exit
 		}
 		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {

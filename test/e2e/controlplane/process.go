@@ -121,7 +121,7 @@ func FreePort() (int, error) {
 func waitTCP(p *Process, addr string, timeout time.Duration) error {
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return false, fmt.Errorf("%s exited before listening on %s: %w\n%s", p.Name, addr, err, p.Tail(4000))
+			return false, fmt.Errorf("%s exited before listening on %s: %v\n%s", p.Name, addr, err, p.Tail(4000)) //nolint:errorlint // err is nil after a clean exit
 		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {

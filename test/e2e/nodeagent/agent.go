@@ -429,7 +429,7 @@ func (a *Agent) waitHealthy(ctx context.Context, r *podRun, pod *corev1.Pod, c c
 	var exited error
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if done, werr := proc.Exited(); done {
-			exited = fmt.Errorf("engine exited during start: %w", werr)
+			exited = fmt.Errorf("engine exited during start: %v", werr) //nolint:errorlint // werr is nil after a clean exit
 			return false, exited
 		}
 		return httpOK(ctx, url), nil

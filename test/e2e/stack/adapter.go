@@ -168,7 +168,7 @@ func (a *Adapter) waitAvailable(ctx context.Context, c *controlplane.Cluster) er
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		if exited, werr := a.Process.Exited(); exited {
-			return false, fmt.Errorf("adapter exited: %w", werr)
+			return false, fmt.Errorf("adapter exited: %v", werr) //nolint:errorlint // werr is nil after a clean exit
 		}
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, APIServiceName, metav1.GetOptions{})
 		if err != nil {
