@@ -125,6 +125,15 @@ type scanBuffers struct {
 	lset    labels.Labels
 }
 
+// lineNo returns the body's line number of the i-th filtered line; 0 when
+// unknown (the tests' reference extraction parses a whole body unfiltered).
+func (b *scanBuffers) lineNo(i int) int {
+	if len(b.lineNos) == 0 {
+		return 0
+	}
+	return b.lineNos[min(i, len(b.lineNos)-1)]
+}
+
 // rawSample is one series of interest, as read.
 type rawSample struct {
 	scalar   bool
@@ -160,16 +169,26 @@ func (e *Extractor) Extract(body []byte) (Reading, error) {
 // (timestamps in seconds, exemplars, # EOF); anything else as the text format
 // 0.0.4, with exemplars after a series ignored.
 func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, error) {
-	om := strings.HasPrefix(strings.TrimSpace(strings.ToLower(contentType)), "application/openmetrics-text")
+	om := isOpenMetrics(contentType)
 	b := e.bufs.Get().(*scanBuffers)
 	defer e.bufs.Put(b)
 	st, err := e.filter(body, om, b)
 	if err != nil {
 		return Reading{}, err
 	}
-	if err := e.parse(om, b); err != nil {
+	if err := e.parse(om, b.lines.Bytes(), b); err != nil {
 		return Reading{}, err
 	}
+	return e.reading(b, st)
+}
+
+// isOpenMetrics reports whether a Content-Type is OpenMetrics text.
+func isOpenMetrics(contentType string) bool {
+	return strings.HasPrefix(strings.TrimSpace(strings.ToLower(contentType)), "application/openmetrics-text")
+}
+
+// reading turns the parsed samples into a Reading.
+func (e *Extractor) reading(b *scanBuffers, st filterStats) (Reading, error) {
 	if len(b.samples) == 0 && len(b.gateway) > 0 {
 		// A gateway (endpoint picker): its queue, no engine.
 		return Reading{Dialect: DialectGateway, Gateway: slices.Clone(b.gateway)}, nil
@@ -178,7 +197,10 @@ func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, er
 	if err != nil {
 		return Reading{}, err
 	}
-	r.Gateway = slices.Clone(b.gateway)
+	if len(b.gateway) > 0 {
+		// nil when none, whatever the pooled buffer held before.
+		r.Gateway = slices.Clone(b.gateway)
+	}
 	return r, nil
 }
 
@@ -363,12 +385,12 @@ func closingBrace(line []byte) int {
 	return 0
 }
 
-// parse runs the exposition parser over the filtered lines and keeps the
-// samples of interest in b.samples.
-func (e *Extractor) parse(om bool, b *scanBuffers) error {
+// parse runs the exposition parser over data, the filtered lines (or, in the
+// tests' reference extraction, a whole body), and keeps the samples of
+// interest in b.samples.
+func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 	b.samples = b.samples[:0]
 	b.gateway = b.gateway[:0]
-	data := b.lines.Bytes()
 	if len(data) == 0 {
 		return nil
 	}
@@ -429,7 +451,7 @@ func (e *Extractor) parse(om bool, b *scanBuffers) error {
 			if ref.kind == partBucket {
 				le, err := strconv.ParseFloat(b.lset.Get(model.BucketLabel), 64)
 				if err != nil || math.IsNaN(le) {
-					return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNos[min(line, len(b.lineNos)-1)], name, Excerpt(b.lset.Get(model.BucketLabel), 40))
+					return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, Excerpt(b.lset.Get(model.BucketLabel), 40))
 				}
 				s.le = le
 			}
