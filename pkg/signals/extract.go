@@ -95,6 +95,11 @@ type Extractor struct {
 	index    sourceIndex
 	bufs     sync.Pool // *scanBuffers
 	layouts  layoutCache
+	// names, sources and strs let readings share what is the same in every
+	// scrape: source names, Sources maps, engine IDs and model names.
+	names   sourceNames
+	sources sourcesCache
+	strs    stringCache
 }
 
 // NewExtractor returns an Extractor for the built-in engine dialects that reads
@@ -111,7 +116,7 @@ func NewExtractorWith(opts ExtractOptions) *Extractor {
 		opts.MaxEngines = DefaultMaxEngines
 	}
 	d := builtinDialects()
-	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms, opts.GatewayMetrics)}
+	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms, opts.GatewayMetrics), names: newSourceNames(d)}
 	e.bufs.New = func() any { return &scanBuffers{} }
 	return e
 }
@@ -557,7 +562,7 @@ func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
 		return Reading{}, fmt.Errorf("%w (looked for %s)", ErrNoEngineMetrics, e.lookedFor())
 	}
 	d := &e.dialects[dialect]
-	r := Reading{Dialect: d.Name, Sources: map[string]string{}}
+	r := Reading{Dialect: d.Name}
 	samples = e.keepDialect(&r, samples, dialect, spelling)
 	if st.other > 0 {
 		r.warn(fmt.Sprintf("%d lines are not exposition text and were skipped (first: line %d)", st.other, st.first))
@@ -572,16 +577,18 @@ func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
 		s := &samples[i]
 		eb, ok := engines[s.engine]
 		if !ok {
-			eb = &engineBuild{id: s.engine}
-			engines[s.engine] = eb
-			ids = append(ids, s.engine)
+			// Interned: s.engine shares the memory of the series' whole label set.
+			id := e.strs.intern(s.engine)
+			eb = &engineBuild{id: id}
+			engines[id] = eb
+			ids = append(ids, id)
 		}
 		if s.model != "" {
 			if eb.model == "" {
-				eb.model = Excerpt(s.model, maxLabelBytes)
+				eb.model = e.strs.intern(Excerpt(s.model, maxLabelBytes))
 			}
 			if len(models) < maxModels {
-				models[Excerpt(s.model, maxLabelBytes)] = struct{}{}
+				models[e.strs.intern(Excerpt(s.model, maxLabelBytes))] = struct{}{}
 			}
 		}
 		if d.BackendPrefix != "" && s.scalar && strings.HasPrefix(s.sref.source.Metric, d.BackendPrefix) {
@@ -609,7 +616,7 @@ func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
 		r.SampleTime = time.UnixMilli(oldest)
 	}
 
-	e.resolve(&r, d, spelling, engines, ids)
+	e.resolve(&r, dialect, spelling, engines, ids)
 	if d.Name == "vllm" {
 		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
 	}
@@ -900,22 +907,24 @@ func (eb *engineBuild) addHisto(s *rawSample) {
 
 // resolve chooses, per engine and signal, the first alternative with a valid
 // value, builds the engines' histograms and records sources and warnings.
-func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[string]*engineBuild, ids []string) {
+func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[string]*engineBuild, ids []string) {
+	d := &e.dialects[dialect]
 	type usage struct {
-		present  int // engines with any series of the signal
-		valid    int // engines with a valid value
-		prefs    map[int]bool
+		present  int    // engines with any series of the signal
+		valid    int    // engines with a valid value
+		prefs    uint64 // the alternatives read, one bit each
 		fellBack []string
 	}
 	var use [numSignals]usage
-	for s := range numSignals {
-		use[s].prefs = map[int]bool{}
-	}
 	// The most preferred set present in the body, per signal: reported as the
 	// signal's source even when all its values are invalid.
 	var presentPref [numSignals]int
 	for s := range numSignals {
 		presentPref[s] = -1
+	}
+	key := sourcesKey{dialect: int8(dialect), spelling: int8(spelling)}
+	for h := range numHistos {
+		key.histos[h] = -1
 	}
 	for _, id := range ids {
 		for _, kc := range engines[id].cells {
@@ -924,6 +933,7 @@ func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[st
 			}
 		}
 	}
+	r.Engines = make([]EngineSignals, 0, len(ids))
 	for _, id := range ids {
 		eb := engines[id]
 		es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
@@ -947,7 +957,7 @@ func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[st
 				}
 				es.set(s, v)
 				use[s].valid++
-				use[s].prefs[p] = true
+				use[s].prefs |= 1 << p
 				break
 			}
 		}
@@ -955,8 +965,8 @@ func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[st
 			for p := range d.Histos[h] {
 				if hist, ok := eb.histogram(h, p, d, spelling, id, r, &e.layouts); ok {
 					es.Hist[h] = hist
-					if _, done := r.Sources[h.String()]; !done {
-						r.Sources[h.String()] = d.spell(d.Histos[h][p].Metric, spelling)
+					if key.histos[h] < 0 {
+						key.histos[h] = int8(p)
 					}
 					break
 				}
@@ -965,16 +975,16 @@ func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[st
 		r.Engines = append(r.Engines, es)
 	}
 	for s := range numSignals {
+		key.sets[s] = int8(presentPref[s])
 		if presentPref[s] < 0 {
 			continue
 		}
-		name := spellSet(d, d.Sources[s][presentPref[s]], spelling)
-		r.Sources[s.String()] = name
+		name := e.names.set(dialect, s, presentPref[s], spelling)
 		u := use[s]
 		for _, id := range u.fellBack {
 			for p := range d.Sources[s] {
-				if u.prefs[p] && p != presentPref[s] {
-					r.warn(fmt.Sprintf("%s has no valid value for engine %q; read %s instead", name, id, spellSet(d, d.Sources[s][p], spelling)))
+				if u.prefs&(1<<p) != 0 && p != presentPref[s] {
+					r.warn(fmt.Sprintf("%s has no valid value for engine %q; read %s instead", name, id, e.names.set(dialect, s, p, spelling)))
 					break
 				}
 			}
@@ -986,16 +996,7 @@ func (e *Extractor) resolve(r *Reading, d *Dialect, spelling int, engines map[st
 			r.warn(fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, u.valid, len(ids)))
 		}
 	}
-}
-
-func spellSet(d *Dialect, ss SourceSet, k int) string {
-	if k != 0 {
-		ss.Sources = slices.Clone(ss.Sources)
-		for i := range ss.Sources {
-			ss.Sources[i].Metric = d.spell(ss.Sources[i].Metric, k)
-		}
-	}
-	return ss.String()
+	r.Sources = e.sources.get(key, &e.names)
 }
 
 // value returns the engine's value of alternative p of signal s: has is false

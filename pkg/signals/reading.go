@@ -99,7 +99,8 @@ type Reading struct {
 	Models []string
 	// Sources names, per signal, the metric that was read (e.g.
 	// "vllm:kv_cache_usage_perc", in the spelling the body used); absent when the
-	// engine exposed none.
+	// engine exposed none. Readings with the same sources share one map: do
+	// not modify it.
 	Sources map[string]string
 	// Engines lists the engines of the pod, sorted by ID.
 	Engines []EngineSignals
@@ -193,7 +194,14 @@ func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 			counts[s]++
 		}
 		for h := range numHistos {
-			if e.Hist[h] != nil {
+			switch {
+			case e.Hist[h] == nil:
+			case f.Hist[h] == nil:
+				// Shared, not copied: histograms are never modified once built
+				// (Add returns a new one), and a single-engine pod's fold is its
+				// engine's.
+				f.Hist[h] = e.Hist[h]
+			default:
 				f.Hist[h] = f.Hist[h].Add(e.Hist[h])
 			}
 		}

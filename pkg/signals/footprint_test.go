@@ -1,0 +1,94 @@
+package signals
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// everyTermCatalog is the built-in policies beside one with every term kind,
+// as hack/benchscale's "every" runs: histograms read, windows of 1, 2 and 5
+// minutes kept.
+func everyTermCatalog(tb testing.TB) *Catalog {
+	tb.Helper()
+	policies := append(BuiltinPolicies(DefaultSetPoints(), DefaultUnknownSaturation, DefaultHoldLastGood), Policy{
+		Name: "every-term", Kind: KindMean, UnknownSaturation: 1, QueueCap: 1024, Terms: []Term{
+			{Kind: TermQueueDepth, SetPoint: 4, MaxRatio: 10},
+			{Kind: TermKVCacheUsage, SetPoint: 0.8},
+			{Kind: TermBatchSlots, SetPoint: 0.9, MaxNumSeqs: 64},
+			{Kind: TermPreemptionRate, SetPoint: 1, Window: 2 * time.Minute},
+			{Kind: TermTTFT, SetPoint: 1.5, Quantile: 0.95, Window: time.Minute},
+			{Kind: TermE2ELatency, SetPoint: 60, Quantile: 0.9, Window: 5 * time.Minute},
+			{Kind: TermInterTokenLatency, SetPoint: 0.1, Quantile: 0.95, Window: time.Minute},
+		}})
+	c, err := NewCatalog(policies...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkScrapeReading is the pkg/signals part of one scrape in the steady
+// state: extract the real 47 KB vLLM V1 dump and append the reading to a pod's
+// full History (2 s after the one before), under the built-in policies
+// ("default": no histograms, readings kept for the 10 s state window) and
+// under everyTermCatalog ("every": histograms, readings kept for the 5 m
+// window, thinned to DefaultMaxReadings). B/pod is the live heap of one pod's
+// full History, measured over 1,000 pods: what the readings and window
+// aggregates of an engine cost the adapter.
+func BenchmarkScrapeReading(b *testing.B) {
+	body := readTestdata(b, realV1Dump)
+	builtin, err := NewCatalog(BuiltinPolicies(DefaultSetPoints(), DefaultUnknownSaturation, DefaultHoldLastGood)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		catalog *Catalog
+	}{{"default", builtin}, {"every", everyTermCatalog(b)}} {
+		b.Run(tc.name, func(b *testing.B) {
+			needs := tc.catalog.Needs()
+			e := NewExtractorWith(ExtractOptions{Histograms: needs.Histograms})
+			o := HistoryOptions{Needs: needs}
+			t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+			scrape := func(h *History, i int) *History {
+				r, err := e.Extract(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Time = t0.Add(time.Duration(i) * 2 * time.Second)
+				return h.Append(&r, o)
+			}
+			// Enough scrapes to fill a History: its longest window at 2 s, plus
+			// thinning's margin.
+			fill := int(max(needs.MaxWindow(), DefaultStateWindow)/(2*time.Second)) + 4
+			const pods = 1000
+			before := liveHeap()
+			hs := make([]*History, pods)
+			for p := range hs {
+				for i := range fill {
+					hs[p] = scrape(hs[p], i)
+				}
+			}
+			perPod := float64(liveHeap()-before) / pods
+			readings := len(hs[0].Readings())
+			h, i := hs[0], fill
+			b.ReportAllocs()
+			for b.Loop() {
+				h = scrape(h, i)
+				i++
+			}
+			b.ReportMetric(perPod, "B/pod")
+			b.ReportMetric(float64(readings), "readings/pod")
+			runtime.KeepAlive(hs)
+		})
+	}
+}
+
+// liveHeap returns the bytes of live heap objects after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
