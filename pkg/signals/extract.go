@@ -251,6 +251,9 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 	b.lines.Reset()
 	b.lineNos = b.lineNos[:0]
 	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
+	// The metric name of the last series line read, and whether its family is.
+	var prev []byte
+	var prevRead bool
 	for n := 1; len(body) > 0; n++ {
 		var line []byte
 		if i := bytes.IndexByte(body, '\n'); i >= 0 {
@@ -283,15 +286,29 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			}
 			continue // no family read starts with this byte
 		}
-		name, ok := lineMetricName(line)
-		if !ok {
-			if st.other == 0 {
-				st.first, st.firstText = n, Excerpt(string(line), 80)
+		var name []byte
+		var read bool
+		if k := len(prev); k > 0 && len(line) > k && isNameEnd(line[k]) && bytes.Equal(line[:k], prev) {
+			// A family's series come one after the other: the same name as the
+			// line before (which holds no '{', blank or tab) is the same answer.
+			name, read = prev, prevRead
+		} else {
+			var ok bool
+			name, ok = lineMetricName(line)
+			if !ok {
+				if st.other == 0 {
+					st.first, st.firstText = n, Excerpt(string(line), 80)
+				}
+				st.other++
+				continue
 			}
-			st.other++
-			continue
+			read = e.index.read[string(name)] // no allocation: Go optimises string(b) in a map index
+			prev, prevRead = nil, false
+			if line[0] != '{' { // a quoted name may hold the bytes that end others
+				prev, prevRead = name, read
+			}
 		}
-		if !e.index.read[string(name)] { // no allocation: Go optimises string(b) in a map index
+		if !read {
 			continue
 		}
 		if len(line) > maxLineBytes {
@@ -349,6 +366,9 @@ func lineMetricName(line []byte) ([]byte, bool) {
 	}
 	return line, true
 }
+
+// isNameEnd reports whether c ends an unquoted metric name in a series line.
+func isNameEnd(c byte) bool { return c == '{' || c == ' ' || c == '\t' }
 
 // metricNameStart reports whether c can start a metric name ([a-zA-Z_:]).
 func metricNameStart(c byte) bool {
