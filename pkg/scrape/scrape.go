@@ -120,10 +120,11 @@ func New(opts Options, client *http.Client, reader Reader, clk clock.WithTicker,
 // metric catalog reload). Histories already kept stay as they are.
 func (s *Scraper) SetReader(r Reader) { s.reader.Store(&r) }
 
-// NewHTTPClient returns the client engines are scraped with: the one Prometheus
-// itself scrapes with (github.com/prometheus/common/config), so TLS settings
+// NewHTTPClient returns the client engines are scraped with: Prometheus's own
+// scrape client settings (github.com/prometheus/common/config), so TLS settings
 // mean what they mean in a Prometheus scrape config and a CA file is re-read
-// when it changes (the round tripper compares its hash on each request). It
+// when it changes (the round tripper compares its hash on each request), with
+// smaller per-connection buffers and no dial tracing (see newRoundTripper). It
 // never follows redirects: a /metrics endpoint that redirects is misconfigured,
 // and following it would let a pod point the adapter at another address. It
 // keeps idle connections to every pod open between scrapes (up to 1,000 per
@@ -134,13 +135,15 @@ func NewHTTPClient(tlsConfig promconfig.TLSConfig) (*http.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("scrape TLS settings: %w", err)
 	}
-	c, err := promconfig.NewClientFromConfig(cfg, "saturation_adapter_scrape",
-		promconfig.WithIdleConnTimeout(90*time.Second), promconfig.WithUserAgent("saturation-adapter"))
+	rt, err := newRoundTripper(tlsConfig)
 	if err != nil {
 		return nil, fmt.Errorf("scrape TLS settings: %w", err)
 	}
-	return c, nil
+	return &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, nil
 }
+
+// userAgent is the User-Agent of every scrape.
+const userAgent = "saturation-adapter"
 
 // Latest returns the stored result for a pod. Results are immutable once
 // stored (a scrape stores a new one), so the pointer may be kept and read freely.
@@ -222,6 +225,7 @@ func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extr
 	// The text format first, OpenMetrics next (engines serve one or the
 	// other; the extractor reads both); never protobuf.
 	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1")
+	req.Header.Set("User-Agent", userAgent)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
