@@ -224,21 +224,64 @@ func computeWindow(rs []*Reading, k WindowKey) windowAgg {
 				if e.Hist[hk] == nil || pe.Hist[hk] == nil {
 					continue
 				}
-				d, reset, approx := e.Hist[hk].Since(pe.Hist[hk])
+				reset, approx := addSince(&a.hist[hk], e.Hist[hk], pe.Hist[hk])
 				if reset {
 					a.resets++
 				}
 				a.approx = a.approx || approx
-				switch {
-				case a.hist[hk] == nil:
-					a.hist[hk] = d.clone() // d may be the engine's own cumulative histogram
-				case !a.hist[hk].addInPlace(d):
-					a.hist[hk] = a.hist[hk].Add(d)
-				}
 			}
 		}
 	}
 	return a
+}
+
+// addSince adds h.Since(older) to the window's histogram *acc (a copy of it
+// when *acc is nil) and returns Since's reset and approx. When h, older and
+// *acc share a layout and no count went down (every scrape of a steady engine)
+// it adds the differences in place, with the same arithmetic as Since then
+// addInPlace, without building the difference (which took 252 of the 590
+// allocations of a scrape under every term kind: BenchmarkScrapeReading).
+func addSince(acc **Histogram, h, older *Histogram) (reset, approx bool) {
+	if h.Count >= older.Count && sameLayout(h, older) && !decreased(h, older) && (*acc == nil || sameLayout(*acc, h)) {
+		count, sum := h.Count-older.Count, h.Sum-older.Sum
+		if sum < 0 {
+			sum = 0
+		}
+		if *acc == nil {
+			a := &Histogram{Bounds: h.Bounds, Counts: make([]float64, len(h.Counts)), Count: count, Sum: sum}
+			for i := range h.Counts {
+				a.Counts[i] = h.Counts[i] - older.Counts[i]
+			}
+			*acc = a
+			return false, false
+		}
+		a := *acc
+		for i := range h.Counts {
+			a.Counts[i] += h.Counts[i] - older.Counts[i]
+		}
+		a.Count += count
+		a.Sum += sum
+		return false, false
+	}
+	d, reset, approx := h.Since(older)
+	switch {
+	case *acc == nil:
+		*acc = d.clone() // d may be the engine's own cumulative histogram
+	case !(*acc).addInPlace(d):
+		*acc = (*acc).Add(d)
+	}
+	return reset, approx
+}
+
+// decreased reports whether a bucket of h (same layout as older) has fewer
+// observations than in older: a reset, for Since.
+func decreased(h, older *Histogram) bool {
+	for i := range h.Counts {
+		if h.Counts[i]-older.Counts[i] < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Histogram) clone() *Histogram {
