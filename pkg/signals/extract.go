@@ -2,6 +2,7 @@ package signals
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -128,6 +129,27 @@ type scanBuffers struct {
 	samples []rawSample
 	gateway []GatewaySeries
 	lset    labels.Labels
+	// What fold builds and drops: engines by ID, their builds (reused with
+	// their cells and maps), engine IDs, model names, histogram bounds.
+	engines map[string]*engineBuild
+	builds  []*engineBuild
+	nBuilds int
+	ids     []string
+	models  map[string]struct{}
+	bounds  []float64
+	key     []byte
+}
+
+// newBuild returns an empty engineBuild for id, reusing one of an earlier
+// extraction (its cells' and maps' memory).
+func (b *scanBuffers) newBuild(id string) *engineBuild {
+	if b.nBuilds == len(b.builds) {
+		b.builds = append(b.builds, &engineBuild{})
+	}
+	eb := b.builds[b.nBuilds]
+	b.nBuilds++
+	eb.reset(id)
+	return eb
 }
 
 // lineNo returns the body's line number of the i-th filtered line; 0 when
@@ -198,7 +220,7 @@ func (e *Extractor) reading(b *scanBuffers, st filterStats) (Reading, error) {
 		// A gateway (endpoint picker): its queue, no engine.
 		return Reading{Dialect: DialectGateway, Gateway: slices.Clone(b.gateway)}, nil
 	}
-	r, err := e.fold(b.samples, st)
+	r, err := e.fold(b.samples, st, b)
 	if err != nil {
 		return Reading{}, err
 	}
@@ -573,7 +595,7 @@ func validate(s Signal, v float64) (float64, Reason, bool) {
 // every series; per engine and signal choose the first alternative with a valid
 // value (duplicates collapsed to their maximum); build histograms; fold the
 // engines into the pod.
-func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
+func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (Reading, error) {
 	dialect, spelling, ok := e.chooseDialect(samples)
 	if !ok {
 		if st.other > 0 {
@@ -589,17 +611,21 @@ func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
 	}
 	samples = dropAggregates(&r, d, spelling, samples)
 
-	engines := map[string]*engineBuild{}
-	var ids []string
+	if b.engines == nil {
+		b.engines, b.models = map[string]*engineBuild{}, map[string]struct{}{}
+	}
+	clear(b.engines)
+	clear(b.models)
+	b.nBuilds, b.ids = 0, b.ids[:0]
+	engines, ids, models := b.engines, b.ids, b.models
 	var oldest int64
-	models := map[string]struct{}{}
 	for i := range samples {
 		s := &samples[i]
 		eb, ok := engines[s.engine]
 		if !ok {
 			// Interned: s.engine shares the memory of the series' whole label set.
 			id := e.strs.intern(s.engine)
-			eb = &engineBuild{id: id}
+			eb = b.newBuild(id)
 			engines[id] = eb
 			ids = append(ids, id)
 		}
@@ -623,6 +649,7 @@ func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
 			eb.addHisto(s)
 		}
 	}
+	b.ids = ids // keep the grown slice for the next extraction
 	ids = mergeUnlabelled(d, engines, ids)
 	if len(ids) > e.opts.MaxEngines {
 		return Reading{}, fmt.Errorf("%w: %d engines, more than %d", ErrTooManyEngines, len(ids), e.opts.MaxEngines)
@@ -636,7 +663,7 @@ func (e *Extractor) fold(samples []rawSample, st filterStats) (Reading, error) {
 		r.SampleTime = time.UnixMilli(oldest)
 	}
 
-	e.resolve(&r, dialect, spelling, engines, ids)
+	e.resolve(&r, dialect, spelling, engines, ids, b)
 	if d.Name == "vllm" {
 		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
 	}
@@ -666,17 +693,18 @@ func mergeUnlabelled(d *Dialect, engines map[string]*engineBuild, ids []string) 
 			other.cells = append(other.cells, kc)
 		}
 	}
+	// Copied, not shared: builds are reused, each with maps of its own.
 	for k, m := range agg.buckets {
-		if other.buckets == nil {
-			other.buckets = map[[2]int]map[float64]*cell{}
+		if len(m) == 0 || len(other.buckets[k]) > 0 {
+			continue
 		}
-		if _, dup := other.buckets[k]; !dup {
-			other.buckets[k] = m
+		for le, c := range m {
+			other.bucketCells(k)[le] = c
 		}
 	}
 	for k, c := range agg.hparts {
 		if other.hparts == nil {
-			other.hparts = map[[3]int]*cell{}
+			other.hparts = map[[3]int]cell{}
 		}
 		if _, dup := other.hparts[k]; !dup {
 			other.hparts[k] = c
@@ -695,8 +723,12 @@ func mergeUnlabelled(d *Dialect, engines map[string]*engineBuild, ids []string) 
 func (e *Extractor) chooseDialect(samples []rawSample) (dialect, spelling int, ok bool) {
 	const maxSpellings = 2
 	n := len(e.dialects) * maxSpellings
-	score := make([]int, n)
-	seen := make([]uint32, n)
+	var scoreBuf [16]int
+	var seenBuf [16]uint32
+	score, seen := scoreBuf[:], seenBuf[:]
+	if n > len(scoreBuf) {
+		score, seen = make([]int, n), make([]uint32, n)
+	}
 	for i := range samples {
 		s := &samples[i]
 		if !s.scalar {
@@ -841,31 +873,54 @@ type engineBuild struct {
 	model   string
 	backend bool
 	cells   []keyedCell
-	// buckets, by histogram and preference: le → cell.
-	buckets map[[2]int]map[float64]*cell
-	hparts  map[[3]int]*cell // count and sum
+	// buckets, by histogram and preference: le → cell; an empty map is none.
+	buckets map[[2]int]map[float64]cell
+	hparts  map[[3]int]cell // count and sum
+}
+
+// reset empties the build for engine id, keeping its memory.
+func (eb *engineBuild) reset(id string) {
+	eb.id, eb.model, eb.backend = id, "", false
+	eb.cells = eb.cells[:0]
+	for _, m := range eb.buckets {
+		clear(m)
+	}
+	clear(eb.hparts)
 }
 
 // keyedCell is a cell and its key; an engine has a few dozen at most, so a
 // slice scanned linearly beats a map.
 type keyedCell struct {
 	key partKey
-	c   *cell
+	c   cell
 }
 
-// cell returns the engine's cell for k, creating it when create is set.
+// cell returns the engine's cell for k, creating it when create is set. The
+// pointer is valid until the next cell is created.
 func (eb *engineBuild) cell(k partKey, create bool) *cell {
 	for i := range eb.cells {
 		if eb.cells[i].key == k {
-			return eb.cells[i].c
+			return &eb.cells[i].c
 		}
 	}
 	if !create {
 		return nil
 	}
-	c := &cell{}
-	eb.cells = append(eb.cells, keyedCell{key: k, c: c})
-	return c
+	eb.cells = append(eb.cells, keyedCell{key: k})
+	return &eb.cells[len(eb.cells)-1].c
+}
+
+// bucketCells returns the bucket cells of histogram and preference k.
+func (eb *engineBuild) bucketCells(k [2]int) map[float64]cell {
+	if eb.buckets == nil {
+		eb.buckets = map[[2]int]map[float64]cell{}
+	}
+	m := eb.buckets[k]
+	if m == nil {
+		m = map[float64]cell{}
+		eb.buckets[k] = m
+	}
+	return m
 }
 
 func (eb *engineBuild) addScalar(r *Reading, s *rawSample) {
@@ -897,37 +952,24 @@ func engineSuffix(id string) string {
 func (eb *engineBuild) addHisto(s *rawSample) {
 	k := [2]int{int(s.href.histo), s.href.pref}
 	if s.href.kind == partBucket {
-		if eb.buckets == nil {
-			eb.buckets = map[[2]int]map[float64]*cell{}
-		}
-		m := eb.buckets[k]
-		if m == nil {
-			m = map[float64]*cell{}
-			eb.buckets[k] = m
-		}
+		m := eb.bucketCells(k)
 		c := m[s.le]
-		if c == nil {
-			c = &cell{}
-			m[s.le] = c
-		}
 		c.add(s.value)
+		m[s.le] = c
 		return
 	}
 	if eb.hparts == nil {
-		eb.hparts = map[[3]int]*cell{}
+		eb.hparts = map[[3]int]cell{}
 	}
 	pk := [3]int{k[0], k[1], int(s.href.kind)}
 	c := eb.hparts[pk]
-	if c == nil {
-		c = &cell{}
-		eb.hparts[pk] = c
-	}
 	c.add(s.value)
+	eb.hparts[pk] = c
 }
 
 // resolve chooses, per engine and signal, the first alternative with a valid
 // value, builds the engines' histograms and records sources and warnings.
-func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[string]*engineBuild, ids []string) {
+func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[string]*engineBuild, ids []string, b *scanBuffers) {
 	d := &e.dialects[dialect]
 	type usage struct {
 		present  int    // engines with any series of the signal
@@ -947,9 +989,10 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 		key.histos[h] = -1
 	}
 	for _, id := range ids {
-		for _, kc := range engines[id].cells {
-			if p := presentPref[kc.key.signal]; p < 0 || kc.key.pref < p {
-				presentPref[kc.key.signal] = kc.key.pref
+		for i := range engines[id].cells {
+			k := &engines[id].cells[i].key
+			if p := presentPref[k.signal]; p < 0 || k.pref < p {
+				presentPref[k.signal] = k.pref
 			}
 		}
 	}
@@ -983,7 +1026,7 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 		}
 		for h := range numHistos {
 			for p := range d.Histos[h] {
-				if hist, ok := eb.histogram(h, p, d, spelling, id, r, &e.layouts); ok {
+				if hist, ok := eb.histogram(h, p, d, spelling, id, r, &e.layouts, b); ok {
 					es.Hist[h] = hist
 					if key.histos[h] < 0 {
 						key.histos[h] = int8(p)
@@ -1026,8 +1069,8 @@ func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading)
 	set := d.Sources[s][p]
 	partValue := func(part int) (float64, bool, bool) {
 		sum, found, ok := 0.0, false, false
-		for _, kc := range eb.cells {
-			k, c := kc.key, kc.c
+		for i := range eb.cells {
+			k, c := eb.cells[i].key, &eb.cells[i].c
 			if k.signal != s || k.pref != p || k.part != part {
 				continue
 			}
@@ -1077,45 +1120,47 @@ func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading)
 
 // histogram builds the engine's histogram h from alternative p; ok is false
 // when the engine has none there, or it is malformed (then counted and warned).
-func (eb *engineBuild) histogram(h Histo, p int, d *Dialect, spelling int, id string, r *Reading, lc *layoutCache) (*Histogram, bool) {
+func (eb *engineBuild) histogram(h Histo, p int, d *Dialect, spelling int, id string, r *Reading, lc *layoutCache, b *scanBuffers) (*Histogram, bool) {
 	k := [2]int{int(h), p}
 	buckets := eb.buckets[k]
-	count := eb.hparts[[3]int{k[0], k[1], int(partCount)}]
-	sum := eb.hparts[[3]int{k[0], k[1], int(partSum)}]
-	if len(buckets) == 0 && count == nil {
+	count, hasCount := eb.hparts[[3]int{k[0], k[1], int(partCount)}]
+	sum, hasSum := eb.hparts[[3]int{k[0], k[1], int(partSum)}]
+	if len(buckets) == 0 && !hasCount {
 		return nil, false
 	}
-	name := d.spell(d.Histos[h][p].Metric, spelling) + engineSuffix(id)
 	reject := func(reason Reason, why string) (*Histogram, bool) {
 		if r.Invalid == nil {
 			r.Invalid = map[Reason]int{}
 		}
 		r.Invalid[reason]++
-		r.warn(fmt.Sprintf("rejected histogram %s: %s", name, why))
+		r.warn(fmt.Sprintf("rejected histogram %s: %s", d.spell(d.Histos[h][p].Metric, spelling)+engineSuffix(id), why))
 		return nil, false
 	}
-	bounds := make([]float64, 0, len(buckets))
+	// The bounds are gathered in a scratch slice: the layout cache has them
+	// already, but for a pod's first scrape (or a new layout).
+	bounds := b.bounds[:0]
 	for le := range buckets {
 		if !math.IsInf(le, 1) {
 			bounds = append(bounds, le)
 		}
 	}
+	b.bounds = bounds
 	slices.Sort(bounds)
 	inf, hasInf := buckets[math.Inf(1)]
 	total := 0.0
 	switch {
 	case hasInf:
 		total = inf.value
-	case count != nil:
+	case hasCount:
 		total = count.value
 	default:
 		return reject(ReasonMalformed, "no +Inf bucket and no _count")
 	}
-	if count != nil && count.value > total {
+	if hasCount && count.value > total {
 		total = count.value
 	}
 	hist := &Histogram{Counts: make([]float64, len(bounds)), Count: total}
-	if sum != nil {
+	if hasSum {
 		hist.Sum = sum.value
 	}
 	prev := 0.0
@@ -1140,7 +1185,7 @@ func (eb *engineBuild) histogram(h Histo, p int, d *Dialect, spelling int, id st
 	if math.IsNaN(hist.Sum) || math.IsInf(hist.Sum, 0) {
 		hist.Sum = 0
 	}
-	hist.Bounds = lc.intern(bounds)
+	hist.Bounds = lc.intern(bounds, &b.key)
 	return hist, true
 }
 
@@ -1185,31 +1230,41 @@ func (e *Extractor) lookedFor() string {
 // of pods with the same buckets share one slice. Bounded: past maxLayouts
 // distinct layouts new ones are not interned.
 type layoutCache struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string][]float64
 }
 
 const maxLayouts = 1024
 
-func (lc *layoutCache) intern(bounds []float64) []float64 {
-	var kb strings.Builder
+// intern returns the shared slice of bounds, which is a scratch slice the
+// caller reuses: the equal one seen before, else a copy (kept while the cache
+// has room). key is scratch space for the cache key, the bounds' bits.
+func (lc *layoutCache) intern(bounds []float64, key *[]byte) []float64 {
+	k := (*key)[:0]
 	for _, b := range bounds {
-		kb.WriteString(strconv.FormatFloat(b, 'g', -1, 64))
-		kb.WriteByte(',')
+		k = binary.LittleEndian.AppendUint64(k, math.Float64bits(b))
 	}
-	k := kb.String()
+	*key = k
+	lc.mu.RLock()
+	got, ok := lc.m[string(k)] // no allocation: Go optimises string(b) in a map index
+	lc.mu.RUnlock()
+	if ok {
+		return got
+	}
+	out := make([]float64, len(bounds))
+	copy(out, bounds)
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	if got, ok := lc.m[k]; ok {
+	if got, ok := lc.m[string(k)]; ok {
 		return got
 	}
 	if lc.m == nil {
 		lc.m = map[string][]float64{}
 	}
 	if len(lc.m) < maxLayouts {
-		lc.m[k] = bounds
+		lc.m[string(k)] = out
 	}
-	return bounds
+	return out
 }
 
 // Excerpt returns s cut to at most n bytes (on a rune boundary, with "…" when
