@@ -113,6 +113,18 @@ demo: e2e-tools build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
+# The load test (hack/benchscale): loopback engines serving the real vLLM dump,
+# scraped every 2 s by the assembled adapter while 500 External metric requests per
+# second arrive over HTTPS with a client certificate; one table of the adapter's CPU,
+# memory, freshness and latency at each size, with the built-in policies and with
+# every term kind. About 12 minutes on 2 cores; BENCH_SCALE_FLAGS=-h lists the knobs.
+# Not part of `make test`, which runs its small version (TestHarness).
+BENCH_SCALE_FLAGS ?=
+.PHONY: bench-scale
+bench-scale:
+	$(GO) build -o $(BIN)/benchscale ./hack/benchscale
+	$(BIN)/benchscale $(BENCH_SCALE_FLAGS)
+
 # Every Go module of the repository: the adapter, the e2e tests and the tool modules.
 GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm
 

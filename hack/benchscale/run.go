@@ -1,0 +1,672 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// Config is one run of the load test.
+type Config struct {
+	// Engines is the number of engines (pods), PoolSize the pods per pool
+	// (each pool has one HPA; ten pools per namespace).
+	Engines  int
+	PoolSize int
+	// Terms is "default" (the built-in policies: queue depth and KV-cache
+	// usage, no histograms) or "every" (everyTermPolicy beside them: every term
+	// kind, histograms read and every window kept, and the requests ask for it).
+	Terms string
+	// Dump is the /metrics body every engine serves.
+	Dump string
+	// Rate is the External metric requests per second during the measurement,
+	// round-robin over the pools.
+	Rate float64
+	// Warmup is the least time between the first fresh answer of every pool and
+	// the measurement; the run waits longer until the histories are full (see
+	// historyFill) unless NoHistoryFill is set (the harness's own test).
+	Warmup        time.Duration
+	NoHistoryFill bool
+	// Measure is the length of the measurement window.
+	Measure time.Duration
+	// Interval is the adapter's --scrape-interval.
+	Interval time.Duration
+	// ProfileDir, when set, receives the adapter's CPU profile over the
+	// measurement window and its heap profile at the end.
+	ProfileDir string
+	// LogDir, when set, keeps the children's logs; else a temporary directory
+	// (removed) holds them.
+	LogDir string
+	// Exe is the executable started as the children; os.Executable when empty.
+	Exe string
+	// GoMemLimit, when set, is the adapter's GOMEMLIMIT, as the install sets
+	// it (about 10 % under the container's memory limit).
+	GoMemLimit string
+}
+
+func defaultConfig() Config {
+	return Config{
+		PoolSize: 100,
+		Terms:    "default",
+		Dump:     filepath.Join("testdata", "samples", "vllm_v1-0.10-nvcr25.09_single-engine.prom"),
+		Rate:     500,
+		Measure:  30 * time.Second,
+		Interval: 2 * time.Second,
+	}
+}
+
+// everyTermPolicy is a policy with every term kind, so the extractor reads the
+// latency histograms and each History keeps its readings for the longest
+// window (5 m, thinned to signals.DefaultMaxReadings) with three window
+// aggregates (1 m, 2 m, 5 m).
+const everyTermPolicy = `apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- name: every-term
+  kind: mean
+  queueCap: 1024
+  terms:
+  - {kind: queueDepth, setPoint: 4, maxRatio: 10}
+  - {kind: kvCacheUsage, setPoint: 0.8}
+  - {kind: batchSlots, setPoint: 0.9, maxNumSeqs: 64}
+  - {kind: preemptionRate, setPoint: 1, window: 2m}
+  - {kind: ttft, slo: 1500ms, quantile: 0.95, window: 1m}
+  - {kind: e2eLatency, slo: 60s, quantile: 0.9, window: 5m}
+  - {kind: interTokenLatency, slo: 100ms, quantile: 0.95, window: 1m}
+`
+
+// Result is what one run measured.
+type Result struct {
+	Engines    int
+	Terms      string
+	GoMemLimit string
+	// AdapterCPU is the adapter process's CPU time over the window, Window its
+	// length.
+	AdapterCPU, Window time.Duration
+	// RSS is the adapter's largest resident set sampled during the window, Peak
+	// its peak since start (VmHWM), HeapInuse the Go heap in use at the end.
+	RSS, Peak, HeapInuse int64
+	// Scrapes and ScrapeErrors are the adapter's scrapes in the window;
+	// Skipped the scheduled scrapes it skipped.
+	Scrapes, ScrapeErrors, Skipped float64
+	// Requests sent, OK answered 200 with every pod counted, Stale answers
+	// with an unknown pod or a reading older than MaxAge, Failed the rest.
+	Requests, OK, Stale, Failed int
+	// OldestAge is the age of the oldest reading behind any answer (its
+	// timestamp has a resolution of 1 s), MaxAge the adapter's max sample age.
+	OldestAge, MaxAge time.Duration
+	// Latencies of the answered requests, sorted; Timeline the same in the
+	// order sent, with their send times.
+	Latencies []time.Duration
+	Timeline  []Sample
+	// DriverCPU and EngineCPU are the other processes of the test; MachineBusy
+	// the CPU time of every process on the machine, all over the window.
+	DriverCPU, EngineCPU, MachineBusy time.Duration
+	// CPUs is the machine's CPU count, Load1 its one-minute load average at the
+	// end of the window.
+	CPUs  int
+	Load1 float64
+	// FirstError is an example of a failed or stale answer.
+	FirstError string
+}
+
+// Sample is one request: when it was sent and how long its answer took.
+type Sample struct {
+	Sent    time.Time
+	Latency time.Duration
+}
+
+// Quantile returns the q-quantile of the latencies, 0 when none.
+func (r *Result) Quantile(q float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	return r.Latencies[min(len(r.Latencies)-1, int(q*float64(len(r.Latencies))))]
+}
+
+// Run starts the engines and the adapter, waits until every pool's answer is
+// fresh and the histories are full, measures for c.Measure under the request
+// load and stops the children.
+func Run(ctx context.Context, c Config) (Result, error) {
+	res := Result{Engines: c.Engines, Terms: c.Terms, MaxAge: 3 * c.Interval, GoMemLimit: c.GoMemLimit}
+	if c.Engines > maxEngines {
+		return res, fmt.Errorf("%d engines: at most %d", c.Engines, maxEngines)
+	}
+	if c.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return res, err
+		}
+		c.Exe = exe
+	}
+	dump, err := filepath.Abs(c.Dump)
+	if err != nil {
+		return res, err
+	}
+	if _, err := os.Stat(dump); err != nil {
+		return res, fmt.Errorf("-dump: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "benchscale-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	logDir := c.LogDir
+	if logDir == "" {
+		logDir = dir
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return res, err
+	}
+	tag := fmt.Sprintf("%d-%s", c.Engines, c.Terms)
+
+	sp := spec{ClientCA: filepath.Join(dir, "client-ca.crt"), Dir: dir, Interval: c.Interval, Metric: signals.MetricSaturation}
+	cert, err := newClientPKI(sp.ClientCA)
+	if err != nil {
+		return res, err
+	}
+	switch c.Terms {
+	case "default":
+	case "every":
+		sp.Config, sp.Metric = filepath.Join(dir, "policies.yaml"), "every-term"
+		if err := os.WriteFile(sp.Config, []byte(everyTermPolicy), 0o600); err != nil {
+			return res, err
+		}
+	default:
+		return res, fmt.Errorf("terms %q: want default or every", c.Terms)
+	}
+
+	var children []*child
+	defer func() {
+		for _, ch := range children {
+			ch.stop()
+		}
+	}()
+	var addrs []string
+	for first := 0; first < c.Engines; first += engineBatch {
+		n := min(engineBatch, c.Engines-first)
+		ch, line, err := startChild(c.Exe, roleEngines, filepath.Join(logDir, fmt.Sprintf("engines-%s-%d.log", tag, first)), nil,
+			"-first", strconv.Itoa(first), "-count", strconv.Itoa(n), "-dump", dump)
+		if err != nil {
+			return res, err
+		}
+		children = append(children, ch)
+		var got []string
+		if err := json.Unmarshal([]byte(line), &got); err != nil || len(got) != n {
+			return res, fmt.Errorf("engines %d..%d: %d addresses from %q: %v", first, first+n-1, len(got), line, err)
+		}
+		addrs = append(addrs, got...)
+	}
+	for i := 0; i < len(addrs); i += c.PoolSize {
+		p := len(sp.Pools)
+		sp.Pools = append(sp.Pools, pool{Namespace: fmt.Sprintf("llm-%02d", p/10), App: fmt.Sprintf("pool-%03d", p), Addrs: addrs[i:min(i+c.PoolSize, len(addrs))]})
+	}
+	specFile := filepath.Join(dir, "spec.json")
+	data, err := json.Marshal(sp)
+	if err != nil {
+		return res, err
+	}
+	if err := os.WriteFile(specFile, data, 0o600); err != nil {
+		return res, err
+	}
+	var env []string
+	if c.GoMemLimit != "" {
+		env = append(env, "GOMEMLIMIT="+c.GoMemLimit)
+	}
+	adapter, line, err := startChild(c.Exe, roleAdapter, filepath.Join(logDir, "adapter-"+tag+".log"), env, "-spec", specFile)
+	if err != nil {
+		return res, err
+	}
+	children = append(children, adapter)
+
+	d := &driver{base: "https://" + strings.TrimSpace(line), cfg: c, spec: sp, maxAge: res.MaxAge, client: &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			// The aggregator proxies over HTTP/2 to the APIService's backend,
+			// authenticating with its front-proxy client certificate.
+			TLSClientConfig: &tls.Config{
+				InsecureSkipVerify: true, //nolint:gosec // the adapter's self-signed serving certificate on loopback
+				Certificates:       []tls.Certificate{cert},
+			},
+			ForceAttemptHTTP2: true,
+		},
+	}}
+	defer d.client.CloseIdleConnections()
+	if err := d.warmUp(ctx); err != nil {
+		return res, fmt.Errorf("%w (adapter log: %s)", err, adapter.log)
+	}
+
+	before, err := d.scrapeStats(ctx)
+	if err != nil {
+		return res, err
+	}
+	var enginePIDs []int
+	for _, ch := range children[:len(children)-1] {
+		enginePIDs = append(enginePIDs, ch.cmd.Process.Pid)
+	}
+	pid := adapter.cmd.Process.Pid
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		return res, err
+	}
+	eng0 := sumCPU(enginePIDs)
+	self0 := selfCPU()
+	busy0, _, _ := machineCPU()
+	t0 := time.Now()
+
+	var profile sync.WaitGroup
+	var profileErr error
+	if c.ProfileDir != "" {
+		profile.Go(func() {
+			profileErr = d.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(c.Measure.Seconds())), filepath.Join(c.ProfileDir, "cpu-"+tag+".pprof"))
+		})
+	}
+	stopRSS := make(chan struct{})
+	var rssDone sync.WaitGroup
+	rssDone.Go(func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if rss, _, err := procMem(pid); err == nil {
+				res.RSS = max(res.RSS, rss)
+			}
+			select {
+			case <-stopRSS:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	d.load(ctx, &res)
+	close(stopRSS)
+	rssDone.Wait()
+
+	cpu1, err := procCPU(pid)
+	if err != nil {
+		return res, err
+	}
+	res.Window = time.Since(t0)
+	res.AdapterCPU = cpu1 - cpu0
+	res.EngineCPU = sumCPU(enginePIDs) - eng0
+	res.DriverCPU = selfCPU() - self0
+	busy1, _, _ := machineCPU()
+	res.MachineBusy = busy1 - busy0
+	res.Load1 = loadAvg()
+	res.CPUs = numCPU()
+	if _, res.Peak, err = procMem(pid); err != nil {
+		return res, err
+	}
+	after, err := d.scrapeStats(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Scrapes = after.success - before.success
+	res.ScrapeErrors = after.errors - before.errors
+	res.Skipped = after.skipped - before.skipped
+	res.HeapInuse = int64(after.heapInuse)
+	if c.LogDir != "" {
+		if err := writeTimeline(filepath.Join(c.LogDir, "latency-"+tag+".tsv"), res.Timeline); err != nil {
+			return res, err
+		}
+	}
+	profile.Wait()
+	if profileErr != nil {
+		return res, profileErr
+	}
+	if c.ProfileDir != "" {
+		if err := d.saveProfile(ctx, "/debug/pprof/heap", filepath.Join(c.ProfileDir, "heap-"+tag+".pprof")); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func sumCPU(pids []int) time.Duration {
+	var t time.Duration
+	for _, p := range pids {
+		if c, err := procCPU(p); err == nil {
+			t += c
+		}
+	}
+	return t
+}
+
+// child is a process of this executable in a role.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	log   string
+	done  chan struct{}
+}
+
+// startChild starts the executable in role with args and env added to this
+// process's environment, its standard error to logFile, and returns the first
+// line it writes to standard output.
+func startChild(exe, role, logFile string, env []string, args ...string) (*child, string, error) {
+	logf, err := os.Create(logFile)
+	if err != nil {
+		return nil, "", err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(append(os.Environ(), env...), roleEnv+"="+role)
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("starting %s: %w", role, err)
+	}
+	ch := &child{cmd: cmd, stdin: stdin, log: logFile, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReaderSize(stdout, 1<<20)
+		line, _ := r.ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, r) // a test binary's PASS line
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(ch.done)
+	}()
+	select {
+	case line := <-lines:
+		if line == "" {
+			<-ch.done
+			return nil, "", fmt.Errorf("%s exited before it was ready (%v); its log: %s", role, cmd.ProcessState, logFile)
+		}
+		return ch, line, nil
+	case <-time.After(5 * time.Minute):
+		ch.stop()
+		return nil, "", fmt.Errorf("%s not ready after 5 minutes; its log: %s", role, logFile)
+	}
+}
+
+// stop closes the child's standard input, which ends it, and kills it by PID
+// if it has not exited 30 s later.
+func (c *child) stop() {
+	_ = c.stdin.Close()
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// driver sends the requests and reads the adapter's own metrics.
+type driver struct {
+	base   string
+	client *http.Client
+	cfg    Config
+	spec   spec
+	maxAge time.Duration
+}
+
+func (d *driver) url(p pool) string {
+	return d.base + "/apis/external.metrics.k8s.io/v1beta1/namespaces/" + p.Namespace + "/" + d.spec.Metric +
+		"?labelSelector=" + url.QueryEscape("app="+p.App)
+}
+
+// historyFill is how long the adapter must scrape before each History holds
+// as many readings as it will keep: the readings of the longest window its
+// policies read, at most signals.DefaultMaxReadings.
+func (d *driver) historyFill() time.Duration {
+	window := signals.DefaultStateWindow
+	if d.cfg.Terms == "every" {
+		window = 5 * time.Minute
+	}
+	n := min(signals.DefaultMaxReadings, int(window/d.cfg.Interval)+1)
+	return time.Duration(n+2) * d.cfg.Interval
+}
+
+// warmUp waits until the adapter is ready and answers every pool with every
+// pod counted, then for Warmup and until the histories are full.
+func (d *driver) warmUp(ctx context.Context) error {
+	deadline := time.Now().Add(2*time.Minute + time.Duration(d.cfg.Engines)*10*time.Millisecond)
+	for {
+		if time.Now().After(deadline) {
+			return errors.New("the adapter did not become ready")
+		}
+		resp, err := d.client.Get(d.base + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	var last string
+	for i := 0; i < len(d.spec.Pools); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pool %s/%s never answered with every pod fresh: %s", d.spec.Pools[i].Namespace, d.spec.Pools[i].App, last)
+		}
+		if _, _, err := d.ask(ctx, d.spec.Pools[i]); err != nil {
+			last = err.Error()
+			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		i++
+	}
+	if d.cfg.NoHistoryFill {
+		return sleep(ctx, d.cfg.Warmup)
+	}
+	return sleep(ctx, max(d.cfg.Warmup, d.historyFill()))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errStale is an answer with an unknown pod or a reading older than the max age.
+var errStale = errors.New("stale")
+
+// ask requests one pool's value and checks it: every pod counted, none
+// unknown, the oldest reading within the max age. It returns the latency and
+// the oldest reading's age.
+func (d *driver) ask(ctx context.Context, p pool) (time.Duration, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url(p), nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	latency := time.Since(start)
+	if err != nil {
+		return latency, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return latency, 0, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, body)
+	}
+	var list v1beta1.ExternalMetricValueList
+	if err := json.Unmarshal(body, &list); err != nil {
+		return latency, 0, err
+	}
+	if len(list.Items) != 1 {
+		return latency, 0, fmt.Errorf("%d items", len(list.Items))
+	}
+	it := list.Items[0]
+	age := time.Since(it.Timestamp.Time)
+	if got := it.MetricLabels["pods"]; got != strconv.Itoa(len(p.Addrs)) || (it.MetricLabels["pods_unknown"] != "" && it.MetricLabels["pods_unknown"] != "0") || age > d.maxAge+time.Second {
+		return latency, age, fmt.Errorf("%w: pool %s: labels %v, oldest reading %s old", errStale, p.App, it.MetricLabels, age.Round(time.Millisecond))
+	}
+	return latency, age, nil
+}
+
+// load sends Rate requests per second for Measure, round-robin over the
+// pools, each at its time whatever the earlier ones' latency (open loop).
+func (d *driver) load(ctx context.Context, res *Result) {
+	every := time.Duration(float64(time.Second) / d.cfg.Rate)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	start := time.Now()
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * every)
+		if at.Sub(start) >= d.cfg.Measure || ctx.Err() != nil {
+			break
+		}
+		if wait := time.Until(at); wait > 0 {
+			time.Sleep(wait)
+		}
+		p := d.spec.Pools[i%len(d.spec.Pools)]
+		wg.Go(func() {
+			sent := time.Now()
+			latency, age, err := d.ask(ctx, p)
+			mu.Lock()
+			defer mu.Unlock()
+			res.Requests++
+			res.OldestAge = max(res.OldestAge, age)
+			switch {
+			case err == nil:
+				res.OK++
+			case errors.Is(err, errStale):
+				res.Stale++
+			default:
+				res.Failed++
+			}
+			if err != nil && res.FirstError == "" {
+				res.FirstError = err.Error()
+			}
+			if latency > 0 {
+				res.Latencies = append(res.Latencies, latency)
+				res.Timeline = append(res.Timeline, Sample{Sent: sent, Latency: latency})
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(res.Latencies)
+	slices.SortFunc(res.Timeline, func(a, b Sample) int { return a.Sent.Compare(b.Sent) })
+}
+
+// stats are the adapter's own counters.
+type stats struct {
+	success, errors, skipped, heapInuse float64
+}
+
+// scrapeStats reads the adapter's /metrics.
+func (d *driver) scrapeStats(ctx context.Context) (stats, error) {
+	var st stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/metrics", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return st, fmt.Errorf("/metrics: %w", err)
+	}
+	if f := fams["saturation_adapter_scrape_duration_seconds"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "success" {
+					st.success += float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	if f := fams["saturation_adapter_scrape_errors_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			st.errors += m.GetCounter().GetValue()
+		}
+	}
+	if f := fams["saturation_adapter_scrape_skipped_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			st.skipped += m.GetCounter().GetValue()
+		}
+	}
+	if f := fams["go_memstats_heap_inuse_bytes"]; f != nil && len(f.GetMetric()) > 0 {
+		st.heapInuse = f.GetMetric()[0].GetGauge().GetValue()
+	}
+	return st, nil
+}
+
+// saveProfile writes the adapter's pprof endpoint path to file.
+func (d *driver) saveProfile(ctx context.Context, path, file string) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+path, nil)
+	if err != nil {
+		return err
+	}
+	client := *d.client
+	client.Timeout = d.cfg.Measure + time.Minute
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d", path, resp.StatusCode)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeTimeline writes one line per request: milliseconds since the first was
+// sent, and its latency in milliseconds.
+func writeTimeline(file string, samples []Sample) error {
+	var b strings.Builder
+	for _, s := range samples {
+		fmt.Fprintf(&b, "%.3f\t%.3f\n", float64(s.Sent.Sub(samples[0].Sent))/1e6, float64(s.Latency)/1e6)
+	}
+	return os.WriteFile(file, []byte(b.String()), 0o644)
+}
