@@ -21,7 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/saturation-adapter/saturation-adapter/cmd/adapter/app"
@@ -78,7 +80,7 @@ func runAdapter(args []string) error {
 	if err := raiseFileLimit(uint64(n + 1024)); err != nil {
 		return err
 	}
-	objs, err := objects(sp)
+	pods, hpas, err := objects(sp)
 	if err != nil {
 		return err
 	}
@@ -111,7 +113,7 @@ func runAdapter(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Client = fake.NewClientset(objs...)
+	cfg.Client = newClient(pods, hpas)
 	s, err := cfg.Complete().New()
 	if err != nil {
 		return err
@@ -130,23 +132,37 @@ func runAdapter(args []string) error {
 	return s.Run(ctx)
 }
 
+// newClient returns a fake clientset holding the HPAs in its object tracker
+// and serving the pods from the list itself: its reactor answers every pod
+// list with pods and every pod watch with a watch that never sends, so that
+// the informer's cache holds the list's own pods (the fake's tracker would
+// keep a second, deep copy of 10,000 pods in the adapter's process, which a
+// real API server keeps in its own).
+func newClient(pods *corev1.PodList, hpas []runtime.Object) *fake.Clientset {
+	c := fake.NewClientset(hpas...)
+	c.PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) { return true, pods, nil })
+	c.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) { return true, watch.NewFake(), nil })
+	return c
+}
+
 // objects returns the spec's pods (Running, Ready, labelled app=<pool>, their
 // metrics port annotated) and one HPA per pool on the spec's metric. The pods
 // carry a spec like a vLLM Deployment's (one GPU container with its args,
 // probes, ports and a shared-memory volume), so that the informer cache holds
 // what a real cluster's would.
-func objects(sp spec) ([]runtime.Object, error) {
-	var objs []runtime.Object
+func objects(sp spec) (*corev1.PodList, []runtime.Object, error) {
+	pods := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+	var hpas []runtime.Object
 	for _, pl := range sp.Pools {
 		for i, addr := range pl.Addrs {
 			host, port, err := net.SplitHostPort(addr)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			name := fmt.Sprintf("%s-%05d", pl.App, i)
-			objs = append(objs, vllmPod(pl.Namespace, name, pl.App, host, port))
+			pods.Items = append(pods.Items, *vllmPod(pl.Namespace, name, pl.App, host, port))
 		}
-		objs = append(objs, &autoscalingv2.HorizontalPodAutoscaler{
+		hpas = append(hpas, &autoscalingv2.HorizontalPodAutoscaler{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pl.Namespace, Name: pl.App},
 			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
 				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: pl.App},
@@ -158,7 +174,7 @@ func objects(sp spec) ([]runtime.Object, error) {
 			},
 		})
 	}
-	return objs, nil
+	return pods, hpas, nil
 }
 
 // vllmPod returns a pod of a vLLM Deployment serving on host:port.

@@ -119,7 +119,8 @@ type Result struct {
 	Latencies []time.Duration
 	Timeline  []Sample
 	// DriverCPU and EngineCPU are the other processes of the test; MachineBusy
-	// the CPU time of every process on the machine, all over the window.
+	// the CPU time of every process on the machine (those alive at the end),
+	// all over the window.
 	DriverCPU, EngineCPU, MachineBusy time.Duration
 	// CPUs is the machine's CPU count, Load1 its one-minute load average at the
 	// end of the window.
@@ -269,7 +270,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	eng0 := sumCPU(enginePIDs)
 	self0 := selfCPU()
-	busy0, _, _ := machineCPU()
+	all0 := processCPU()
 	t0 := time.Now()
 
 	var profile sync.WaitGroup
@@ -307,8 +308,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	res.AdapterCPU = cpu1 - cpu0
 	res.EngineCPU = sumCPU(enginePIDs) - eng0
 	res.DriverCPU = selfCPU() - self0
-	busy1, _, _ := machineCPU()
-	res.MachineBusy = busy1 - busy0
+	res.MachineBusy = cpuSince(all0)
 	res.Load1 = loadAvg()
 	res.CPUs = numCPU()
 	if _, res.Peak, err = procMem(pid); err != nil {
