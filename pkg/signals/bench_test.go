@@ -83,14 +83,18 @@ func BenchmarkParsers(b *testing.B) {
 // textparse lexer over the whole body (Next over every entry, as
 // BenchmarkParsers/textparse), the server's default extraction (no latency
 // term: histogram lines skipped unparsed) and extraction of every family
-// (histograms on: the catalog has a latency term). Interleaved, so that the
-// machine's load weighs on all three alike. Metrics: textparse-ns,
-// default-ns and every-ns per body; x-default = textparse-ns / default-ns
-// (target: at least 3) and x-every = textparse-ns / every-ns. ns/op is the
-// sum of the three.
+// (histograms on: the catalog has a latency term), each in the steady state
+// (the series cache has learned the dump's series, as from a deployment's
+// second scrape on) and cold (no series cache: every line read goes to
+// textparse). Interleaved, so that the machine's load weighs on all alike.
+// Metrics per body: textparse-ns, default-ns, every-ns, default-cold-ns,
+// every-cold-ns; x-default = textparse-ns / default-ns (target: at least 3),
+// x-every, x-default-cold and x-every-cold likewise. ns/op is the sum.
 func BenchmarkExtractVsTextparse(b *testing.B) {
 	body := readTestdata(b, realV1Dump)
 	def, every := NewExtractorWith(ExtractOptions{}), NewExtractor()
+	defCold, everyCold := NewExtractorWith(ExtractOptions{}), NewExtractor()
+	defCold.series.off, everyCold.series.off = true, true
 	lex := func() {
 		p := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
 		n := 0
@@ -115,7 +119,7 @@ func BenchmarkExtractVsTextparse(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var tLex, tDef, tEvery time.Duration
+	var tLex, tDef, tEvery, tDefCold, tEveryCold time.Duration
 	b.ReportAllocs()
 	for b.Loop() {
 		t0 := time.Now()
@@ -125,14 +129,23 @@ func BenchmarkExtractVsTextparse(b *testing.B) {
 		t2 := time.Now()
 		extract(every)
 		t3 := time.Now()
+		extract(defCold)
+		t4 := time.Now()
+		extract(everyCold)
+		t5 := time.Now()
 		tLex, tDef, tEvery = tLex+t1.Sub(t0), tDef+t2.Sub(t1), tEvery+t3.Sub(t2)
+		tDefCold, tEveryCold = tDefCold+t4.Sub(t3), tEveryCold+t5.Sub(t4)
 	}
 	n := float64(b.N)
-	b.ReportMetric(float64(tLex.Nanoseconds())/n, "textparse-ns")
-	b.ReportMetric(float64(tDef.Nanoseconds())/n, "default-ns")
-	b.ReportMetric(float64(tEvery.Nanoseconds())/n, "every-ns")
-	b.ReportMetric(tLex.Seconds()/tDef.Seconds(), "x-default")
-	b.ReportMetric(tLex.Seconds()/tEvery.Seconds(), "x-every")
+	for _, m := range []struct {
+		name string
+		d    time.Duration
+	}{{"textparse", tLex}, {"default", tDef}, {"every", tEvery}, {"default-cold", tDefCold}, {"every-cold", tEveryCold}} {
+		b.ReportMetric(float64(m.d.Nanoseconds())/n, m.name+"-ns")
+		if m.d != tLex {
+			b.ReportMetric(tLex.Seconds()/m.d.Seconds(), "x-"+m.name)
+		}
+	}
 }
 
 // BenchmarkExtractDefault is the server's extraction when no policy has a

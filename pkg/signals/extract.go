@@ -101,6 +101,7 @@ type Extractor struct {
 	names   sourceNames
 	sources sourcesCache
 	strs    stringCache
+	series  seriesCache
 }
 
 // NewExtractor returns an Extractor for the built-in engine dialects that reads
@@ -138,6 +139,40 @@ type scanBuffers struct {
 	models  map[string]struct{}
 	bounds  []float64
 	key     []byte
+	// The series cache's part (see seriesCache): fast holds the samples of the
+	// lines it answered; accepted counts the lines read; global and offsets
+	// give, per line handed to textparse, its place among the lines read and
+	// its offset in lines; firstSample its first sample in samples and
+	// learnable whether the cache may learn it.
+	fast        []rawSample
+	accepted    int
+	global      []int
+	offsets     []int
+	firstSample []int
+	learnable   []bool
+}
+
+// mergeFast merges the samples of the lines the series cache answered into
+// samples, in the order of the lines, as parse would have appended them.
+func (b *scanBuffers) mergeFast() {
+	for i := range b.samples {
+		b.samples[i].line = b.global[b.samples[i].line]
+	}
+	if len(b.fast) == 0 {
+		return
+	}
+	parsed := len(b.samples)
+	b.samples = append(b.samples, b.fast...) // room; then merge from the back
+	i, j := parsed-1, len(b.fast)-1
+	for k := len(b.samples) - 1; j >= 0; k-- {
+		if i >= 0 && b.samples[i].line > b.fast[j].line {
+			b.samples[k] = b.samples[i]
+			i--
+		} else {
+			b.samples[k] = b.fast[j]
+			j--
+		}
+	}
 }
 
 // newBuild returns an empty engineBuild for id, reusing one of an earlier
@@ -206,6 +241,10 @@ func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, er
 	if err := e.parse(om, b.lines.Bytes(), b); err != nil {
 		return Reading{}, err
 	}
+	if !om {
+		e.series.learn(e, b)
+	}
+	b.mergeFast()
 	return e.reading(b, st)
 }
 
@@ -271,7 +310,11 @@ type filterStats struct {
 func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, error) {
 	var st filterStats
 	b.lines.Reset()
-	b.lineNos = b.lineNos[:0]
+	b.lineNos, b.offsets, b.global, b.fast, b.accepted = b.lineNos[:0], b.offsets[:0], b.global[:0], b.fast[:0], 0
+	if !om {
+		e.series.mu.RLock() // for hit
+		defer e.series.mu.RUnlock()
+	}
 	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
 	// The metric name of the last series line read, and whether its family is.
 	var prev []byte
@@ -296,6 +339,7 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			if om && bytes.Equal(bytes.TrimSpace(line), []byte("# EOF")) {
 				b.lines.WriteString("# EOF\n")
 				b.lineNos = append(b.lineNos, n)
+				b.accepted++
 			}
 			continue
 		}
@@ -342,9 +386,16 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 		if !om {
 			line = stripExemplar(line)
 		}
-		if len(b.lineNos) >= e.opts.MaxSeries {
+		if b.accepted >= e.opts.MaxSeries {
 			return st, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
 		}
+		if !om && e.series.hit(line, b) {
+			b.accepted++
+			continue
+		}
+		b.global = append(b.global, b.accepted)
+		b.offsets = append(b.offsets, b.lines.Len())
+		b.accepted++
 		b.lines.Write(line)
 		b.lines.WriteByte('\n')
 		b.lineNos = append(b.lineNos, n)
@@ -448,6 +499,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		p = textparse.NewPromParser(data, labels.NewSymbolTable(), false)
 	}
 	line := -1
+	b.firstSample, b.learnable = b.firstSample[:0], b.learnable[:0]
 	for {
 		entry, err := p.Next()
 		if errors.Is(err, io.EOF) {
@@ -461,6 +513,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		}
 		line++
 		_, ts, value := p.Series()
+		b.firstSample, b.learnable = append(b.firstSample, len(b.samples)), append(b.learnable, ts == nil)
 		p.Labels(&b.lset)
 		name := b.lset.Get(model.MetricNameLabel)
 		var t int64
@@ -468,6 +521,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 			t = *ts
 		}
 		if e.index.gateway[name] {
+			b.learnable[line] = false // gateway series are never learned (see seriesCache)
 			if _, _, bad := validate(QueueDepth, value); !bad {
 				gs := GatewaySeries{Metric: name, Labels: map[string]string{}, Value: value}
 				b.lset.Range(func(l labels.Label) {

@@ -1,12 +1,15 @@
 package signals
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // seedBodies adds every sample and hazard body as a seed.
@@ -81,18 +84,31 @@ func checkHistogram(t *testing.T, h *Histogram) {
 
 // FuzzExtract: any body either fails with a bounded, named error, or gives a
 // reading whose every value is finite, non-negative and in range; never a panic.
+// And the series cache changes nothing: a fresh extractor (nothing learned)
+// and the shared one, once and again (everything learnable learned), give
+// the same reading or the same error.
 func FuzzExtract(f *testing.F) {
 	seedBodies(f)
-	e := NewExtractorWith(ExtractOptions{Histograms: true, MaxSeries: 2000, MaxEngines: 64})
+	opts := ExtractOptions{Histograms: true, MaxSeries: 2000, MaxEngines: 64}
+	e := NewExtractorWith(opts)
 	f.Fuzz(func(t *testing.T, body []byte, contentType string) {
-		r, err := e.ExtractContent(body, contentType)
-		if err != nil {
-			if len(err.Error()) > 1024 {
-				t.Fatalf("error of %d bytes", len(err.Error()))
+		cold, coldErr := NewExtractorWith(opts).ExtractContent(body, contentType)
+		for range 2 {
+			r, err := e.ExtractContent(body, contentType)
+			if fmt.Sprint(err) != fmt.Sprint(coldErr) {
+				t.Fatalf("error %v, without the series cache %v", err, coldErr)
+			}
+			if diff := cmp.Diff(cold, r, cmp.AllowUnexported(Reading{}, Fold{}, EngineSignals{}, values{})); diff != "" {
+				t.Fatalf("reading differs from the one without the series cache (-without +with):\n%s", diff)
+			}
+		}
+		if coldErr != nil {
+			if len(coldErr.Error()) > 1024 {
+				t.Fatalf("error of %d bytes", len(coldErr.Error()))
 			}
 			return
 		}
-		checkReading(t, &r)
+		checkReading(t, &cold)
 	})
 }
 
