@@ -24,15 +24,28 @@ const (
 // Prometheus server's secret manager resolves.
 var errTLSRefs = errors.New("secret references (ca_ref, cert_ref, key_ref) are not supported")
 
-// newRoundTripper returns the transport of NewHTTPClient: the settings of the
-// one github.com/prometheus/common/config builds for a scrape config (its TLS
-// configuration, re-read when a CA, certificate or key file changes: the
-// round tripper compares their hashes on each request), without that package's
-// dial tracing (go-conntrack keeps a golang.org/x/net/trace event log of 6 KiB
-// per open connection, 60 MB at 10,000 engines) and with smaller connection
-// buffers. HTTP/1.1 only, no proxy, no compression: the adapter reads bodies
-// as they come.
+// newRoundTripper returns the transport of NewHTTPClient: plain-HTTP scrapes
+// go through plainTransport, everything else through a net/http Transport
+// with the settings github.com/prometheus/common/config gives a scrape config
+// (its TLS configuration, re-read when a CA, certificate or key file changes:
+// the round tripper compares their hashes on each request), without that
+// package's dial tracing (go-conntrack keeps a golang.org/x/net/trace event
+// log of 6 KiB per open connection, 60 MB at 10,000 engines) and with smaller
+// connection buffers. HTTP/1.1 only, no proxy, no compression: the adapter
+// reads bodies as they come.
 func newRoundTripper(c promconfig.TLSConfig) (http.RoundTripper, error) {
+	rt, err := newTLSRoundTripper(c)
+	if err != nil {
+		return nil, err
+	}
+	return newPlainTransport(rt, idleConnTimeout), nil
+}
+
+// idleConnTimeout closes a connection to an engine unused for this long.
+const idleConnTimeout = 90 * time.Second
+
+// newTLSRoundTripper returns the net/http transport of newRoundTripper.
+func newTLSRoundTripper(c promconfig.TLSConfig) (http.RoundTripper, error) {
 	if c.CARef != "" || c.CertRef != "" || c.KeyRef != "" {
 		return nil, errTLSRefs
 	}
@@ -73,7 +86,7 @@ func newTransport(tlsConfig *tls.Config) *http.Transport {
 		TLSClientConfig:       tlsConfig,
 		MaxIdleConns:          20000,
 		MaxIdleConnsPerHost:   1000,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
