@@ -97,3 +97,71 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// BenchmarkHistoryAppend is the History part of BenchmarkScrapeReading alone:
+// appending a reading of the real dump (extracted once; each op the next of
+// 1,000 pods, 2 s after its reading before) to a full History under
+// everyTermCatalog, which recomputes the five window aggregates.
+func BenchmarkHistoryAppend(b *testing.B) {
+	needs := everyTermCatalog(b).Needs()
+	base, err := NewExtractorWith(ExtractOptions{Histograms: needs.Histograms}).Extract(readTestdata(b, realV1Dump))
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := HistoryOptions{Needs: needs}
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	appendAt := func(h *History, i int) *History {
+		r := base
+		r.Time = t0.Add(time.Duration(i) * 2 * time.Second)
+		return h.Append(&r, o)
+	}
+	fill := int(needs.MaxWindow()/(2*time.Second)) + 4
+	const pods = 1000
+	hs := make([]*History, pods)
+	for p := range hs {
+		for i := range fill {
+			hs[p] = appendAt(hs[p], i)
+		}
+	}
+	p, i := 0, fill
+	b.ReportAllocs()
+	for b.Loop() {
+		hs[p] = appendAt(hs[p], i)
+		if p++; p == pods {
+			p, i = 0, i+1
+		}
+	}
+}
+
+// BenchmarkComputeWindow compares, in one run, the window aggregates of a full
+// History under everyTermCatalog computed pair by pair ("pairwise", smooth
+// flags withheld) and telescoped from the window's ends ("telescoped": every
+// pair of a steady engine is smooth).
+func BenchmarkComputeWindow(b *testing.B) {
+	needs := everyTermCatalog(b).Needs()
+	base, err := NewExtractorWith(ExtractOptions{Histograms: needs.Histograms}).Extract(readTestdata(b, realV1Dump))
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := HistoryOptions{Needs: needs}
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var h *History
+	for i := range int(needs.MaxWindow()/(2*time.Second)) + 4 {
+		r := base
+		r.Time = t0.Add(time.Duration(i) * 2 * time.Second)
+		h = h.Append(&r, o)
+	}
+	for _, tc := range []struct {
+		name   string
+		smooth []bool
+	}{{"pairwise", nil}, {"telescoped", h.smooth}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, k := range needs.Windows {
+					computeWindow(h.readings, tc.smooth, k)
+				}
+			}
+		})
+	}
+}

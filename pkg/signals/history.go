@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -51,9 +52,12 @@ func (o HistoryOptions) withDefaults() HistoryOptions {
 // It is immutable: Append returns a new History.
 type History struct {
 	readings []*Reading
-	windows  []windowAgg
-	facts    []EngineFacts
-	opts     HistoryOptions
+	// smooth[i] reports that readings i-1 and i are a smooth pair (see
+	// smoothPair); nil when no policy reads a window.
+	smooth  []bool
+	windows []windowAgg
+	facts   []EngineFacts
+	opts    HistoryOptions
 }
 
 // Latest returns the newest reading, nil for an empty (or nil) history.
@@ -101,8 +105,11 @@ func (h *History) Append(r *Reading, o HistoryOptions) *History {
 	rs = append(rs, r)
 	rs = prune(rs, max(o.Needs.MaxWindow(), o.StateWindow), o.MaxReadings)
 	out := &History{readings: rs, opts: o}
-	for _, k := range o.Needs.Windows {
-		out.windows = append(out.windows, computeWindow(rs, k))
+	if len(o.Needs.Windows) > 0 {
+		out.smooth = smoothFlags(h, rs)
+		for _, k := range o.Needs.Windows {
+			out.windows = append(out.windows, computeWindow(rs, out.smooth, k))
+		}
 	}
 	out.facts = engineFacts(rs, o.StateWindow)
 	return out
@@ -179,7 +186,12 @@ func findEngine(r *Reading, id string) *EngineSignals {
 // newest: counters by their increases across consecutive readings (a decrease is
 // a reset: the new value counts whole, as PromQL's rate does; an engine's first
 // reading counts nothing), histograms by their new observations (Histogram.Since).
-func computeWindow(rs []*Reading, k WindowKey) windowAgg {
+// When every pair of readings in the window is smooth (smooth may be nil: none
+// is), the histograms' observations are the newest reading's counts less the
+// first's, which is exactly the sum of the pairs' differences (whole numbers add
+// and subtract without rounding): 2 count arrays read per engine and histogram
+// instead of two per pair.
+func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
 	a := windowAgg{key: k}
 	last := rs[len(rs)-1]
 	start := last.At().Add(-k.Window)
@@ -191,6 +203,9 @@ func computeWindow(rs []*Reading, k WindowKey) windowAgg {
 		return a
 	}
 	a.ok, a.span = true, last.At().Sub(rs[i0].At())
+	fast := len(smooth) == len(rs) && !slices.Contains(smooth[i0+1:], false) && oneLayout(last)
+	var sums [numHistos]float64 // the fast path's pairwise sums of Sum
+	var summed [numHistos]bool
 	for j := i0 + 1; j < len(rs); j++ {
 		cur, prev := rs[j], rs[j-1]
 		keep := engineFilter(cur, k.Model)
@@ -224,6 +239,19 @@ func computeWindow(rs []*Reading, k WindowKey) windowAgg {
 				if e.Hist[hk] == nil || pe.Hist[hk] == nil {
 					continue
 				}
+				if fast {
+					// Since's Sum difference, added in the same order.
+					d := e.Hist[hk].Sum - pe.Hist[hk].Sum
+					if d < 0 {
+						d = 0
+					}
+					if summed[hk] {
+						sums[hk] += d
+					} else {
+						sums[hk], summed[hk] = d, true
+					}
+					continue
+				}
 				reset, approx := addSince(&a.hist[hk], e.Hist[hk], pe.Hist[hk])
 				if reset {
 					a.resets++
@@ -232,7 +260,139 @@ func computeWindow(rs []*Reading, k WindowKey) windowAgg {
 			}
 		}
 	}
+	if fast {
+		telescope(&a, rs[i0], rs[i0+1], last, engineFilter(last, k.Model), &sums)
+	}
 	return a
+}
+
+// telescope sets the histograms of a smooth window from its first and newest
+// readings: per histogram, the newest counts less the first's, over the
+// engines keep selects, with the Sums computed pair by pair and the layout of
+// the window's second reading (the first pair's newer one), as addSince
+// would have built them.
+func telescope(a *windowAgg, first, second, last *Reading, keep func(*EngineSignals) bool, sums *[numHistos]float64) {
+	for ei := range last.Engines {
+		e, fe := &last.Engines[ei], &first.Engines[ei]
+		if keep != nil && !keep(e) {
+			continue
+		}
+		for hk := range numHistos {
+			h, f := e.Hist[hk], fe.Hist[hk]
+			if h == nil || f == nil {
+				continue
+			}
+			acc := a.hist[hk]
+			if acc == nil {
+				acc = &Histogram{Bounds: second.Engines[ei].Hist[hk].Bounds, Counts: make([]float64, len(h.Counts)), Sum: sums[hk]}
+				a.hist[hk] = acc
+			}
+			for i := range h.Counts {
+				acc.Counts[i] += h.Counts[i] - f.Counts[i]
+			}
+			acc.Count += h.Count - f.Count
+		}
+	}
+}
+
+// maxWhole and maxSmoothEngines bound a smooth pair: sums of counts below
+// maxWhole over up to maxSmoothEngines engines stay below 2^53, where float64
+// counts by one, in any order (--scrape-max-engines allows more engines than
+// DefaultMaxEngines; such readings take the pairwise path).
+const (
+	maxWhole         = 1 << 44
+	maxSmoothEngines = 1 << (53 - 44)
+)
+
+// smoothPair reports whether two consecutive readings have the same engines
+// (at most maxSmoothEngines, each ID once, the same IDs, models and backend
+// flags in the same order) and every latency histogram
+// either absent from both or, in both, of one layout (shared with the
+// engine's other histograms of its kind), with whole, non-negative counts
+// below maxWhole that did not go down: a pair whose differences Since builds
+// without reset or interpolation.
+func smoothPair(prev, cur *Reading) bool {
+	if len(prev.Engines) != len(cur.Engines) || len(cur.Engines) > maxSmoothEngines {
+		return false
+	}
+	for i := range cur.Engines {
+		e, pe := &cur.Engines[i], &prev.Engines[i]
+		if e.ID != pe.ID || e.Model != pe.Model || e.Backend != pe.Backend || (i > 0 && e.ID == cur.Engines[i-1].ID) {
+			return false
+		}
+		for hk := range numHistos {
+			h, o := e.Hist[hk], pe.Hist[hk]
+			if (h == nil) != (o == nil) {
+				return false
+			}
+			if h == nil {
+				continue
+			}
+			if !sameLayout(h, o) || h.Count < o.Count || !whole(h) || !whole(o) || decreased(h, o) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// whole reports whether a histogram's counts are whole numbers in [0,
+// maxWhole) (and not -0).
+func whole(h *Histogram) bool {
+	ok := func(v float64) bool { return v >= 0 && v < maxWhole && v == math.Trunc(v) && !math.Signbit(v) }
+	if !ok(h.Count) {
+		return false
+	}
+	for _, c := range h.Counts {
+		if !ok(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// oneLayout reports whether, in r, each kind of latency histogram has one
+// layout across the engines (the window's histograms add engine by engine
+// without interpolation).
+func oneLayout(r *Reading) bool {
+	for hk := range numHistos {
+		var first *Histogram
+		for i := range r.Engines {
+			h := r.Engines[i].Hist[hk]
+			if h == nil {
+				continue
+			}
+			if first == nil {
+				first = h
+			} else if !sameLayout(first, h) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// smoothFlags returns the smooth flag of each pair of rs, reusing h's for the
+// pairs that were consecutive there.
+func smoothFlags(h *History, rs []*Reading) []bool {
+	out := make([]bool, len(rs))
+	var old []*Reading
+	var flags []bool
+	if h != nil && len(h.smooth) == len(h.readings) {
+		old, flags = h.readings, h.smooth
+	}
+	j := 0
+	for k := 1; k < len(rs); k++ {
+		for j < len(old) && old[j] != rs[k] {
+			j++
+		}
+		if j < len(old) && j > 0 && old[j-1] == rs[k-1] {
+			out[k] = flags[j]
+			continue
+		}
+		out[k] = smoothPair(rs[k-1], rs[k])
+	}
+	return out
 }
 
 // addSince adds h.Since(older) to the window's histogram *acc (a copy of it
@@ -299,7 +459,7 @@ func (h *History) window(k WindowKey) windowAgg {
 			return h.windows[i]
 		}
 	}
-	return computeWindow(h.readings, k)
+	return computeWindow(h.readings, h.smooth, k)
 }
 
 // EngineFacts is what the readings within the state window say about one
