@@ -45,7 +45,7 @@ func main() {
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "External metric requests per second during the measurement")
 	fs.DurationVar(&cfg.Measure, "measure", cfg.Measure, "length of the measurement window")
 	fs.DurationVar(&cfg.Interval, "scrape-interval", cfg.Interval, "the adapter's --scrape-interval")
-	fs.StringVar(&cfg.ProfileDir, "profile", "", "write the adapter's CPU profile (over the measurement window) and heap profile (at its end) into this directory, one pair per run; profiling costs the adapter CPU, so those runs' numbers are a little high")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write the adapter's CPU profile (over the measurement window) and heap profiles (at its start and end: pprof -diff_base shows what the window allocated) into this directory, one set per run; profiling costs the adapter CPU, so those runs' numbers are a little high")
 	fs.StringVar(&cfg.GoMemLimit, "gomemlimit", "", "the adapter's GOMEMLIMIT (e.g. 920MiB, as the chart's goMemLimit is for a 1 GiB memory limit); unset by default")
 	fs.StringVar(&cfg.LogDir, "logs", "", "keep the adapter's and engines' logs in this directory (default: a temporary one, removed)")
 	_ = fs.Parse(os.Args[1:])

@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
 	"k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
@@ -51,7 +53,7 @@ type Config struct {
 	// Interval is the adapter's --scrape-interval.
 	Interval time.Duration
 	// ProfileDir, when set, receives the adapter's CPU profile over the
-	// measurement window and its heap profile at the end.
+	// measurement window and its heap profiles at its start and end.
 	ProfileDir string
 	// LogDir, when set, keeps the children's logs; else a temporary directory
 	// (removed) holds them.
@@ -128,6 +130,11 @@ type Result struct {
 	Load1 float64
 	// FirstError is an example of a failed or stale answer.
 	FirstError string
+	// Reference is how long textparse took over the dump in the driver before
+	// the run started its children: a gauge of the machine's speed at the
+	// time (82-89 us on the quiet 2-core development VM), since run-to-run
+	// differences on a shared machine can exceed the differences measured.
+	Reference time.Duration
 }
 
 // Sample is one request: when it was sent and how long its answer took.
@@ -163,7 +170,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if _, err := os.Stat(dump); err != nil {
+	// Before any child starts: the machine's speed without this test's load.
+	if res.Reference, err = reference(dump); err != nil {
 		return res, fmt.Errorf("-dump: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "benchscale-")
@@ -276,6 +284,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	var profile sync.WaitGroup
 	var profileErr error
 	if c.ProfileDir != "" {
+		// The heap at the start too: pprof -diff_base shows what the window allocated.
+		if err := d.saveProfile(ctx, "/debug/pprof/heap", filepath.Join(c.ProfileDir, "heap-start-"+tag+".pprof")); err != nil {
+			return res, err
+		}
 		profile.Go(func() {
 			profileErr = d.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(c.Measure.Seconds())), filepath.Join(c.ProfileDir, "cpu-"+tag+".pprof"))
 		})
@@ -669,4 +681,29 @@ func writeTimeline(file string, samples []Sample) error {
 		fmt.Fprintf(&b, "%.3f\t%.3f\n", float64(s.Sent.Sub(samples[0].Sent))/1e6, float64(s.Latency)/1e6)
 	}
 	return os.WriteFile(file, []byte(b.String()), 0o644)
+}
+
+// reference returns the time textparse takes over the dump, the median of
+// 200 runs.
+func reference(dump string) (time.Duration, error) {
+	body, err := os.ReadFile(dump)
+	if err != nil {
+		return 0, err
+	}
+	times := make([]time.Duration, 200)
+	for i := range times {
+		start := time.Now()
+		p := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
+		for {
+			if _, err := p.Next(); err != nil {
+				if !errors.Is(err, io.EOF) {
+					return 0, fmt.Errorf("textparse over %s: %w", dump, err)
+				}
+				break
+			}
+		}
+		times[i] = time.Since(start)
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
 }

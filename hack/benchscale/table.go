@@ -35,9 +35,9 @@ func PrintTable(w io.Writer, rows []Result) {
 	for _, r := range rows {
 		secs := r.Window.Seconds()
 		others := (r.MachineBusy - r.AdapterCPU - r.EngineCPU - r.DriverCPU).Seconds() / secs
-		fmt.Fprintf(w, "- %d engines, %s terms: %.0f s window; the machine (%d CPUs) was at least %.2f cores busy: adapter %.2f, engines %.2f, load driver %.2f, other processes %.2f; load average %.2f.\n",
+		fmt.Fprintf(w, "- %d engines, %s terms: %.0f s window; the machine (%d CPUs) was at least %.2f cores busy: adapter %.2f, engines %.2f, load driver %.2f, other processes %.2f; load average %.2f; textparse over the dump took %.0f µs before the run.\n",
 			r.Engines, r.Terms, secs, r.CPUs, r.MachineBusy.Seconds()/secs, r.AdapterCPU.Seconds()/secs, r.EngineCPU.Seconds()/secs,
-			r.DriverCPU.Seconds()/secs, max(0, others), r.Load1)
+			r.DriverCPU.Seconds()/secs, max(0, others), r.Load1, float64(r.Reference)/float64(time.Microsecond))
 	}
 	for _, r := range rows {
 		if r.FirstError != "" {
