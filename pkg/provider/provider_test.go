@@ -218,7 +218,8 @@ func newFixtureCatalog(t *testing.T, catalog *signals.Catalog, specs ...object) 
 		t.Fatal(err)
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
-		scrape.Reader{Extractor: signals.NewExtractor(), History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
+		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{Histograms: true, GatewayMetrics: catalog.Needs().GatewayMetrics}),
+			History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	opts := Options{MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
 	prov := New(opts, StaticCatalog{catalog}, pools, sc, clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}

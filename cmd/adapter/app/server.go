@@ -11,10 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	apimetrics "k8s.io/apiserver/pkg/endpoints/metrics"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -23,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/advisor"
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
@@ -117,6 +123,7 @@ type Server struct {
 	scraper   *scrape.Scraper
 	checker   *apiservice.Checker // nil when the adapter does not know its Service
 	catalogs  *config.Loader
+	events    record.EventBroadcaster
 	config    CompletedConfig
 	// synced is closed once the pod and HPA caches are filled.
 	synced chan struct{}
@@ -151,8 +158,18 @@ func (c CompletedConfig) New() (*Server, error) {
 	sel := c.Select
 	sel.OnHPADeleted = providerMetrics.ForgetHPA
 	sel.Serves = func(m string) bool { return catalogs.Catalog().Lookup(m) != nil }
+	sel.Gateway = func(m string) *podselect.Gateway { return gatewayOf(catalogs.Catalog().Lookup(m)) }
 	pools := podselect.New(sel, inf.Pods(), c.Clock)
 	if err := inf.AddHPAHandler(pools.HPAHandler()); err != nil {
+		return nil, err
+	}
+	advisorMetrics, err := advisor.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	events := record.NewBroadcaster(record.WithContext(context.Background()))
+	adv := advisor.New(events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: Name}), catalogs, advisorMetrics)
+	if err := inf.AddHPAHandler(adv.HPAHandler()); err != nil {
 		return nil, err
 	}
 	httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
@@ -161,7 +178,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
 	catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
-	prov := provider.New(c.Provider, catalogs, pools, scraper, c.Clock, providerMetrics)
+	popts := c.Provider
+	popts.Advice = adv
+	prov := provider.New(popts, catalogs, pools, scraper, c.Clock, providerMetrics)
 
 	if c.ManagedTLS != nil {
 		// The generic server runs it (RunOnce before listening, then Run): it is
@@ -186,7 +205,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
-	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, catalogs: catalogs, config: c, synced: make(chan struct{})}
+	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, catalogs: catalogs, events: events, config: c, synced: make(chan struct{})}
 
 	// /metrics serves the API server's own metrics (request latencies, Go and
 	// process collectors, from component-base's registry) beside the adapter's.
@@ -262,7 +281,26 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 		s.scraper.Run(ctx, s.config.ScrapeInterval, s.pools.Targets)
 	}()
 	go s.catalogs.Run(ctx, s.config.ConfigReloadInterval)
+	// Events on HPAs (pkg/advisor) go to the API server from here on, in the
+	// HPA's namespace (RBAC: create and patch events in the watched namespaces).
+	s.events.StartStructuredLogging(2)
+	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.config.Client.CoreV1().Events("")})
+	go func() { <-ctx.Done(); s.events.Shutdown() }()
 	return nil
+}
+
+// gatewayOf returns where a policy's gateway pods are, for the scrape set; nil
+// without a gateway input (or with a selector that does not parse, which the
+// configuration's validation already refused).
+func gatewayOf(p *signals.Policy) *podselect.Gateway {
+	if p == nil || p.Gateway == nil {
+		return nil
+	}
+	sel, err := labels.Parse(p.Gateway.Selector)
+	if err != nil {
+		return nil
+	}
+	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path}}
 }
 
 // reader returns how bodies become readings under a catalog: the families its
@@ -271,6 +309,7 @@ func (c CompletedConfig) reader(cat *signals.Catalog) scrape.Reader {
 	needs := cat.Needs()
 	opts := c.Extract
 	opts.Histograms = needs.Histograms
+	opts.GatewayMetrics = needs.GatewayMetrics
 	return scrape.Reader{
 		Extractor: signals.NewExtractorWith(opts),
 		History:   signals.HistoryOptions{Needs: needs, StateWindow: c.StateWindow},
