@@ -21,14 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/metrics/pkg/apis/external_metrics"
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
-	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -47,13 +45,6 @@ type Pools interface {
 	HPAsFor(namespace, metric string, selector labels.Selector) []string
 }
 
-// Readings gives the latest scrape result of pods and scrapes on demand; see
-// scrape.Scraper.
-type Readings interface {
-	Latest(uid types.UID) (*scrape.Result, bool)
-	Scrape(ctx context.Context, targets []scrape.Target)
-}
-
 // Catalogs gives the metric catalog in force; a configuration reload replaces
 // it (see pkg/config). Implementations are safe for concurrent use.
 type Catalogs interface {
@@ -70,9 +61,6 @@ func (s StaticCatalog) Catalog() *signals.Catalog { return s.C }
 type Options struct {
 	// MaxAge is the age beyond which a pod's last reading is stale.
 	MaxAge time.Duration
-	// ColdScrapeTimeout bounds the on-demand scrape of Ready pods that were never
-	// scraped (a selector nobody asked about before); 0 disables it.
-	ColdScrapeTimeout time.Duration
 }
 
 // Provider implements the External and custom metrics APIs of
@@ -124,7 +112,11 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 		p.fail(policy.Name, err)
 		return nil, err
 	}
-	a := p.evaluate(ctx, catalog, policy, members, nil, true)
+	a, err := p.evaluate(ctx, catalog, policy, where, members, nil, true)
+	if err != nil {
+		p.fail(policy.Name, err)
+		return nil, err
+	}
 	if err := a.poolError(where); err != nil {
 		p.fail(policy.Name, err)
 		return nil, err
@@ -259,16 +251,22 @@ func (p *Provider) ready(where, namespace string) error {
 	return nil
 }
 
-// evaluate scrapes on the spot the counted members never scraped, then folds
-// the policy over the members. each, when set, receives every counted pod.
-func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc, poolOnly bool) answer {
-	p.scrapeCold(ctx, members)
-	return p.fold(catalog, policy, members, p.clock.Now(), each, poolOnly)
+// evaluate reads the members' histories from the source (which may scrape or
+// query on the spot), then folds the policy over the members. each, when set,
+// receives every counted pod. A source that cannot answer for any pod
+// (Prometheus down) is a 503 naming the cause.
+func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where string, members []podselect.Member, each podFunc, poolOnly bool) (answer, error) {
+	histories, err := p.readings.Histories(ctx, members[0].Pod.Namespace, members)
+	if err != nil {
+		return answer{}, apierrors.NewServiceUnavailable(fmt.Sprintf("%s: %v", where, err))
+	}
+	return p.fold(catalog, policy, members, p.clock.Now(), histories, each, poolOnly), nil
 }
 
 // fold evaluates the policy over the counted members in one pass, through the
 // one pooling path (signals.PoolBuilder).
-func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc, poolOnly bool) answer {
+func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time,
+	histories func(*podselect.Member) (*signals.History, string), each podFunc, poolOnly bool) answer {
 	a := answer{matched: len(members), signal: policy.Kind == signals.KindSignal}
 	b := policy.NewPool(now, p.opts.MaxAge)
 	if poolOnly {
@@ -287,7 +285,7 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 		if role != "" && !slices.Contains(a.roles, role) {
 			a.roles = append(a.roles, role)
 		}
-		h, why := p.history(m)
+		h, why := histories(m)
 		v := b.Add(h, why)
 		if !v.Known {
 			a.unknown = append(a.unknown, m.Pod.Name+": "+v.Why)
@@ -301,23 +299,6 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 		a.roles = nil
 	}
 	return a
-}
-
-// history returns a member's readings and, when its newest scrape failed or it
-// was never scraped, why.
-func (p *Provider) history(m *podselect.Member) (*signals.History, string) {
-	res, ok := p.readings.Latest(m.UID)
-	switch {
-	case !ok && m.TargetErr != nil:
-		return nil, "cannot be scraped: " + m.TargetErr.Error()
-	case !ok:
-		return nil, "not scraped yet"
-	case res.Err != nil:
-		return res.History, "scrape failing: " + res.Err.Error()
-	case res.History == nil:
-		return nil, "not scraped yet"
-	}
-	return res.History, ""
 }
 
 // poolError returns the API status for an answer without a pool value: 503
@@ -348,31 +329,6 @@ func (p *Provider) fail(metric string, err error) {
 	}
 	p.metrics.request(metric, r)
 	klog.V(2).InfoS("Metric request failed", "metric", metric, "err", err)
-}
-
-// scrapeCold scrapes, within ColdScrapeTimeout, the counted members that were
-// never scraped, so that the first request for a new selector gets an answer.
-func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
-	if p.opts.ColdScrapeTimeout <= 0 {
-		return
-	}
-	var cold []scrape.Target
-	for i := range members {
-		m := &members[i]
-		if !m.Counted || m.TargetErr != nil {
-			continue
-		}
-		if _, ok := p.readings.Latest(m.UID); ok {
-			continue
-		}
-		cold = append(cold, m.Target)
-	}
-	if len(cold) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.ColdScrapeTimeout)
-	defer cancel()
-	p.readings.Scrape(ctx, cold)
 }
 
 // summarize joins up to five reasons and counts the rest.

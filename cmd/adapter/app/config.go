@@ -71,10 +71,12 @@ type Config struct {
 	// Select configures which pods are pooled and scraped.
 	Select podselect.Options
 	// Scrape bounds each scrape; ScrapeTLS verifies https engines;
-	// ScrapeInterval is the period of the scrape loop.
-	Scrape         scrape.Options
-	ScrapeTLS      promconfig.TLSConfig
-	ScrapeInterval time.Duration
+	// ScrapeInterval is the period of the scrape loop; ColdScrapeTimeout bounds
+	// the on-demand scrape of pods a request finds never scraped.
+	Scrape            scrape.Options
+	ScrapeTLS         promconfig.TLSConfig
+	ScrapeInterval    time.Duration
+	ColdScrapeTimeout time.Duration
 	// Provider configures the answers.
 	Provider provider.Options
 }
@@ -134,10 +136,11 @@ func (o *Options) Config() (*Config, error) {
 			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
 			IdleTimeout: o.SelectorIdleTimeout,
 		},
-		Scrape:         scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
-		ScrapeTLS:      o.Scrape.TLSConfig(),
-		ScrapeInterval: o.Scrape.Interval,
-		Provider:       provider.Options{MaxAge: o.Scrape.MaxSampleAge, ColdScrapeTimeout: o.Scrape.Timeout},
+		Scrape:            scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
+		ScrapeTLS:         o.Scrape.TLSConfig(),
+		ScrapeInterval:    o.Scrape.Interval,
+		ColdScrapeTimeout: o.Scrape.Timeout,
+		Provider:          provider.Options{MaxAge: o.Scrape.MaxSampleAge},
 	}, nil
 }
 

@@ -157,7 +157,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
 	catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
-	prov := provider.New(c.Provider, catalogs, pools, scraper, c.Clock, providerMetrics)
+	prov := provider.New(c.Provider, catalogs, pools, provider.Scraped(scraper, c.ColdScrapeTimeout), c.Clock, providerMetrics)
 
 	if c.ManagedTLS != nil {
 		// The generic server runs it (RunOnce before listening, then Run): it is
