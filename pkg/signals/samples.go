@@ -79,6 +79,8 @@ type Family struct {
 	Name string
 	// Kind is how its series are read.
 	Kind FamilyKind
+	// Histo is the latency histogram a FamilyHistogram holds.
+	Histo Histo
 }
 
 // Families returns every family the extractor reads (histograms only when it
@@ -87,10 +89,10 @@ type Family struct {
 func (e *Extractor) Families() []Family {
 	var out []Family
 	seen := map[string]bool{}
-	add := func(name string, k FamilyKind) {
+	add := func(name string, k FamilyKind, h Histo) {
 		if !seen[name] {
 			seen[name] = true
-			out = append(out, Family{Name: name, Kind: k})
+			out = append(out, Family{Name: name, Kind: k, Histo: h})
 		}
 	}
 	for d := range e.dialects {
@@ -103,7 +105,7 @@ func (e *Extractor) Families() []Family {
 				}
 				for _, set := range dia.Sources[s] {
 					for _, src := range set.Sources {
-						add(dia.spell(src.Metric, k), kind)
+						add(dia.spell(src.Metric, k), kind, 0)
 					}
 				}
 			}
@@ -112,7 +114,7 @@ func (e *Extractor) Families() []Family {
 			}
 			for h := range numHistos {
 				for _, hs := range dia.Histos[h] {
-					add(dia.spell(hs.Metric, k), FamilyHistogram)
+					add(dia.spell(hs.Metric, k), FamilyHistogram, h)
 				}
 			}
 		}

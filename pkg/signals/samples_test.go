@@ -191,6 +191,11 @@ func TestFamilies(t *testing.T) {
 			t.Errorf("%s: kind %v (listed %v), want %v", name, got, ok, want)
 		}
 	}
+	for _, f := range NewExtractor().Families() {
+		if f.Name == "vllm:time_per_output_token_seconds" && (f.Kind != FamilyHistogram || f.Histo != InterTokenLatency) {
+			t.Errorf("%+v, want the inter-token latency histogram", f)
+		}
+	}
 	for _, f := range NewExtractorWith(ExtractOptions{}).Families() {
 		if f.Kind == FamilyHistogram {
 			t.Errorf("an extractor without histograms lists %s", f.Name)
