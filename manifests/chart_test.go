@@ -405,7 +405,8 @@ func flagKey(flag string) string {
 
 // sampleFlagValue returns a value for a flag that its schema (values.schema.json)
 // accepts: a number where it wants digits, a duration, the first allowed value of an
-// enum, true for a boolean, and otherwise a string naming the key.
+// enum, true for a boolean, a URL or a label name where it wants one, and otherwise a
+// string naming the key.
 func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
 	t.Helper()
 	if schema == nil {
@@ -420,6 +421,10 @@ func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
 		return "7s"
 	case strings.HasPrefix(pattern, "^[0-9]+"):
 		return "17"
+	case strings.HasPrefix(pattern, "^https?://"):
+		return "http://prometheus.example:9090"
+	case strings.HasPrefix(pattern, "^[a-zA-Z_]"):
+		return "sample_" + key
 	case strings.Contains(types, "boolean"):
 		return "true"
 	}

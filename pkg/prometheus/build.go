@@ -111,17 +111,14 @@ func build(d *podData, o buildOptions) (*signals.History, error) {
 		}
 	}
 	latest := make([]signals.Sample, 0, len(d.series))
-	byTime := map[int64][]signals.Sample{}
+	live := make([]series, 0, len(d.series))
 	for _, s := range d.series {
 		last := s.points[len(s.points)-1]
 		if o.interval > 0 && newest.Sub(last.t) > o.interval*3/2 {
 			continue
 		}
 		latest = append(latest, signals.Sample{Labels: s.labels, Value: last.v, T: last.t})
-		for _, p := range s.points {
-			ms := p.t.UnixMilli()
-			byTime[ms] = append(byTime[ms], signals.Sample{Labels: s.labels, Value: p.v, T: p.t})
-		}
+		live = append(live, s)
 	}
 	r, err := o.extractor.ExtractSamples(latest)
 	if err != nil {
@@ -131,20 +128,7 @@ func build(d *podData, o buildOptions) (*signals.History, error) {
 
 	// Engine states: the readings of each scrape within the state window,
 	// judged by the History's own rules.
-	times := make([]int64, 0, len(byTime))
-	for t := range byTime {
-		times = append(times, t)
-	}
-	slices.Sort(times)
-	var readings []*signals.Reading
-	for _, t := range times {
-		rt, err := o.extractor.ExtractSamples(byTime[t])
-		if err != nil {
-			continue // a scrape with only some families (a monitor that drops others)
-		}
-		rt.Time = time.UnixMilli(t)
-		readings = append(readings, &rt)
-	}
+	readings := scrapes(live, o.extractor)
 	var facts []signals.EngineFacts
 	if len(readings) > 0 {
 		facts = signals.NewHistory(signals.HistoryOptions{StateWindow: o.history.StateWindow, MaxReadings: o.history.MaxReadings}, readings...).Facts()
@@ -171,6 +155,70 @@ func build(d *podData, o buildOptions) (*signals.History, error) {
 		windows = append(windows, signals.WindowAggregateOf(k, k.Window, &ri))
 	}
 	return signals.NewSnapshot(&r, windows, facts, o.history), nil
+}
+
+// scrapes groups series' samples by timestamp, one Prometheus scrape each,
+// and builds a reading of each, oldest first. A scrape without the families
+// that make a reading (a monitor that keeps only some) is skipped.
+func scrapes(ss []series, e *signals.Extractor) []*signals.Reading {
+	byTime := map[int64][]signals.Sample{}
+	for _, s := range ss {
+		for _, p := range s.points {
+			ms := p.t.UnixMilli()
+			byTime[ms] = append(byTime[ms], signals.Sample{Labels: s.labels, Value: p.v, T: p.t})
+		}
+	}
+	times := make([]int64, 0, len(byTime))
+	for t := range byTime {
+		times = append(times, t)
+	}
+	slices.Sort(times)
+	var out []*signals.Reading
+	for _, t := range times {
+		r, err := e.ExtractSamples(byTime[t])
+		if err != nil {
+			continue
+		}
+		r.Time = time.UnixMilli(t)
+		out = append(out, &r)
+	}
+	return out
+}
+
+// ReadingsOf reads a saved answer (see Decode) as explain does, for every
+// namespace: per pod (by the namespace and pod labels l name), one Reading per
+// scrape timestamp, oldest first, each built by the extractor's rules from the
+// series sampled then; a vector answer gives one reading per pod. A pod whose
+// series hold no engine metric is in errs (signals.ErrNoEngineMetrics); series
+// without the pod labels, and the increases of a window query, are not read.
+func ReadingsOf(v model.Value, l Labels, e *signals.Extractor) (readings map[types.NamespacedName][]*signals.Reading, errs map[types.NamespacedName]error) {
+	pods := map[types.NamespacedName]*podData{}
+	var raw []series
+	for _, s := range seriesOf(v) {
+		if !s.labels.Has(familyLabel) {
+			raw = append(raw, s)
+		}
+	}
+	byPod(pods, raw, l, "", "", 0)
+	readings, errs = map[types.NamespacedName][]*signals.Reading{}, map[types.NamespacedName]error{}
+	for k, d := range pods {
+		rs := scrapes(d.series, e)
+		if len(rs) == 0 {
+			var all []signals.Sample
+			for _, s := range d.series {
+				last := s.points[len(s.points)-1]
+				all = append(all, signals.Sample{Labels: s.labels, Value: last.v, T: last.t})
+			}
+			_, err := e.ExtractSamples(all)
+			if err == nil {
+				err = fmt.Errorf("%w: no scrape holds them all", signals.ErrNoEngineMetrics)
+			}
+			errs[k] = err
+			continue
+		}
+		readings[k] = rs
+	}
+	return readings, errs
 }
 
 // why says, for a message, why a pod has no history.

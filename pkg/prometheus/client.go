@@ -56,7 +56,7 @@ func (o ClientOptions) HTTPClientConfig() promconfig.HTTPClientConfig {
 func (o ClientOptions) Validate() error {
 	u, err := url.Parse(o.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("the Prometheus URL %q must be an http or https URL such as http://prometheus-operated.monitoring:9090", redact(o.URL))
+		return fmt.Errorf("the Prometheus URL %q must be an http or https URL such as http://prometheus-operated.monitoring:9090", Redact(o.URL))
 	}
 	if o.MaxResponseBytes < 1 {
 		return fmt.Errorf("the largest response must be at least 1 byte, got %d", o.MaxResponseBytes)
@@ -84,7 +84,7 @@ func NewAPI(o ClientOptions) (v1.API, error) {
 	}
 	c, err := api.NewClient(api.Config{Address: o.URL, RoundTripper: limitBody{rt: rt, max: o.MaxResponseBytes}})
 	if err != nil {
-		return nil, fmt.Errorf("the Prometheus URL %q: %w", redact(o.URL), err)
+		return nil, fmt.Errorf("the Prometheus URL %q: %w", Redact(o.URL), err)
 	}
 	return v1.NewAPI(c), nil
 }
@@ -139,8 +139,9 @@ func (r *limitedReader) Close() error { return r.rc.Close() }
 // userinfo matches the credentials of a URL, for one that does not parse.
 var userinfo = regexp.MustCompile(`//[^/@]*@`)
 
-// redact hides a password in a URL, even one that does not parse.
-func redact(s string) string {
+// Redact hides the password of a URL, even of one that does not parse, for
+// messages and logs.
+func Redact(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return userinfo.ReplaceAllString(s, "//xxxxx@")

@@ -348,7 +348,7 @@ func (s *Source) fetch(namespace string, g *generation) *entry {
 	wg.Wait()
 	for i, q := range qs {
 		if err := answers[i].err; err != nil {
-			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", redact(s.opts.URL), q.kind, namespace, signals.Excerpt(err.Error(), 400))
+			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", Redact(s.opts.URL), q.kind, namespace, signals.Excerpt(err.Error(), 400))
 			return e
 		}
 		if n := byPod(e.pods, answers[i].ss, g.plan.labels, namespace, q.family, q.window); n > 0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
@@ -111,7 +112,7 @@ type Server struct {
 	generic   *genericapiserver.GenericAPIServer
 	informers *podselect.Informers
 	pools     *podselect.Selection
-	scraper   *scrape.Scraper
+	scraper   *scrape.Scraper     // nil with --source=prometheus
 	checker   *apiservice.Checker // nil when the adapter does not know its Service
 	catalogs  *config.Loader
 	config    CompletedConfig
@@ -151,13 +152,24 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := inf.AddHPAHandler(pools.HPAHandler()); err != nil {
 		return nil, err
 	}
-	httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
-	if err != nil {
-		return nil, err
+	var (
+		scraper  *scrape.Scraper
+		readings provider.Readings
+	)
+	if c.Source == SourcePrometheus {
+		if readings, err = c.prometheusSource(catalogs, reg); err != nil {
+			return nil, err
+		}
+	} else {
+		httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
+		if err != nil {
+			return nil, err
+		}
+		scraper = scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
+		catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
+		readings = provider.Scraped(scraper, c.ColdScrapeTimeout)
 	}
-	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
-	catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
-	prov := provider.New(c.Provider, catalogs, pools, provider.Scraped(scraper, c.ColdScrapeTimeout), c.Clock, providerMetrics)
+	prov := provider.New(c.Provider, catalogs, pools, readings, c.Clock, providerMetrics)
 
 	if c.ManagedTLS != nil {
 		// The generic server runs it (RunOnce before listening, then Run): it is
@@ -231,11 +243,50 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 			return
 		}
 		close(s.synced)
+		if s.scraper == nil {
+			klog.InfoS("Informer caches synced; reading the engines' series from Prometheus", "url", promsource.Redact(s.config.PrometheusClient.URL),
+				"cachePeriod", s.config.PrometheusSource.CachePeriod, "namespaces", s.config.Namespaces)
+			return
+		}
 		klog.InfoS("Informer caches synced; scraping", "interval", s.config.ScrapeInterval, "namespaces", s.config.Namespaces)
 		s.scraper.Run(ctx, s.config.ScrapeInterval, s.pools.Targets)
 	}()
 	go s.catalogs.Run(ctx, s.config.ConfigReloadInterval)
 	return nil
+}
+
+// prometheusSource returns the Prometheus source, its metrics on reg, following
+// the catalog and the configuration file's prometheus section through reloads.
+func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheus.Registerer) (*promsource.Source, error) {
+	if c.PrometheusClient.TLS.InsecureSkipVerify {
+		klog.InfoS("Warning: Prometheus's certificate is not verified (--prometheus-insecure-skip-tls-verify): a machine in the path can forge the values HPAs scale on",
+			"url", promsource.Redact(c.PrometheusClient.URL))
+	}
+	api, err := promsource.NewAPI(c.PrometheusClient)
+	if err != nil {
+		return nil, err
+	}
+	m, err := promsource.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	src, err := promsource.New(c.PrometheusSource, api, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
+	if err != nil {
+		return nil, err
+	}
+	catalogs.OnChange(func(cat *signals.Catalog) {
+		// The file passed config's validation: this fails only on a bug.
+		if err := src.SetCatalog(cat, queries(catalogs.Prometheus())); err != nil {
+			klog.ErrorS(err, "Prometheus queries not updated to the new configuration")
+		}
+	})
+	return src, nil
+}
+
+// queries returns the configuration file's prometheus section as the
+// source's Queries.
+func queries(p config.Prometheus) promsource.Queries {
+	return promsource.Queries{Matchers: p.Matchers, Series: p.Series}
 }
 
 // reader returns how bodies become readings under a catalog: the families its
