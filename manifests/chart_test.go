@@ -221,6 +221,19 @@ func TestChartOptions(t *testing.T) {
 				t.Errorf("Roles by namespace (-want +got):\n%s", diff)
 			}
 		}},
+		{"network policy in prometheus mode", []string{"--set", "networkPolicy.enabled=true", "--set", "flags.source=prometheus", "--set", "flags.prometheusUrl=http://prometheus-operated.monitoring:9090"}, func(t *testing.T, objs []any) {
+			np := only[*networkingv1.NetworkPolicy](t, objs, adapterName)
+			var ports []string
+			for _, e := range np.Spec.Egress {
+				for _, p := range e.Ports {
+					ports = append(ports, fmt.Sprintf("%d/%s", p.Port.IntValue(), *p.Protocol))
+				}
+			}
+			// Prometheus, the API server and DNS; not the engines.
+			if diff := cmp.Diff([]string{"9090/TCP", "443/TCP", "6443/TCP", "53/UDP", "53/TCP"}, ports); diff != "" {
+				t.Errorf("egress ports (-want +got):\n%s", diff)
+			}
+		}},
 		{"network policy", []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServer.cidrs={10.0.0.1/32}"}, func(t *testing.T, objs []any) {
 			np := only[*networkingv1.NetworkPolicy](t, objs, adapterName)
 			pod := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template
