@@ -31,7 +31,7 @@ import (
 // streamsOf returns a body's series as Prometheus stores them after scraping
 // pod: its own labels plus namespace, pod, job and instance, stamped at the
 // scrape (or with the body's own timestamps).
-func streamsOf(t *testing.T, body []byte, podName string, at time.Time) []*model.SampleStream {
+func streamsOf(t testing.TB, body []byte, podName string, at time.Time) []*model.SampleStream {
 	t.Helper()
 	p := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
 	var out []*model.SampleStream

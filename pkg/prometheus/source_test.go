@@ -2,6 +2,8 @@ package prometheus
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -308,5 +310,27 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 	wg.Wait()
 	if got := prom.count(); got["series"] != 1 || got["window"] != 1 {
 		t.Errorf("queries %v for 50 concurrent requests, want one of each", got)
+	}
+}
+
+// A real Prometheus's answer (testdata/prometheus: five scrapes of two emulated
+// vLLM pods under load) served as the engine series: the values explain
+// prints for the same file (cmd/adapter/app/testdata/explain).
+func TestRealAnswer(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "prometheus", "vllm-emulator_range.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := newFakeProm(t, ok(map[string]string{"series": string(b)}))
+	app := map[string]string{"app": "vllm"}
+	f := newFixture(t, prom, fixtureOptions{opts: Options{ScrapeInterval: 2 * time.Second, MaxAge: 6 * time.Second}},
+		pod{name: "vllm-0", labels: app}, pod{name: "vllm-1", labels: app})
+	f.clock.SetTime(time.Unix(1796152137, 0))
+	for metric, want := range map[string]string{
+		signals.MetricSaturation: "5400m", signals.MetricDemandReplicas: "10800m", signals.MetricQueueDepth: "54",
+	} {
+		if got := f.value(t, "llm", metric, "app=vllm"); got != want {
+			t.Errorf("%s = %s, want %s", metric, got, want)
+		}
 	}
 }

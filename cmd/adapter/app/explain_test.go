@@ -176,6 +176,12 @@ func TestExplainGolden(t *testing.T) {
 			t.Run(name, func(t *testing.T) { golden(t, name, runExplain(t, f)) })
 		}
 	}
+	// A real Prometheus's answer (a range selector's matrix: five scrapes of two
+	// pods, one with two data-parallel engines).
+	t.Run("prometheus_vllm-emulator_range.json", func(t *testing.T) {
+		golden(t, "prometheus_vllm-emulator_range.json", runExplain(t, "--prometheus-scrape-interval=2s",
+			"--prometheus-response", filepath.Join(root, "prometheus", "vllm-emulator_range.json")))
+	})
 	seqs := map[string][]string{
 		"sequence_BC-12.json": {"hazards/BC-12-t0.prom", "hazards/BC-12-t1.prom"},
 		"sequence_NC-02.json": {"hazards/NC-02-t0.prom", "hazards/NC-02-t1.prom"},
