@@ -20,14 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/metrics/pkg/apis/external_metrics"
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
-	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -48,13 +46,6 @@ type Pools interface {
 	Member(namespace, name string) (m podselect.Member, found bool, err error)
 	// HPAsFor names the HorizontalPodAutoscalers a request answers.
 	HPAsFor(namespace, metric string, selector labels.Selector) []string
-}
-
-// Readings gives the latest scrape result of pods and scrapes on demand; see
-// scrape.Scraper.
-type Readings interface {
-	Latest(uid types.UID) (*scrape.Result, bool)
-	Scrape(ctx context.Context, targets []scrape.Target)
 }
 
 // Advice hears about answers, to warn about HPAs that cannot do what they are set
@@ -80,9 +71,6 @@ func (s StaticCatalog) Catalog() *signals.Catalog { return s.C }
 type Options struct {
 	// MaxAge is the age beyond which a pod's last reading is stale.
 	MaxAge time.Duration
-	// ColdScrapeTimeout bounds the on-demand scrape of Ready pods that were never
-	// scraped (a selector nobody asked about before); 0 disables it.
-	ColdScrapeTimeout time.Duration
 	// Advice, when set, hears about every External answer.
 	Advice Advice
 }
@@ -152,7 +140,11 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 			return nil, err
 		}
 	}
-	a := p.evaluateWith(ctx, catalog, policy, members, nil, true, gw)
+	a, err := p.evaluate(ctx, catalog, policy, where, namespace, members, nil, true, gw)
+	if err != nil {
+		p.fail(policy.Name, err)
+		return nil, err
+	}
 	if p.opts.Advice != nil {
 		p.opts.Advice.Answered(namespace, policy.Name, metricSelector, a.pool)
 		if gw != nil {
@@ -294,16 +286,18 @@ func (p *Provider) ready(where, namespace string) error {
 	return nil
 }
 
-// evaluate scrapes on the spot the counted members never scraped, then folds
-// the policy over the members. each, when set, receives every counted pod.
-func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc, poolOnly bool) answer {
-	return p.evaluateWith(ctx, catalog, policy, members, each, poolOnly, nil)
-}
-
-// evaluateWith is evaluate with the gateway's queue added, when gw is set.
-func (p *Provider) evaluateWith(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc, poolOnly bool, gw *gatewayAnswer) answer {
-	p.scrapeCold(ctx, members)
-	return p.fold(catalog, policy, members, p.clock.Now(), each, poolOnly, gw)
+// evaluate reads the members' histories from the source (which may scrape or
+// query on the spot), then folds the policy over the members, with the
+// gateway's queue added when gw is set. each, when set, receives every counted
+// pod. A source that cannot answer for any pod (Prometheus down) is a 503
+// naming the cause. namespace is the request's: members may be empty (a pool
+// at zero behind a gateway).
+func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where, namespace string, members []podselect.Member, each podFunc, poolOnly bool, gw *gatewayAnswer) (answer, error) {
+	histories, err := p.readings.Histories(ctx, namespace, members)
+	if err != nil {
+		return answer{}, unavailable(fmt.Sprintf("%s: %v", where, err))
+	}
+	return p.fold(catalog, policy, members, p.clock.Now(), histories, each, poolOnly, gw), nil
 }
 
 // gatewayAnswer is what a policy's gateway input read: the queue and the
@@ -337,7 +331,10 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *sign
 	if err != nil {
 		return nil, unavailable(input + ": " + lowerError(err))
 	}
-	p.scrapeCold(ctx, members)
+	histories, err := p.readings.Histories(ctx, ns, members)
+	if err != nil {
+		return nil, unavailable(input + ": " + err.Error())
+	}
 	now := p.clock.Now()
 	out := &gatewayAnswer{}
 	var missing []string
@@ -348,7 +345,7 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *sign
 			continue
 		}
 		counted++
-		h, why := p.history(m)
+		h, why := histories(m)
 		r := h.Latest()
 		switch {
 		case r == nil:
@@ -377,7 +374,8 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *sign
 
 // fold evaluates the policy over the counted members in one pass, through the
 // one pooling path (signals.PoolBuilder).
-func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc, poolOnly bool, gw *gatewayAnswer) answer {
+func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time,
+	histories func(*podselect.Member) (*signals.History, string), each podFunc, poolOnly bool, gw *gatewayAnswer) answer {
 	a := answer{matched: len(members), signal: policy.Kind == signals.KindSignal}
 	b := policy.NewPool(now, p.opts.MaxAge)
 	if poolOnly {
@@ -396,7 +394,7 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 		if role != "" && !slices.Contains(a.roles, role) {
 			a.roles = append(a.roles, role)
 		}
-		h, why := p.history(m)
+		h, why := histories(m)
 		v := b.Add(h, why)
 		if !v.Known {
 			a.unknown = append(a.unknown, m.Pod.Name+": "+v.Why)
@@ -413,23 +411,6 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 		a.roles = nil
 	}
 	return a
-}
-
-// history returns a member's readings and, when its newest scrape failed or it
-// was never scraped, why.
-func (p *Provider) history(m *podselect.Member) (*signals.History, string) {
-	res, ok := p.readings.Latest(m.UID)
-	switch {
-	case !ok && m.TargetErr != nil:
-		return nil, "cannot be scraped: " + m.TargetErr.Error()
-	case !ok:
-		return nil, "not scraped yet"
-	case res.Err != nil:
-		return res.History, "scrape failing: " + res.Err.Error()
-	case res.History == nil:
-		return nil, "not scraped yet"
-	}
-	return res.History, ""
 }
 
 // poolError returns the API status for an answer without a pool value: 503
@@ -462,31 +443,6 @@ func (p *Provider) fail(metric string, err error) {
 	}
 	p.metrics.request(metric, r)
 	klog.V(2).InfoS("Metric request failed", "metric", metric, "err", err)
-}
-
-// scrapeCold scrapes, within ColdScrapeTimeout, the counted members that were
-// never scraped, so that the first request for a new selector gets an answer.
-func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
-	if p.opts.ColdScrapeTimeout <= 0 {
-		return
-	}
-	var cold []scrape.Target
-	for i := range members {
-		m := &members[i]
-		if !m.Counted || m.TargetErr != nil {
-			continue
-		}
-		if _, ok := p.readings.Latest(m.UID); ok {
-			continue
-		}
-		cold = append(cold, m.Target)
-	}
-	if len(cold) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.ColdScrapeTimeout)
-	defer cancel()
-	p.readings.Scrape(ctx, cold)
 }
 
 // summarize joins up to five reasons, within a byte budget, and counts the

@@ -220,8 +220,8 @@ func newFixtureCatalog(t *testing.T, catalog *signals.Catalog, specs ...object) 
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
 		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{Histograms: true, GatewayMetrics: catalog.Needs().GatewayMetrics}),
 			History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
-	opts := Options{MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
-	prov := New(opts, StaticCatalog{catalog}, pools, sc, clk, pm)
+	opts := Options{MaxAge: 6 * time.Second}
+	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
 }
 

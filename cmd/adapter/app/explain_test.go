@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -175,6 +176,12 @@ func TestExplainGolden(t *testing.T) {
 			t.Run(name, func(t *testing.T) { golden(t, name, runExplain(t, f)) })
 		}
 	}
+	// A real Prometheus's answer (a range selector's matrix: five scrapes of two
+	// pods, one with two data-parallel engines).
+	t.Run("prometheus_vllm-emulator_range.json", func(t *testing.T) {
+		golden(t, "prometheus_vllm-emulator_range.json", runExplain(t, "--prometheus-scrape-interval=2s",
+			"--prometheus-response", filepath.Join(root, "prometheus", "vllm-emulator_range.json")))
+	})
 	seqs := map[string][]string{
 		"sequence_BC-12.json": {"hazards/BC-12-t0.prom", "hazards/BC-12-t1.prom"},
 		"sequence_NC-02.json": {"hazards/NC-02-t0.prom", "hazards/NC-02-t1.prom"},
@@ -202,4 +209,60 @@ func TestExplainStatesTable(t *testing.T) {
 		}
 	}
 	golden(t, "states.json", runExplain(t, "--interval=5s", wedged, "testdata/sleeping.prom"))
+}
+
+// explain --prometheus-response on the Prometheus hazards: duplicates from
+// three monitors count once (BC-05); answers without a pod's series or
+// without engine metrics fail naming why (BC-01, BC-02, BC-03).
+func TestExplainPrometheusResponse(t *testing.T) {
+	hazards := "../../../testdata/hazards/"
+	tests := []struct {
+		file string
+		want float64
+		err  string
+	}{
+		{file: "BC-05.json", want: 12.0 / 5},
+		{file: "BC-01.json", err: "no series with the labels namespace and pod"},
+		{file: "BC-03.json", err: "no series with the labels namespace and pod"},
+		{file: "BC-02.json", err: "pod llm/vllm-pod-a: no LLM engine saturation metrics found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			ex, err := ExplainPrometheus([]string{hazards + tt.file}, NewScoringOptions(), NewPrometheusOptions(), ExplainOptions{}, nil)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.file) {
+					t.Fatalf("error = %v, want one naming the file and saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex.Pods) != 1 || ex.Pods[0].Source != "llm/vllm-pod-a" || ex.Pods[0].Scrapes != 1 {
+				t.Fatalf("pods %+v, want llm/vllm-pod-a with one reading", ex.Pods)
+			}
+			if ex.Pool.Value == nil || math.Abs(*ex.Pool.Value-tt.want) > 1e-12 || *ex.Pods[0].QueueDepth != 12 {
+				t.Errorf("pool %+v, queue %v; want %g from one queue of 12", ex.Pool, ex.Pods[0].QueueDepth, tt.want)
+			}
+		})
+	}
+	t.Run("through the command, as a table", func(t *testing.T) {
+		cmd := newExplainCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetArgs([]string{"--prometheus-response", hazards + "BC-05.json", "-o", "table"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "llm/vllm-pod-a") || !strings.Contains(out.String(), "pool llm_saturation = 2.4 over 1 pods") {
+			t.Errorf("table:\n%s", out.String())
+		}
+		cmd = newExplainCommand()
+		cmd.SetArgs([]string{"--prometheus-response", hazards + "BC-05.json", samples + "vllm_v1-0.10-nvcr25.09_single-engine.prom"})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "not both") {
+			t.Errorf("files and --prometheus-response together: %v, want an error", err)
+		}
+	})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
@@ -120,7 +121,7 @@ type Server struct {
 	generic   *genericapiserver.GenericAPIServer
 	informers *podselect.Informers
 	pools     *podselect.Selection
-	scraper   *scrape.Scraper
+	scraper   *scrape.Scraper     // nil with --source=prometheus
 	checker   *apiservice.Checker // nil when the adapter does not know its Service
 	catalogs  *config.Loader
 	events    record.EventBroadcaster
@@ -172,15 +173,26 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := inf.AddHPAHandler(adv.HPAHandler()); err != nil {
 		return nil, err
 	}
-	httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
-	if err != nil {
-		return nil, err
+	var (
+		scraper  *scrape.Scraper
+		readings provider.Readings
+	)
+	if c.Source == SourcePrometheus {
+		if readings, err = c.prometheusSource(catalogs, reg); err != nil {
+			return nil, err
+		}
+	} else {
+		httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
+		if err != nil {
+			return nil, err
+		}
+		scraper = scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
+		catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
+		readings = provider.Scraped(scraper, c.ColdScrapeTimeout)
 	}
-	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
-	catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
 	popts := c.Provider
 	popts.Advice = adv
-	prov := provider.New(popts, catalogs, pools, scraper, c.Clock, providerMetrics)
+	prov := provider.New(popts, catalogs, pools, readings, c.Clock, providerMetrics)
 
 	if c.ManagedTLS != nil {
 		// The generic server runs it (RunOnce before listening, then Run): it is
@@ -277,6 +289,11 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 			return
 		}
 		close(s.synced)
+		if s.scraper == nil {
+			klog.InfoS("Informer caches synced; reading the engines' series from Prometheus", "url", promsource.Redact(s.config.PrometheusClient.URL),
+				"cachePeriod", s.config.PrometheusSource.CachePeriod, "namespaces", s.config.Namespaces)
+			return
+		}
 		klog.InfoS("Informer caches synced; scraping", "interval", s.config.ScrapeInterval, "namespaces", s.config.Namespaces)
 		s.scraper.Run(ctx, s.config.ScrapeInterval, s.pools.Targets)
 	}()
@@ -301,6 +318,40 @@ func gatewayOf(p *signals.Policy) *podselect.Gateway {
 		return nil
 	}
 	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path}}
+}
+
+// prometheusSource returns the Prometheus source, its metrics on reg, following
+// the catalog and the configuration file's prometheus section through reloads.
+func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheus.Registerer) (*promsource.Source, error) {
+	if c.PrometheusClient.TLS.InsecureSkipVerify {
+		klog.InfoS("Warning: Prometheus's certificate is not verified (--prometheus-insecure-skip-tls-verify): a machine in the path can forge the values HPAs scale on",
+			"url", promsource.Redact(c.PrometheusClient.URL))
+	}
+	api, err := promsource.NewAPI(c.PrometheusClient)
+	if err != nil {
+		return nil, err
+	}
+	m, err := promsource.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	src, err := promsource.New(c.PrometheusSource, api, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
+	if err != nil {
+		return nil, err
+	}
+	catalogs.OnChange(func(cat *signals.Catalog) {
+		// The file passed config's validation: this fails only on a bug.
+		if err := src.SetCatalog(cat, queries(catalogs.Prometheus())); err != nil {
+			klog.ErrorS(err, "Prometheus queries not updated to the new configuration")
+		}
+	})
+	return src, nil
+}
+
+// queries returns the configuration file's prometheus section as the
+// source's Queries.
+func queries(p config.Prometheus) promsource.Queries {
+	return promsource.Queries{Matchers: p.Matchers, Series: p.Series}
 }
 
 // reader returns how bodies become readings under a catalog: the families its
