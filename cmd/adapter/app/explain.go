@@ -60,7 +60,14 @@ type ExplainPool struct {
 	Latency        []signals.TermValue `json:"latency,omitempty"`
 	Saturation     *float64            `json:"saturation"`
 	DemandReplicas *float64            `json:"demandReplicas"`
-	Error          string              `json:"error,omitempty"`
+	// GatewayQueue is the gateway-held backlog the policy's gateway input adds
+	// (from the --gateway files), nil without one.
+	GatewayQueue *float64 `json:"gatewayQueue,omitempty"`
+	Error        string   `json:"error,omitempty"`
+	// Warnings say what an HPA on this policy would get wrong: requests held by
+	// flow control that the policy does not count (hazard NC-04), a mean policy
+	// read at zero Ready pods (NC-08).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Explanation is the whole explain output.
@@ -81,6 +88,10 @@ type ExplainOptions struct {
 	// PrometheusResponses are saved Prometheus answers to evaluate instead of
 	// /metrics files (see ExplainPrometheus).
 	PrometheusResponses []string
+	// Gateways are /metrics files of the gateway's pods (the endpoint picker),
+	// one per pod: the backlog of a policy's gateway input, and requests held
+	// by flow control that a policy without one misses.
+	Gateways []string
 }
 
 func newExplainCommand() *cobra.Command {
@@ -88,7 +99,7 @@ func newExplainCommand() *cobra.Command {
 	prom := NewPrometheusOptions()
 	eo := ExplainOptions{Policy: signals.MetricSaturation, Interval: 2 * time.Second, Output: "json"}
 	cmd := &cobra.Command{
-		Use:   "explain POD... | explain --prometheus-response FILE",
+		Use:   "explain POD... [--gateway FILE] | explain --gateway FILE --policy NAME | explain --prometheus-response FILE",
 		Short: "Evaluate /metrics bodies or a saved Prometheus answer offline and print the saturation as JSON or a table",
 		Long: `explain evaluates each POD as the server evaluates a pod: a POD is one /metrics file, or
 several scrapes of one pod comma-separated in time order (a.prom,a2.prom,a3.prom; - reads
@@ -101,13 +112,18 @@ are the server's.
 With --prometheus-response FILE (repeatable; - reads standard input) it evaluates instead
 what Prometheus answered to an instant query of the engines' series (the JSON of
 /api/v1/query), as the server does with --source=prometheus: every (namespace, pod) of the
-answer is one Ready pod, each Prometheus scrape in a range selector's answer one reading.`,
+answer is one Ready pod, each Prometheus scrape in a range selector's answer one reading.
+
+With --gateway FILE (repeatable, one per gateway pod: the endpoint picker's /metrics) a
+policy with a gateway input adds the gateway's queue to the demand, as the server does; with
+no POD, that is a pool at zero replicas, whose demand is the gateway's alone. A gateway
+holding requests that --policy does not count is warned about.`,
 		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 && len(eo.PrometheusResponses) == 0 {
-				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated; - reads standard input) or --prometheus-response FILE")
+			if len(args) == 0 && len(eo.PrometheusResponses) == 0 && len(eo.Gateways) == 0 {
+				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated; - reads standard input), --gateway FILE or --prometheus-response FILE")
 			}
-			if len(args) > 0 && len(eo.PrometheusResponses) > 0 {
-				return fmt.Errorf("explain takes /metrics files or --prometheus-response, not both")
+			if (len(args) > 0 || len(eo.Gateways) > 0) && len(eo.PrometheusResponses) > 0 {
+				return fmt.Errorf("explain takes /metrics files (POD, --gateway) or --prometheus-response, not both")
 			}
 			return nil
 		},
@@ -147,6 +163,7 @@ answer is one Ready pod, each Prometheus scrape in a range selector's answer one
 	cmd.Flags().StringVar(&eo.Policy, "policy", eo.Policy, "Metric to evaluate: a built-in name or one of --config.")
 	cmd.Flags().DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
 	cmd.Flags().StringVarP(&eo.Output, "output", "o", eo.Output, "Output format: json or table.")
+	cmd.Flags().StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
 	cmd.Flags().StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
 	prom.AddLabelFlags(cmd.Flags())
 	return cmd
@@ -174,6 +191,10 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 	}
 	e := signals.NewExtractor()
 	hopts := signals.HistoryOptions{Needs: catalog.Needs(), StateWindow: scoring.StateWindow}
+	gateways, err := explainGateways(catalog, eo.Gateways, stdin)
+	if err != nil {
+		return Explanation{}, err
+	}
 	inputs := make([]explainInput, len(pods))
 	for i, arg := range pods {
 		inputs[i].source = arg
@@ -194,7 +215,33 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			inputs[i].scrapes++
 		}
 	}
-	return explain(catalog, policy, inputs, 3*eo.Interval), nil
+	return explain(catalog, policy, inputs, gateways, 3*eo.Interval), nil
+}
+
+// explainGateways reads the --gateway files with the server's extractor, reading
+// the catalog's gateway queue metrics and the inference extension's default one.
+func explainGateways(catalog *signals.Catalog, files []string, stdin io.Reader) ([]*signals.Reading, error) {
+	metrics := catalog.Needs().GatewayMetrics
+	if !slices.Contains(metrics, signals.DefaultGatewayQueueMetric) {
+		metrics = append(slices.Clone(metrics), signals.DefaultGatewayQueueMetric)
+	}
+	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: metrics})
+	var out []*signals.Reading
+	for _, f := range files {
+		body, err := readFile(f, stdin)
+		if err != nil {
+			return nil, err
+		}
+		r, err := e.Extract(body)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway %s: %w", f, err)
+		}
+		if len(r.Gateway) == 0 {
+			return nil, fmt.Errorf("--gateway %s: no series of %s: is it the endpoint picker's /metrics, with flow control on?", f, strings.Join(metrics, ", "))
+		}
+		out = append(out, &r)
+	}
+	return out, nil
 }
 
 // ExplainPrometheus evaluates saved Prometheus answers as the server does with
@@ -250,7 +297,7 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 		slices.SortStableFunc(rs, func(a, b *signals.Reading) int { return a.Time.Compare(b.Time) })
 		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: signals.NewHistory(hopts, rs...)}
 	}
-	return explain(catalog, policy, inputs, 3*prom.ScrapeInterval), nil
+	return explain(catalog, policy, inputs, nil, 3*prom.ScrapeInterval), nil
 }
 
 // explainPolicy returns the catalog of the scoring options and the policy
@@ -279,8 +326,9 @@ type explainInput struct {
 }
 
 // explain pools the pods as one pool of Ready pods at the newest reading of
-// any, a reading older than maxAge before that being stale.
-func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInput, maxAge time.Duration) Explanation {
+// any, a reading older than maxAge before that being stale, with the gateway's
+// queue when the policy has a gateway input.
+func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration) Explanation {
 	var now time.Time
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
@@ -308,13 +356,72 @@ func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInp
 		demandPool.Add(h, "")
 		ex.Pods = append(ex.Pods, t)
 	}
-	p := chosen.Pool()
-	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known, Policy: policy.Name, Value: p.Value, Latency: p.Latency,
-		Saturation: satPool.Pool().Value, DemandReplicas: demandPool.Pool().Value}
-	if p.Value == nil {
-		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", policy.Name)
+	gwErr := ""
+	if g := policy.Gateway; g != nil {
+		if q, ok := g.GatewayQueue(gateways...); ok {
+			chosen.AddGateway(q)
+			ex.Pool.GatewayQueue = &q
+		} else if len(gateways) == 0 {
+			gwErr = fmt.Sprintf("%s has a gateway input (pods %s): its queue is unknown without --gateway FILE (the server would answer 503 and the HPA would hold)", policy.Name, g.Selector)
+		} else {
+			gwErr = fmt.Sprintf("the --gateway files have no %s series: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", g.Metric)
+		}
 	}
+	p := chosen.Pool()
+	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, policy.Name, p.Latency
+	ex.Pool.Saturation, ex.Pool.DemandReplicas = satPool.Pool().Value, demandPool.Pool().Value
+	switch {
+	case gwErr != "":
+		ex.Pool.Error = gwErr
+	case len(pods) == 0 && policy.Gateway == nil:
+		ex.Pool.Error = fmt.Sprintf("no pods: the server would answer 404, and an HPA at zero replicas would never wake on %s; scale from zero needs a policy with a gateway input", policy.Name)
+	case p.Value == nil:
+		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", policy.Name)
+	default:
+		ex.Pool.Value = p.Value
+	}
+	ex.Pool.Warnings = gatewayWarnings(policy, gateways, p)
 	return ex
+}
+
+// gatewayWarnings says what an HPA on policy would miss: requests the gateway
+// holds in series that the policy's gateway input does not select (none, when
+// it has no input; hazard NC-04), and a mean policy read at zero Ready pods,
+// which a Value target turns into 0 replicas whatever the demand (NC-08).
+func gatewayWarnings(policy *signals.Policy, gateways []*signals.Reading, p signals.Pool) []string {
+	var out []string
+	for _, r := range gateways {
+		for i := range r.Gateway {
+			s := &r.Gateway[i]
+			if s.Value <= 0 || (policy.Gateway != nil && policy.Gateway.Metric == s.Metric && s.Matches(policy.Gateway.Match)) {
+				continue
+			}
+			why := "it has no gateway input"
+			if policy.Gateway != nil {
+				why = "its gateway input does not select this series"
+			}
+			out = append(out, fmt.Sprintf("the gateway holds %g requests in %s%s that %s does not count (%s): its HPA scales on the engines alone, which sit at their set points while requests wait (hazard NC-04)",
+				s.Value, s.Metric, gatewayLabels(s.Labels), policy.Name, why))
+		}
+	}
+	if policy.Gateway != nil && policy.Kind == signals.KindMean && p.Pods == 0 && p.Value != nil && *p.Value > 0 {
+		out = append(out, fmt.Sprintf("%s is a mean: with target type Value the HPA multiplies it by the Ready pods, 0 here, and computes 0 replicas from any demand (hazard NC-08); use a demand policy with target type AverageValue", policy.Name))
+	}
+	return out
+}
+
+// gatewayLabels renders a gateway series' labels as PromQL does, sorted.
+func gatewayLabels(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%q", k, l[k])
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // writeExplainTable prints the human summary of -o table.
@@ -354,6 +461,12 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 		for _, warn := range p.Warnings {
 			fmt.Fprintf(w, "%s: warning: %s\n", p.Source, warn)
 		}
+	}
+	if ex.Pool.GatewayQueue != nil {
+		fmt.Fprintf(w, "pool %s: gateway queue %g\n", ex.Pool.Policy, *ex.Pool.GatewayQueue)
+	}
+	for _, warn := range ex.Pool.Warnings {
+		fmt.Fprintf(w, "pool %s: warning: %s\n", ex.Pool.Policy, warn)
 	}
 	for _, l := range ex.Pool.Latency {
 		fmt.Fprintf(w, "pool %s: %.4gs / SLO %.4gs = %.3g (%s)\n", l.Term, l.Value, l.SetPoint, l.Ratio, l.Note)
