@@ -100,95 +100,121 @@ func writeChart(path string, spec chartSpec, start time.Time, points []point) er
 	return os.WriteFile(path, []byte(svg), 0o644)
 }
 
+// chart geometry, in SVG pixels.
+const chartW, chartLeft, chartRight, panelH, panelGap, chartTop = 900.0, 70.0, 20.0, 120.0, 45.0, 70.0
+
+// canvas maps the timeline's seconds to x.
+type canvas struct {
+	b     strings.Builder
+	start time.Time
+	tmax  float64
+}
+
+func (c *canvas) xs(sec float64) float64 {
+	return chartLeft + (chartW-chartLeft-chartRight)*math.Min(math.Max(sec, 0), c.tmax)/c.tmax
+}
+
+func (c *canvas) x(p point) float64 { return c.xs(p.T.Sub(c.start).Seconds()) }
+
 func renderChart(spec chartSpec, start time.Time, points []point) (string, error) {
 	if len(points) == 0 {
 		return "", fmt.Errorf("no samples to chart")
 	}
-	const w, left, right, panelH, gap, top = 900.0, 70.0, 20.0, 120.0, 45.0, 70.0
-	tmax := points[len(points)-1].T.Sub(start).Seconds()
-	if tmax <= 0 {
-		tmax = 1
+	c := &canvas{start: start, tmax: points[len(points)-1].T.Sub(start).Seconds()}
+	if c.tmax <= 0 {
+		c.tmax = 1
 	}
-	xs := func(sec float64) float64 { return left + (w-left-right)*math.Min(math.Max(sec, 0), tmax)/tmax }
-	x := func(i int) float64 { return xs(points[i].T.Sub(start).Seconds()) }
 	ps := panels(spec)
-	h := top + float64(len(ps))*(panelH+gap) + 10
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="25" font-size="16" font-weight="bold">%s</text>`+"\n", left, esc(spec.title))
-	// The phases: shaded across every panel, named once at the top.
-	for _, ph := range spec.phases {
-		x0, x1 := xs(ph.from.Seconds()), xs(ph.to.Seconds())
-		if ph.shade {
-			fmt.Fprintf(&b, `<rect class="phase" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fdf1dc"/>`+"\n", x0, top-12, x1-x0, h-top)
-		}
-		fmt.Fprintf(&b, `<text class="phase-name" x="%.1f" y="%.0f" fill="#8a6d3b">%s</text>`+"\n", x0+4, top-18, esc(ph.name))
-	}
+	h := chartTop + float64(len(ps))*(panelH+panelGap) + 10
+	fmt.Fprintf(&c.b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", chartW, h)
+	fmt.Fprintf(&c.b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="25" font-size="16" font-weight="bold">%s</text>`+"\n", chartLeft, esc(spec.title))
+	c.phases(spec.phases, h)
 	for pi, p := range ps {
-		y0 := top + float64(pi)*(panelH+gap)
-		ymax, peak := p.ymax, math.NaN()
-		for _, pt := range points {
-			for _, se := range p.series {
-				if v := se.v(pt); !math.IsNaN(v) && (math.IsNaN(peak) || v > peak) {
-					peak = v
-				}
-			}
-		}
-		if ymax == 0 {
-			ymax = peak
-			if !math.IsNaN(p.ref) && (math.IsNaN(ymax) || p.ref > ymax) {
-				ymax = p.ref
-			}
-			ymax = niceCeil(ymax)
-		} else if !p.clip && peak > ymax {
-			ymax = niceCeil(peak)
-		}
-		y := func(v float64) float64 { return y0 + panelH - panelH*math.Min(v, ymax)/ymax }
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", left, y0-8, esc(p.title))
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", left, y0, w-left-right, panelH)
-		for k := 0; k <= 4; k++ {
-			v := ymax * float64(k) / 4
-			fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
-				left, w-right, y(v), y(v), left-5, y(v)+4, trim(v))
-		}
-		if !math.IsNaN(p.ref) {
-			fmt.Fprintf(&b, `<line class="ref" x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 4"/><text x="%.0f" y="%.1f" fill="#555">%s</text>`+"\n",
-				left, w-right, y(p.ref), y(p.ref), left+4, y(p.ref)-3, esc(p.refTxt))
-		}
-		if p.clip && peak > ymax {
-			fmt.Fprintf(&b, `<text class="clipped" x="%.0f" y="%.1f" text-anchor="end" fill="#2ca02c">axis cut at %s to keep %g readable; peak %s</text>`+"\n",
-				w-right-4, y0+14, trim(ymax), p.ref, trim(peak))
-		}
-		for si, se := range p.series {
-			var pts []string
-			prevY := math.NaN()
-			for i, pt := range points {
-				v := se.v(pt)
-				if math.IsNaN(v) {
-					continue
-				}
-				if se.step && !math.IsNaN(prevY) {
-					pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(i), prevY))
-				}
-				prevY = y(v)
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(i), prevY))
-			}
-			if len(pts) == 0 {
-				continue
-			}
-			fmt.Fprintf(&b, `<polyline class="series" data-name="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", esc(se.name), se.color, strings.Join(pts, " "))
-			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="12" height="3" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
-				w-right-230+float64(si)*120, y0-12, se.color, w-right-214+float64(si)*120, y0-8, esc(se.name))
-		}
+		c.panel(p, chartTop+float64(pi)*(panelH+panelGap), points)
 	}
-	// time axis under the last panel
-	yAxis := top + float64(len(ps))*(panelH+gap) - gap + 15
+	// The time axis under the last panel.
+	yAxis := chartTop + float64(len(ps))*(panelH+panelGap) - panelGap + 15
 	for k := 0; k <= 6; k++ {
-		sec := tmax * float64(k) / 6
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%.0fs</text>`+"\n", xs(sec), yAxis, sec)
+		sec := c.tmax * float64(k) / 6
+		fmt.Fprintf(&c.b, `<text x="%.1f" y="%.0f" text-anchor="middle">%.0fs</text>`+"\n", c.xs(sec), yAxis, sec)
 	}
-	b.WriteString("</svg>\n")
-	return b.String(), nil
+	c.b.WriteString("</svg>\n")
+	return c.b.String(), nil
+}
+
+// phases shades the phases across every panel and names them once at the top.
+func (c *canvas) phases(phases []phase, h float64) {
+	for _, ph := range phases {
+		x0, x1 := c.xs(ph.from.Seconds()), c.xs(ph.to.Seconds())
+		if ph.shade {
+			fmt.Fprintf(&c.b, `<rect class="phase" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fdf1dc"/>`+"\n", x0, chartTop-12, x1-x0, h-chartTop)
+		}
+		fmt.Fprintf(&c.b, `<text class="phase-name" x="%.1f" y="%.0f" fill="#8a6d3b">%s</text>`+"\n", x0+4, chartTop-18, esc(ph.name))
+	}
+}
+
+// panel draws one panel at y0: its frame and grid, the reference line, the
+// clipping note, and its series.
+func (c *canvas) panel(p panel, y0 float64, points []point) {
+	ymax, peak := p.ymax, math.NaN()
+	for _, pt := range points {
+		for _, se := range p.series {
+			if v := se.v(pt); !math.IsNaN(v) && (math.IsNaN(peak) || v > peak) {
+				peak = v
+			}
+		}
+	}
+	if ymax == 0 {
+		ymax = peak
+		if !math.IsNaN(p.ref) && (math.IsNaN(ymax) || p.ref > ymax) {
+			ymax = p.ref
+		}
+		ymax = niceCeil(ymax)
+	} else if !p.clip && peak > ymax {
+		ymax = niceCeil(peak)
+	}
+	y := func(v float64) float64 { return y0 + panelH - panelH*math.Min(v, ymax)/ymax }
+	fmt.Fprintf(&c.b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", chartLeft, y0-8, esc(p.title))
+	fmt.Fprintf(&c.b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", chartLeft, y0, chartW-chartLeft-chartRight, panelH)
+	for k := 0; k <= 4; k++ {
+		v := ymax * float64(k) / 4
+		fmt.Fprintf(&c.b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			chartLeft, chartW-chartRight, y(v), y(v), chartLeft-5, y(v)+4, trim(v))
+	}
+	if !math.IsNaN(p.ref) {
+		fmt.Fprintf(&c.b, `<line class="ref" x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 4"/><text x="%.0f" y="%.1f" fill="#555">%s</text>`+"\n",
+			chartLeft, chartW-chartRight, y(p.ref), y(p.ref), chartLeft+4, y(p.ref)-3, esc(p.refTxt))
+	}
+	if p.clip && peak > ymax {
+		fmt.Fprintf(&c.b, `<text class="clipped" x="%.0f" y="%.1f" text-anchor="end" fill="#2ca02c">axis cut at %s to keep %g readable; peak %s</text>`+"\n",
+			chartW-chartRight-4, y0+14, trim(ymax), p.ref, trim(peak))
+	}
+	for si, se := range p.series {
+		c.series(se, si, y0, y, points)
+	}
+}
+
+// series draws one series (skipped when it has no value) and its legend entry.
+func (c *canvas) series(se series, si int, y0 float64, y func(float64) float64, points []point) {
+	var pts []string
+	prevY := math.NaN()
+	for _, pt := range points {
+		v := se.v(pt)
+		if math.IsNaN(v) {
+			continue
+		}
+		if se.step && !math.IsNaN(prevY) {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", c.x(pt), prevY))
+		}
+		prevY = y(v)
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", c.x(pt), prevY))
+	}
+	if len(pts) == 0 {
+		return
+	}
+	fmt.Fprintf(&c.b, `<polyline class="series" data-name="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", esc(se.name), se.color, strings.Join(pts, " "))
+	fmt.Fprintf(&c.b, `<rect x="%.0f" y="%.0f" width="12" height="3" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+		chartW-chartRight-230+float64(si)*120, y0-12, se.color, chartW-chartRight-214+float64(si)*120, y0-8, esc(se.name))
 }
 
 func niceCeil(v float64) float64 {

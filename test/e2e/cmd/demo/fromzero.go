@@ -151,6 +151,11 @@ func (o *options) watchFromZero(ctx context.Context, s *stack.Stack, lg *loadgen
 		case <-time.After(o.interval):
 		}
 	}
+	return o.reportFromZero(start, lg, points, firstReady, drained, replayEnd)
+}
+
+// reportFromZero prints the scale-from-zero summary and writes the chart and the CSV.
+func (o *options) reportFromZero(start time.Time, lg *loadgen.Gateway, points []point, firstReady, drained, replayEnd time.Time) error {
 	all := loadgen.Summarize(lg.Results(), time.Time{})
 	at := func(t time.Time) string {
 		if t.IsZero() {
