@@ -59,7 +59,7 @@ test-unit: tools
 # runs each for FUZZTIME_TEST; `make fuzz FUZZTIME=10m` longer. A failing input is saved
 # under the package's testdata/fuzz and replayed by every later `go test`.
 FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzPool ./pkg/signals:FuzzHistogramSince ./pkg/signals:FuzzSplitSeries \
-	./pkg/provider:FuzzMilliQuantity ./pkg/config:FuzzParse
+	./pkg/provider:FuzzMilliQuantity ./pkg/config:FuzzParse ./pkg/prometheus:FuzzDecode
 FUZZTIME_TEST ?= 3s
 FUZZTIME ?= 2m
 .PHONY: fuzz
@@ -80,7 +80,11 @@ E2E_K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(E2E_K8S_V
 E2E_TEST_FLAGS ?= -count=1 -timeout 40m
 # Same build settings as e2e-tools, so the test binaries reuse its compiled packages. No
 # -race here: it needs cgo and would rebuild all of Kubernetes' client libraries.
-E2E_GO_ENV := CGO_ENABLED=0 E2E_TOOLS_DIR=$(E2E_TOOLS) E2E_BIN_DIR=$(CURDIR)/$(BIN)
+# The Prometheus-source tests run a real Prometheus (Debian's prometheus package; .ci/run
+# installs it): PROMETHEUS, else prometheus on PATH. They fail without it, as the chart
+# tests fail without helm; E2E_SKIP_PROMETHEUS=1 skips them on a machine without it.
+PROMETHEUS ?= $(shell command -v prometheus 2>/dev/null)
+E2E_GO_ENV := CGO_ENABLED=0 E2E_TOOLS_DIR=$(E2E_TOOLS) E2E_BIN_DIR=$(CURDIR)/$(BIN) E2E_PROMETHEUS=$(PROMETHEUS)
 
 # Control-plane binaries, etcd and llm-d-inference-sim, built once per version set; a stamp
 # per group skips the (slow) build while the versions match.

@@ -201,6 +201,7 @@ func TestChartOptions(t *testing.T) {
 			want := []rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: []string{"list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			}
 			var nss []string
 			for _, r := range all[*rbacv1.Role](objs) {
@@ -219,6 +220,19 @@ func TestChartOptions(t *testing.T) {
 			}
 			if diff := cmp.Diff([]string{"llm-a", "llm-b"}, nss, sortStrings); diff != "" {
 				t.Errorf("Roles by namespace (-want +got):\n%s", diff)
+			}
+		}},
+		{"network policy in prometheus mode", []string{"--set", "networkPolicy.enabled=true", "--set", "flags.source=prometheus", "--set", "flags.prometheusUrl=http://prometheus-operated.monitoring:9090"}, func(t *testing.T, objs []any) {
+			np := only[*networkingv1.NetworkPolicy](t, objs, adapterName)
+			var ports []string
+			for _, e := range np.Spec.Egress {
+				for _, p := range e.Ports {
+					ports = append(ports, fmt.Sprintf("%d/%s", p.Port.IntValue(), *p.Protocol))
+				}
+			}
+			// Prometheus, the API server and DNS; not the engines.
+			if diff := cmp.Diff([]string{"9090/TCP", "443/TCP", "6443/TCP", "53/UDP", "53/TCP"}, ports); diff != "" {
+				t.Errorf("egress ports (-want +got):\n%s", diff)
 			}
 		}},
 		{"network policy", []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServer.cidrs={10.0.0.1/32}"}, func(t *testing.T, objs []any) {
@@ -405,7 +419,8 @@ func flagKey(flag string) string {
 
 // sampleFlagValue returns a value for a flag that its schema (values.schema.json)
 // accepts: a number where it wants digits, a duration, the first allowed value of an
-// enum, true for a boolean, and otherwise a string naming the key.
+// enum, true for a boolean, a URL or a label name where it wants one, and otherwise a
+// string naming the key.
 func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
 	t.Helper()
 	if schema == nil {
@@ -420,6 +435,10 @@ func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
 		return "7s"
 	case strings.HasPrefix(pattern, "^[0-9]+"):
 		return "17"
+	case strings.HasPrefix(pattern, "^https?://"):
+		return "http://prometheus.example:9090"
+	case strings.HasPrefix(pattern, "^[a-zA-Z_]"):
+		return "sample_" + key
 	case strings.Contains(types, "boolean"):
 		return "true"
 	}

@@ -373,6 +373,9 @@ func TestRBAC(t *testing.T) {
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: informer},
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: informer},
+		// Events on HPAs the adapter warns about (pkg/advisor), as client-go's
+		// recorder writes them.
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("adapter ClusterRole rules (-want +got):\n%s", diff)

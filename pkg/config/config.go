@@ -14,7 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	promparser "github.com/prometheus/prometheus/promql/parser"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -38,6 +41,23 @@ type File struct {
 	RoleLabel string `json:"roleLabel,omitempty"`
 	// Policies are served beside the built-in catalog, under their own names.
 	Policies []Policy `json:"policies"`
+	// Prometheus says where the engine series are in Prometheus when the
+	// adapter reads them there (--source=prometheus); ignored otherwise.
+	Prometheus *Prometheus `json:"prometheus,omitempty"`
+}
+
+// Prometheus is where the Prometheus source finds each engine metric family.
+type Prometheus struct {
+	// Matchers are label matchers added to every query, in PromQL selector
+	// syntax (`{cluster="prod"}`), for a Thanos or Mimir that holds several
+	// clusters.
+	Matchers string `json:"matchers,omitempty"`
+	// Series maps an engine metric family (its name as the engine exposes it,
+	// e.g. vllm:num_requests_waiting; a histogram's base name) to the series
+	// selector that holds it in Prometheus: a renamed metric
+	// (vllm_num_requests_waiting), a recording rule, extra matchers. For a
+	// histogram, the selector of its _bucket series.
+	Series map[string]string `json:"series,omitempty"`
 }
 
 // Policy is one served metric.
@@ -143,10 +163,54 @@ func Parse(data []byte) (*File, error) {
 		}
 		return nil, fmt.Errorf("decoding the configuration: %s", strings.Join(msgs, "; "))
 	}
-	if _, errs := f.policies(nil); len(errs) > 0 {
+	_, errs := f.policies(nil)
+	errs = append(errs, f.Prometheus.validate(field.NewPath("prometheus"))...)
+	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	return &f, nil
+}
+
+// validate checks the section: matchers and every selector parse as PromQL,
+// the matchers leave the metric name to the adapter, and every key is a family
+// the adapter reads.
+func (p *Prometheus) validate(path *field.Path) field.ErrorList {
+	if p == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	parser := promparser.NewParser(promparser.Options{})
+	if strings.TrimSpace(p.Matchers) != "" {
+		ms, err := parser.ParseMetricSelector(p.Matchers)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(path.Child("matchers"), p.Matchers, "not a PromQL label selector such as {cluster=\"prod\"}: "+err.Error()))
+		case slices.ContainsFunc(ms, func(m *labels.Matcher) bool { return m.Name == model.MetricNameLabel }):
+			errs = append(errs, field.Invalid(path.Child("matchers"), p.Matchers, "must not match the metric name: the adapter chooses the families"))
+		}
+	}
+	families := map[string]bool{}
+	var names []string
+	for _, f := range signals.NewExtractor().Families() {
+		families[f.Name] = true
+		names = append(names, f.Name)
+	}
+	keys := make([]string, 0, len(p.Series))
+	for k := range p.Series {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		kp := path.Child("series").Key(k)
+		if !families[k] {
+			errs = append(errs, field.NotSupported(kp, k, names))
+			continue
+		}
+		if _, err := parser.ParseMetricSelector(p.Series[k]); err != nil {
+			errs = append(errs, field.Invalid(kp, p.Series[k], "not a PromQL series selector such as vllm_num_requests_waiting{job=\"vllm\"}: "+err.Error()))
+		}
+	}
+	return errs
 }
 
 // Catalog returns the catalog of the built-in policies followed by the file's
@@ -180,7 +244,7 @@ func (f *File) policies(builtin []signals.Policy) ([]signals.Policy, field.Error
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{Kind}))
 	}
 	if f.RoleLabel != "" {
-		if _, err := labels.Parse(f.RoleLabel); err != nil || strings.ContainsAny(f.RoleLabel, "=!,() ") {
+		if _, err := k8slabels.Parse(f.RoleLabel); err != nil || strings.ContainsAny(f.RoleLabel, "=!,() ") {
 			errs = append(errs, field.Invalid(field.NewPath("roleLabel"), f.RoleLabel, "must be a label key"))
 		}
 	}
@@ -245,7 +309,7 @@ func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
 		gp := path.Child("gateway")
 		if g.Selector == "" {
 			errs = append(errs, field.Required(gp.Child("selector"), "the gateway pods' label selector, e.g. app=epp"))
-		} else if _, err := labels.Parse(g.Selector); err != nil {
+		} else if _, err := k8slabels.Parse(g.Selector); err != nil {
 			errs = append(errs, field.Invalid(gp.Child("selector"), g.Selector, err.Error()))
 		}
 		if g.Port < 0 || g.Port > 65535 {

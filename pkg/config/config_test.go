@@ -205,3 +205,66 @@ func TestREADMEExamples(t *testing.T) {
 		t.Errorf("found %d policy files in the README, want at least 2", blocks)
 	}
 }
+
+// The prometheus section: matchers and selectors are PromQL, keys are the
+// families the adapter reads; every error names its path.
+func TestPrometheusSection(t *testing.T) {
+	head := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies: []\n"
+	good := head + "prometheus:\n  matchers: '{cluster=\"prod\"}'\n  series:\n    vllm:num_requests_waiting: vllm_num_requests_waiting{job=\"vllm\"}\n    vllm:time_to_first_token_seconds: job:ttft_bucket:sum\n"
+	f, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Prometheus.Matchers != `{cluster="prod"}` || f.Prometheus.Series["vllm:num_requests_waiting"] != `vllm_num_requests_waiting{job="vllm"}` {
+		t.Errorf("parsed %+v", f.Prometheus)
+	}
+	tests := []struct {
+		name, file string
+		want       []string
+	}{
+		{"unknown field", head + "prometheus:\n  matcher: x\n", []string{`unknown field "prometheus.matcher"`}},
+		{"bad matchers", head + "prometheus:\n  matchers: cluster=prod\n", []string{`prometheus.matchers: Invalid value: "cluster=prod": not a PromQL label selector`}},
+		{"matchers on the name", head + "prometheus:\n  matchers: '{__name__=\"x\"}'\n", []string{"prometheus.matchers: Invalid value", "must not match the metric name"}},
+		{"unknown family and bad selector, both", head + "prometheus:\n  series:\n    vllm:num_request_waiting: x\n    vllm:kv_cache_usage_perc: rate(x[1m])\n",
+			[]string{`prometheus.series[vllm:num_request_waiting]: Unsupported value: "vllm:num_request_waiting"`, `prometheus.series[vllm:kv_cache_usage_perc]: Invalid value: "rate(x[1m])"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.file))
+			if err == nil {
+				t.Fatal("Parse = nil, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// The Loader keeps the section of the file in force, and the last good one
+	// when a new file is bad.
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(path, builtin(), clocktesting.NewFakeClock(time.Now()), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Prometheus().Matchers; got != `{cluster="prod"}` {
+		t.Errorf("Loader.Prometheus().Matchers = %q", got)
+	}
+	if err := os.WriteFile(path, []byte(head+"prometheus:\n  matchers: 'x'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reload(); err == nil {
+		t.Fatal("Reload of a bad file = nil")
+	}
+	if got := l.Prometheus().Matchers; got != `{cluster="prod"}` {
+		t.Errorf("after a bad reload Matchers = %q, want the last good one", got)
+	}
+}

@@ -68,7 +68,8 @@ type Loader struct {
 	clock   clock.WithTicker
 	metrics *Metrics
 
-	cur atomic.Pointer[signals.Catalog]
+	cur  atomic.Pointer[signals.Catalog]
+	prom atomic.Pointer[Prometheus]
 
 	mu       sync.Mutex
 	hash     [sha256.Size]byte
@@ -99,6 +100,16 @@ func NewLoader(path string, builtin []signals.Policy, clk clock.WithTicker, metr
 
 // Catalog returns the catalog in force.
 func (l *Loader) Catalog() *signals.Catalog { return l.cur.Load() }
+
+// Prometheus returns the prometheus section of the file in force (the zero
+// value without one). It changes with the catalog: read it in an OnChange
+// function.
+func (l *Loader) Prometheus() Prometheus {
+	if p := l.prom.Load(); p != nil {
+		return *p
+	}
+	return Prometheus{}
+}
 
 // OnChange registers f to be called with each new catalog after a reload
 // changed it (not for the first one).
@@ -157,6 +168,11 @@ func (l *Loader) Reload() (changed bool, err error) {
 	l.hash, l.lastErr = sum, nil
 	subs := slices.Clone(l.onChange)
 	l.mu.Unlock()
+	prom := Prometheus{}
+	if f.Prometheus != nil {
+		prom = *f.Prometheus
+	}
+	l.prom.Store(&prom)
 	l.set(c)
 	if !first {
 		klog.InfoS("Policy configuration reloaded", "path", l.path, "metrics", c.Names())

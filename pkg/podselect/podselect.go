@@ -66,6 +66,10 @@ type Options struct {
 	// (lower-case) name: an HPA with such a metric puts its selector's pods in
 	// the scrape set.
 	Serves func(metric string) bool
+	// Gateway, if set, returns the gateway pods a served metric reads (nil for
+	// none): an HPA with such a metric puts them in the scrape set too, at the
+	// override's port and path.
+	Gateway func(metric string) *Gateway
 	// OnHPADeleted, if set, is called with each HorizontalPodAutoscaler that is
 	// deleted, e.g. to delete the self-metric series labelled with it.
 	OnHPADeleted func(hpa types.NamespacedName)
@@ -157,7 +161,33 @@ type interest struct {
 	key       string
 	namespace string
 	selector  labels.Selector
+	override  Override
 	lastAsked time.Time
+}
+
+// Override replaces, for the pods of one selector, the port and path their
+// annotations (else the defaults) give: a policy's gateway input may name the
+// endpoint picker's metrics port. Zero fields keep the pod's.
+type Override struct {
+	Port int
+	Path string
+}
+
+// key renders a non-zero override for interest keys.
+func (o Override) key() string {
+	if o == (Override{}) {
+		return ""
+	}
+	return "\x00" + strconv.Itoa(o.Port) + "\x00" + o.Path
+}
+
+// Gateway is where a served metric's gateway pods are: a selector in a
+// namespace (empty: the namespace of the HPA or request), scraped with an
+// override.
+type Gateway struct {
+	Namespace string
+	Selector  labels.Selector
+	Override  Override
 }
 
 type hpaMetric struct {
@@ -209,12 +239,18 @@ func (s *Selection) Synced() bool { return s.pods.HasSynced() }
 // for longer than IdleTimeout are forgotten here, at most once per
 // IdleTimeout.
 func (s *Selection) RecordInterest(namespace string, selector labels.Selector) {
+	s.RecordInterestWith(namespace, selector, Override{})
+}
+
+// RecordInterestWith is RecordInterest for pods scraped with an override (a
+// gateway input's port and path).
+func (s *Selection) RecordInterestWith(namespace string, selector labels.Selector, ov Override) {
 	sel := selector.String()
 	if len(sel) > MaxSelectorBytes {
 		klog.V(4).InfoS("Selector too long to remember; its pods are scraped on demand only", "namespace", namespace, "selectorBytes", len(sel))
 		return
 	}
-	key := namespace + "\x00" + sel
+	key := namespace + "\x00" + sel + ov.key()
 	s.hpaMu.RLock()
 	byHPA := s.hpaKeys[key] > 0
 	s.hpaMu.RUnlock()
@@ -229,7 +265,7 @@ func (s *Selection) RecordInterest(namespace string, selector labels.Selector) {
 	if byHPA {
 		return
 	}
-	s.asked[key] = s.lru.PushFront(&interest{key: key, namespace: namespace, selector: selector, lastAsked: now})
+	s.asked[key] = s.lru.PushFront(&interest{key: key, namespace: namespace, selector: selector, override: ov, lastAsked: now})
 	for s.lru.Len() > s.opts.MaxRequestSelectors {
 		oldest := s.lru.Remove(s.lru.Back()).(*interest)
 		delete(s.asked, oldest.key)
@@ -256,7 +292,12 @@ func (s *Selection) idle(in *interest, now time.Time) bool {
 // Members returns the members of the pool of namespace matched by selector, in
 // no particular order. The slice is shared: callers must not modify it.
 func (s *Selection) Members(namespace string, selector labels.Selector) ([]Member, error) {
-	key := interestKey(namespace, selector)
+	return s.MembersWith(namespace, selector, Override{})
+}
+
+// MembersWith is Members for pods scraped with an override.
+func (s *Selection) MembersWith(namespace string, selector labels.Selector, ov Override) ([]Member, error) {
+	key := interestKey(namespace, selector) + ov.key()
 	gen := s.pods.Generation(namespace)
 	s.memberMu.Lock()
 	m, ok := s.members[key]
@@ -271,7 +312,7 @@ func (s *Selection) Members(namespace string, selector labels.Selector) ([]Membe
 	pool := poolKey(selector)
 	members := make([]Member, len(pods))
 	for i, p := range pods {
-		members[i] = s.member(p)
+		members[i] = s.memberWith(p, ov)
 		members[i].Target.Pool = pool
 	}
 	if len(key) > MaxSelectorBytes+len(namespace)+1 {
@@ -307,9 +348,11 @@ func (s *Selection) Member(namespace, name string) (m Member, found bool, err er
 	return s.member(p), true, nil
 }
 
-func (s *Selection) member(p *corev1.Pod) Member {
+func (s *Selection) member(p *corev1.Pod) Member { return s.memberWith(p, Override{}) }
+
+func (s *Selection) memberWith(p *corev1.Pod, ov Override) Member {
 	m := Member{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Counted: Counted(p), Labels: p.Labels}
-	m.Target, m.TargetErr = s.target(p)
+	m.Target, m.TargetErr = s.targetWith(p, ov)
 	return m
 }
 
@@ -333,7 +376,7 @@ func (s *Selection) Targets() []scrape.Target {
 			if _, dup := seen[p.UID]; dup {
 				continue
 			}
-			t, err := s.target(p)
+			t, err := s.targetWith(p, in.override)
 			if err != nil {
 				klog.V(2).InfoS("Pod cannot be scraped", "pod", klog.KObj(p), "err", err)
 				continue
@@ -365,8 +408,19 @@ func (s *Selection) interests() []interest {
 	for ns, byName := range s.hpas {
 		for _, metrics := range byName {
 			for _, m := range metrics {
-				if s.opts.Serves(m.metric) {
-					out = append(out, interest{namespace: ns, selector: m.selector})
+				if !s.opts.Serves(m.metric) {
+					continue
+				}
+				out = append(out, interest{namespace: ns, selector: m.selector})
+				if s.opts.Gateway == nil {
+					continue
+				}
+				if g := s.opts.Gateway(m.metric); g != nil {
+					gns := g.Namespace
+					if gns == "" {
+						gns = ns
+					}
+					out = append(out, interest{namespace: gns, selector: g.Selector, override: g.Override})
 				}
 			}
 		}
@@ -500,12 +554,13 @@ func Counted(p *corev1.Pod) bool {
 	return false
 }
 
-// target builds a pod's scrape target from its IP and the prometheus.io
+// targetWith builds a pod's scrape target from its IP and the prometheus.io
 // annotations, else the configured defaults. The URL never comes from a
 // request. Errors name the pod and the problem, quoting at most a short
 // excerpt of a bad port or scheme and never the path (it may hold a query
 // with a token): their text reaches API callers through the pool's message.
-func (s *Selection) target(p *corev1.Pod) (scrape.Target, error) {
+// A non-zero override replaces the port and path (a gateway input's).
+func (s *Selection) targetWith(p *corev1.Pod, ov Override) (scrape.Target, error) {
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	if p.Status.PodIP == "" {
 		return scrape.Target{}, fmt.Errorf("pod %s has no IP yet", key)
@@ -534,6 +589,12 @@ func (s *Selection) target(p *corev1.Pod) (scrape.Target, error) {
 			return scrape.Target{}, fmt.Errorf("pod %s: annotation %s=%q must be http or https", key, AnnotationScheme, excerpt.String(v, 16))
 		}
 		scheme = v
+	}
+	if ov.Port != 0 {
+		port = ov.Port
+	}
+	if ov.Path != "" {
+		path = ov.Path
 	}
 	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port))}
 	// Path may carry a query (e.g. /metrics?format=text); keep it verbatim.

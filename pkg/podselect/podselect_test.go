@@ -685,3 +685,37 @@ func TestGenerationMovesWithTheCache(t *testing.T) {
 		}
 	}
 }
+
+// A metric with a gateway input puts the gateway's pods in the scrape set (the
+// HPA's namespace when the input names none), at the input's port and path, and
+// MembersWith builds the same targets for a request.
+func TestGatewayTargets(t *testing.T) {
+	epp := map[string]string{"app": "epp"}
+	opts := defaultOptions
+	opts.Gateway = func(m string) *podselect.Gateway {
+		if m != "llm_saturation" {
+			return nil
+		}
+		return &podselect.Gateway{Selector: labels.SelectorFromSet(epp), Override: podselect.Override{Port: 9090}}
+	}
+	objs := append(cluster(), pod("llm", "epp-0", "10.0.2.1", epp), pod("other", "epp-0", "10.0.3.1", epp),
+		hpa("llm", "h", external("llm_saturation", &metav1.LabelSelector{MatchLabels: vllm})))
+	_, _, d := start(t, opts, newClock(), nil, objs...)
+	ts := d.Targets()
+	if diff := cmp.Diff([]string{"llm/epp-0", "llm/vllm-0", "llm/vllm-1"}, targetNames(ts)); diff != "" {
+		t.Errorf("Targets() (-want +got):\n%s", diff)
+	}
+	for _, tg := range ts {
+		if tg.Pod.Name == "epp-0" && tg.URL != "http://10.0.2.1:9090/metrics" {
+			t.Errorf("gateway target URL %s, want the override's port", tg.URL)
+		}
+	}
+	ms, err := d.MembersWith("llm", labels.SelectorFromSet(epp), podselect.Override{Port: 9090, Path: "/epp/metrics"})
+	if err != nil || len(ms) != 1 || ms[0].Target.URL != "http://10.0.2.1:9090/epp/metrics" {
+		t.Errorf("MembersWith = %+v, %v; want epp-0 at the override", ms, err)
+	}
+	// Without the override the same selector's members use the annotations and defaults.
+	if ms, _ := d.Members("llm", labels.SelectorFromSet(epp)); len(ms) != 1 || ms[0].Target.URL != "http://10.0.2.1:8000/metrics" {
+		t.Errorf("Members = %+v", ms)
+	}
+}

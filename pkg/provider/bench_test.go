@@ -92,7 +92,7 @@ func benchmark1000Pods(b *testing.B, extra *signals.Policy, metric string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, cache, clk, m)
+	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, Scraped(cache, 0), clk, m)
 	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
 	info := cmprovider.ExternalMetricInfo{Metric: metric}
 	b.ReportAllocs()

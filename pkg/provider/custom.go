@@ -86,7 +86,7 @@ func (p *Provider) podPolicy(info cmprovider.CustomMetricInfo) (*signals.Catalog
 func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where string, members []podselect.Member) (*custom_metrics.MetricValueList, error) {
 	list := &custom_metrics.MetricValueList{}
 	var missing []string
-	a := p.evaluate(ctx, catalog, policy, members, func(m *podselect.Member, v signals.PodValue) {
+	a, err := p.evaluate(ctx, catalog, policy, where, members[0].Pod.Namespace, members, func(m *podselect.Member, v signals.PodValue) {
 		if !v.Present {
 			why := v.Why
 			if why == "" {
@@ -106,8 +106,11 @@ func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, poli
 			Timestamp:       metav1.NewTime(v.Time),
 			Value:           q,
 		})
-	}, false)
-	var err error
+	}, false, nil)
+	if err != nil {
+		p.fail(policy.Name, err)
+		return nil, err
+	}
 	switch {
 	case a.pool.Pods == 0:
 		err = unavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))

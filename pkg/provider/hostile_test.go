@@ -233,7 +233,7 @@ func TestRecreatedPodDoesNotInheritReading(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, hc, scrape.Reader{Extractor: signals.NewExtractor()}, clk, sm)
-	p := New(Options{MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}, StaticCatalog{catalog}, pools, sc, clk, pm)
+	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
 	info := cmprovider.ExternalMetricInfo{Metric: signals.MetricSaturation}
 	value := func() string {
@@ -299,7 +299,7 @@ func TestSelectorFloodKeepsSeriesAndMemoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, hc, scrape.Reader{Extractor: signals.NewExtractor()}, clk, sm)
-	p := New(Options{MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}, StaticCatalog{catalog}, pools, sc, clk, pm)
+	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	info := cmprovider.ExternalMetricInfo{Metric: signals.MetricSaturation}
 	ask := func(selector string) {
 		sel, err := labels.Parse(selector)

@@ -20,14 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/metrics/pkg/apis/external_metrics"
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
-	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -40,17 +38,21 @@ type Pools interface {
 	RecordInterest(namespace string, selector labels.Selector)
 	// Members returns the pods of namespace matched by selector.
 	Members(namespace string, selector labels.Selector) ([]podselect.Member, error)
+	// RecordInterestWith and MembersWith do the same for pods scraped with an
+	// override (a gateway input's port and path).
+	RecordInterestWith(namespace string, selector labels.Selector, ov podselect.Override)
+	MembersWith(namespace string, selector labels.Selector, ov podselect.Override) ([]podselect.Member, error)
 	// Member returns one pod by name; found is false when it does not exist.
 	Member(namespace, name string) (m podselect.Member, found bool, err error)
 	// HPAsFor names the HorizontalPodAutoscalers a request answers.
 	HPAsFor(namespace, metric string, selector labels.Selector) []string
 }
 
-// Readings gives the latest scrape result of pods and scrapes on demand; see
-// scrape.Scraper.
-type Readings interface {
-	Latest(uid types.UID) (*scrape.Result, bool)
-	Scrape(ctx context.Context, targets []scrape.Target)
+// Advice hears about answers, to warn about HPAs that cannot do what they are set
+// up for; see advisor.Advisor. Optional.
+type Advice interface {
+	Answered(namespace, metric string, selector labels.Selector, pool signals.Pool)
+	GatewaySeen(readings []*signals.Reading)
 }
 
 // Catalogs gives the metric catalog in force; a configuration reload replaces
@@ -69,9 +71,8 @@ func (s StaticCatalog) Catalog() *signals.Catalog { return s.C }
 type Options struct {
 	// MaxAge is the age beyond which a pod's last reading is stale.
 	MaxAge time.Duration
-	// ColdScrapeTimeout bounds the on-demand scrape of Ready pods that were never
-	// scraped (a selector nobody asked about before); 0 disables it.
-	ColdScrapeTimeout time.Duration
+	// Advice, when set, hears about every External answer.
+	Advice Advice
 }
 
 // Provider implements the External and custom metrics APIs of
@@ -121,11 +122,35 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	}
 	where := describePool(policy.Name, namespace, metricSelector)
 	members, err := p.members(where, namespace, metricSelector)
+	if err != nil && !(policy.Gateway != nil && apierrors.IsNotFound(err) && p.pools.Synced()) {
+		// No pods is a state, not an error, when a gateway input can say how
+		// much demand waits for them (scale from zero).
+		if apierrors.IsNotFound(err) && policy.Gateway == nil {
+			err = newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+
+				": no pods match; check the HPA's metric.selector against the pod labels. If the pool is scaled to zero, this metric cannot wake it: "+
+				"at zero pods there is nothing to read; scale from zero needs a policy with a gateway input")
+		}
+		p.fail(policy.Name, err)
+		return nil, err
+	}
+	var gw *gatewayAnswer
+	if policy.Gateway != nil {
+		if gw, err = p.gateway(ctx, where, namespace, policy.Gateway); err != nil {
+			p.fail(policy.Name, err)
+			return nil, err
+		}
+	}
+	a, err := p.evaluate(ctx, catalog, policy, where, namespace, members, nil, true, gw)
 	if err != nil {
 		p.fail(policy.Name, err)
 		return nil, err
 	}
-	a := p.evaluate(ctx, catalog, policy, members, nil, true)
+	if p.opts.Advice != nil {
+		p.opts.Advice.Answered(namespace, policy.Name, metricSelector, a.pool)
+		if gw != nil {
+			p.opts.Advice.GatewaySeen(gw.readings)
+		}
+	}
 	if err := a.poolError(where); err != nil {
 		p.fail(policy.Name, err)
 		return nil, err
@@ -261,16 +286,96 @@ func (p *Provider) ready(where, namespace string) error {
 	return nil
 }
 
-// evaluate scrapes on the spot the counted members never scraped, then folds
-// the policy over the members. each, when set, receives every counted pod.
-func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, each podFunc, poolOnly bool) answer {
-	p.scrapeCold(ctx, members)
-	return p.fold(catalog, policy, members, p.clock.Now(), each, poolOnly)
+// evaluate reads the members' histories from the source (which may scrape or
+// query on the spot), then folds the policy over the members, with the
+// gateway's queue added when gw is set. each, when set, receives every counted
+// pod. A source that cannot answer for any pod (Prometheus down) is a 503
+// naming the cause. namespace is the request's: members may be empty (a pool
+// at zero behind a gateway).
+func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where, namespace string, members []podselect.Member, each podFunc, poolOnly bool, gw *gatewayAnswer) (answer, error) {
+	histories, err := p.readings.Histories(ctx, namespace, members)
+	if err != nil {
+		return answer{}, unavailable(fmt.Sprintf("%s: %v", where, err))
+	}
+	return p.fold(catalog, policy, members, p.clock.Now(), histories, each, poolOnly, gw), nil
+}
+
+// gatewayAnswer is what a policy's gateway input read: the queue and the
+// readings it came from.
+type gatewayAnswer struct {
+	queue    float64
+	readings []*signals.Reading
+}
+
+// gateway reads a policy's gateway input: the fresh readings of the gateway's
+// Ready pods (in the input's namespace, else the request's), scraped on the
+// spot when never scraped, and the queue of this pool's series. Missing data
+// follows the engines' rules: no gateway pod, none with a fresh reading, or no
+// series of the queue metric at all is an error naming the input, never 0.
+func (p *Provider) gateway(ctx context.Context, where, namespace string, g *signals.GatewayInput) (*gatewayAnswer, error) {
+	ns := g.Namespace
+	if ns == "" {
+		ns = namespace
+	}
+	sel, err := labels.Parse(g.Selector)
+	if err != nil {
+		return nil, unavailable(fmt.Sprintf("%s: gateway input %q: %v", where, g.Selector, err))
+	}
+	ov := podselect.Override{Port: g.Port, Path: g.Path}
+	input := fmt.Sprintf("%s: gateway input (pods %s in namespace %s)", where, g.Selector, ns)
+	if err := p.ready(input, ns); err != nil {
+		return nil, err
+	}
+	p.pools.RecordInterestWith(ns, sel, ov)
+	members, err := p.pools.MembersWith(ns, sel, ov)
+	if err != nil {
+		return nil, unavailable(input + ": " + lowerError(err))
+	}
+	histories, err := p.readings.Histories(ctx, ns, members)
+	if err != nil {
+		return nil, unavailable(input + ": " + err.Error())
+	}
+	now := p.clock.Now()
+	out := &gatewayAnswer{}
+	var missing []string
+	counted := 0
+	for i := range members {
+		m := &members[i]
+		if !m.Counted {
+			continue
+		}
+		counted++
+		h, why := histories(m)
+		r := h.Latest()
+		switch {
+		case r == nil:
+			missing = append(missing, m.Pod.Name+": "+why)
+		case now.Sub(r.At()) > p.opts.MaxAge:
+			missing = append(missing, fmt.Sprintf("%s: stale: last good scrape %s ago", m.Pod.Name, now.Sub(r.At()).Round(time.Millisecond)))
+		default:
+			out.readings = append(out.readings, r)
+		}
+	}
+	switch {
+	case counted == 0:
+		return nil, unavailable(fmt.Sprintf("%s: %d pods match, none Running and Ready: the gateway's queue is unknown", input, len(members)))
+	case len(missing) > 0:
+		// A gateway pod without data could hold any part of the backlog: unknown.
+		slices.Sort(missing)
+		return nil, unavailable(fmt.Sprintf("%s: the gateway's queue is unknown: %s", input, summarize(missing)))
+	}
+	q, ok := g.GatewayQueue(out.readings...)
+	if !ok {
+		return nil, unavailable(fmt.Sprintf("%s: the gateway's metrics have no %s series: is flow control on, and the metric's name right?", input, g.Metric))
+	}
+	out.queue = q
+	return out, nil
 }
 
 // fold evaluates the policy over the counted members in one pass, through the
 // one pooling path (signals.PoolBuilder).
-func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time, each podFunc, poolOnly bool) answer {
+func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time,
+	histories func(*podselect.Member) (*signals.History, string), each podFunc, poolOnly bool, gw *gatewayAnswer) answer {
 	a := answer{matched: len(members), signal: policy.Kind == signals.KindSignal}
 	b := policy.NewPool(now, p.opts.MaxAge)
 	if poolOnly {
@@ -289,7 +394,7 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 		if role != "" && !slices.Contains(a.roles, role) {
 			a.roles = append(a.roles, role)
 		}
-		h, why := p.history(m)
+		h, why := histories(m)
 		v := b.Add(h, why)
 		if !v.Known {
 			a.unknown = append(a.unknown, m.Pod.Name+": "+v.Why)
@@ -298,6 +403,9 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 			each(m, v)
 		}
 	}
+	if gw != nil {
+		b.AddGateway(gw.queue)
+	}
 	a.pool = b.Pool()
 	if len(a.roles) < 2 {
 		a.roles = nil
@@ -305,27 +413,12 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 	return a
 }
 
-// history returns a member's readings and, when its newest scrape failed or it
-// was never scraped, why.
-func (p *Provider) history(m *podselect.Member) (*signals.History, string) {
-	res, ok := p.readings.Latest(m.UID)
-	switch {
-	case !ok && m.TargetErr != nil:
-		return nil, "cannot be scraped: " + m.TargetErr.Error()
-	case !ok:
-		return nil, "not scraped yet"
-	case res.Err != nil:
-		return res.History, "scrape failing: " + res.Err.Error()
-	case res.History == nil:
-		return nil, "not scraped yet"
-	}
-	return res.History, ""
-}
-
 // poolError returns the API status for an answer without a pool value: 503
 // naming why (no pod Ready, none with fresh data, signal absent), else nil.
 func (a *answer) poolError(where string) error {
 	switch {
+	case a.pool.Pods == 0 && a.pool.Value != nil:
+		return nil // no Ready pod, the gateway's demand alone
 	case a.pool.Pods == 0:
 		return unavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
 	case a.pool.Known == 0 && a.pool.Fresh > 0 && a.signal:
@@ -350,31 +443,6 @@ func (p *Provider) fail(metric string, err error) {
 	}
 	p.metrics.request(metric, r)
 	klog.V(2).InfoS("Metric request failed", "metric", metric, "err", err)
-}
-
-// scrapeCold scrapes, within ColdScrapeTimeout, the counted members that were
-// never scraped, so that the first request for a new selector gets an answer.
-func (p *Provider) scrapeCold(ctx context.Context, members []podselect.Member) {
-	if p.opts.ColdScrapeTimeout <= 0 {
-		return
-	}
-	var cold []scrape.Target
-	for i := range members {
-		m := &members[i]
-		if !m.Counted || m.TargetErr != nil {
-			continue
-		}
-		if _, ok := p.readings.Latest(m.UID); ok {
-			continue
-		}
-		cold = append(cold, m.Target)
-	}
-	if len(cold) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.ColdScrapeTimeout)
-	defer cancel()
-	p.readings.Scrape(ctx, cold)
 }
 
 // summarize joins up to five reasons, within a byte budget, and counts the

@@ -218,9 +218,10 @@ func newFixtureCatalog(t *testing.T, catalog *signals.Catalog, specs ...object) 
 		t.Fatal(err)
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
-		scrape.Reader{Extractor: signals.NewExtractor(), History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
-	opts := Options{MaxAge: 6 * time.Second, ColdScrapeTimeout: 2 * time.Second}
-	prov := New(opts, StaticCatalog{catalog}, pools, sc, clk, pm)
+		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{Histograms: true, GatewayMetrics: catalog.Needs().GatewayMetrics}),
+			History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
+	opts := Options{MaxAge: 6 * time.Second}
+	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
 }
 
@@ -296,9 +297,10 @@ func TestExternalMetricsThroughHandlers(t *testing.T) {
 	tests := []struct {
 		metric, selector, want string
 	}{
-		// (7.4 + 0.0011764705882353343/0.8) / 2 = 3.70073…: rounded half-up to milli units.
-		{signals.MetricSaturation, "app=vllm", "3701m"},
-		{signals.MetricDemandReplicas, "app=vllm", "7401m"},
+		// (7.4 + 0) / 2: the idle pod's KV residue (0.00118, nothing running or
+		// waiting) is not demand.
+		{signals.MetricSaturation, "app=vllm", "3700m"},
+		{signals.MetricDemandReplicas, "app=vllm", "7400m"},
 		{signals.MetricQueueDepth, "app=vllm", "37"},
 		{signals.MetricRunning, "app=vllm", "48"},
 		// mean of the pods' KV usage: (0.495 + 0.00118) / 2.

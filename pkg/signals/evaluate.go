@@ -314,6 +314,19 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bo
 		return v, note, ok
 	case TermKVCacheUsage:
 		v, ok = f.Value(KVCacheUsage)
+		if ok && v > 0 && idle(f) {
+			// An idle engine still reports a few blocks in use: vLLM v1 up to 0.10
+			// counts its reserved null block (vllm/v1/core/block_pool.py get_usage,
+			// 1 - free/num_gpu_blocks), and engines that keep cached prefixes may count
+			// them; a P/D prefill engine keeps finished requests' blocks until the
+			// decoder pulls them (hazard NC-03), which more prefill replicas would not
+			// free. None of it is demand: with it, ceil(total / target) never reaches 0
+			// and an HPA with minReplicas 0 never scales to zero.
+			if withNote {
+				note = fmt.Sprintf("%.4g reported, but nothing runs or waits: blocks held for no request here (null block, cached prefixes, KV pinned for transfer) are not demand", v)
+			}
+			return 0, note, true
+		}
 		return v, "", ok
 	case TermBatchSlots:
 		return batchSlots(t, r, p.Model, f, withNote)
@@ -337,6 +350,18 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bo
 	qd, _ := f.Value(QueueDeferred)
 	run, _ := f.Value(Running)
 	return latencyValue(t, w.hist[hk], q+qd+run > 0, withNote)
+}
+
+// idle reports whether f says the pod has nothing running and nothing waiting
+// (deferred waits included); false when its engine does not report running.
+func idle(f *Fold) bool {
+	run, ok := f.Value(Running)
+	if !ok || run > 0 {
+		return false
+	}
+	q, _ := f.Value(QueueDepth)
+	qd, _ := f.Value(QueueDeferred)
+	return q+qd == 0
 }
 
 // latencyValue is a latency term's value over a window's observations: their

@@ -286,6 +286,25 @@ type GatewaySeries struct {
 // maxGatewayLabels bounds the labels kept per gateway series.
 const maxGatewayLabels = 32
 
+// gatewaySeries returns the series as a GatewaySeries when it is one of the
+// gateway queue metrics read and its value is a valid count.
+func (e *Extractor) gatewaySeries(lset *labels.Labels, value float64) (GatewaySeries, bool) {
+	name := lset.Get(model.MetricNameLabel)
+	if !e.index.gateway[name] {
+		return GatewaySeries{}, false
+	}
+	if _, _, bad := validate(QueueDepth, value); bad {
+		return GatewaySeries{}, false
+	}
+	gs := GatewaySeries{Metric: name, Labels: map[string]string{}, Value: value}
+	lset.Range(func(l labels.Label) {
+		if l.Name != model.MetricNameLabel && len(gs.Labels) < maxGatewayLabels {
+			gs.Labels[Excerpt(l.Name, maxLabelBytes)] = Excerpt(l.Value, maxLabelBytes)
+		}
+	})
+	return gs, true
+}
+
 // Matches reports whether every label of match has that value on the series.
 func (g *GatewaySeries) Matches(match map[string]string) bool {
 	for k, v := range match {
@@ -522,44 +541,50 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		}
 		if e.index.gateway[name] {
 			b.learnable[line] = false // gateway series are never learned (see seriesCache)
-			if _, _, bad := validate(QueueDepth, value); !bad {
-				gs := GatewaySeries{Metric: name, Labels: map[string]string{}, Value: value}
-				b.lset.Range(func(l labels.Label) {
-					if l.Name != model.MetricNameLabel && len(gs.Labels) < maxGatewayLabels {
-						gs.Labels[Excerpt(l.Name, maxLabelBytes)] = Excerpt(l.Value, maxLabelBytes)
-					}
-				})
-				b.gateway = append(b.gateway, gs)
-			}
 		}
-		for _, ref := range e.index.scalars[name] {
-			src := ref.source
-			if src.Label != "" && b.lset.Get(src.Label) != src.Value {
-				continue
-			}
-			d := &e.dialects[ref.dialect]
-			s := rawSample{scalar: true, sref: ref, value: value, ts: t, line: line}
-			s.engine, s.model = engineKey(d, &b.lset), b.lset.Get(d.ModelLabel)
-			if sl := d.Sources[ref.signal][ref.pref].SumLabel; sl != "" {
-				s.sumLabel = b.lset.Get(sl)
-			}
-			b.samples = append(b.samples, s)
+		if gs, ok := e.gatewaySeries(&b.lset, value); ok {
+			b.gateway = append(b.gateway, gs)
 		}
-		for _, ref := range e.index.histos[name] {
-			d := &e.dialects[ref.dialect]
-			s := rawSample{href: ref, value: value, ts: t, line: line}
-			s.engine, s.model = engineKey(d, &b.lset), b.lset.Get(d.ModelLabel)
-			if ref.kind == partBucket {
-				le, err := strconv.ParseFloat(b.lset.Get(model.BucketLabel), 64)
-				if err != nil || math.IsNaN(le) {
-					return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, Excerpt(b.lset.Get(model.BucketLabel), 40))
-				}
-				s.le = le
-			}
-			b.samples = append(b.samples, s)
+		var ok bool
+		if b.samples, ok = e.collect(b.samples, &b.lset, value, t, line); !ok {
+			return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, Excerpt(b.lset.Get(model.BucketLabel), 40))
 		}
 	}
 	return nil
+}
+
+// collect appends to out what one series (its labels, value and timestamp in
+// milliseconds, 0 for none) is to the dialects that read its family. ok is
+// false for a histogram bucket whose le is not a number.
+func (e *Extractor) collect(out []rawSample, lset *labels.Labels, value float64, t int64, line int) ([]rawSample, bool) {
+	name := lset.Get(model.MetricNameLabel)
+	for _, ref := range e.index.scalars[name] {
+		src := ref.source
+		if src.Label != "" && lset.Get(src.Label) != src.Value {
+			continue
+		}
+		d := &e.dialects[ref.dialect]
+		s := rawSample{scalar: true, sref: ref, value: value, ts: t, line: line}
+		s.engine, s.model = engineKey(d, lset), lset.Get(d.ModelLabel)
+		if sl := d.Sources[ref.signal][ref.pref].SumLabel; sl != "" {
+			s.sumLabel = lset.Get(sl)
+		}
+		out = append(out, s)
+	}
+	for _, ref := range e.index.histos[name] {
+		d := &e.dialects[ref.dialect]
+		s := rawSample{href: ref, value: value, ts: t, line: line}
+		s.engine, s.model = engineKey(d, lset), lset.Get(d.ModelLabel)
+		if ref.kind == partBucket {
+			le, err := strconv.ParseFloat(lset.Get(model.BucketLabel), 64)
+			if err != nil || math.IsNaN(le) {
+				return out, false
+			}
+			s.le = le
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 // parseError names the first filtered line the parser rejects, re-parsing line

@@ -75,6 +75,10 @@ func TermKinds() []TermKind {
 	return []TermKind{TermQueueDepth, TermKVCacheUsage, TermBatchSlots, TermPreemptionRate, TermTTFT, TermE2ELatency, TermInterTokenLatency}
 }
 
+// Histo returns the histogram a latency term reads; ok is false for the
+// other terms.
+func (k TermKind) Histo() (Histo, bool) { return k.histo() }
+
 // histo returns the histogram of a latency term.
 func (k TermKind) histo() (Histo, bool) {
 	switch k {

@@ -123,23 +123,24 @@ func TestPool(t *testing.T) {
 func TestPartialOutageNeverScalesDown(t *testing.T) {
 	c := builtin(t, DefaultUnknownSaturation)
 	// Four pods, each with 10 waiting (saturation 2.0) at t0. At t0+10s three of
-	// them fail (their newest reading is now stale); the fourth reads idle.
+	// them fail (their newest reading is now stale); the fourth reads nearly idle
+	// (one request running).
 	saturated := func() []*Reading { return []*Reading{read(t, vllm(10, 4, 0.5), t0)} }
 	now := t0.Add(10 * time.Second)
 	pods := []pod{
 		{readings: saturated(), why: "scrape failing: HTTP 500"},
 		{readings: saturated(), why: "scrape failing: HTTP 500"},
 		{readings: saturated(), why: "scrape failing: timed out"},
-		{readings: append(saturated(), read(t, vllm(0, 0, 0.1), now))},
+		{readings: append(saturated(), read(t, vllm(0, 1, 0.1), now))},
 	}
 	before := map[string]float64{MetricSaturation: 2, MetricDemandReplicas: 8, MetricQueueDepth: 40, MetricRunning: 16, MetricKVCacheUsage: 0.5}
-	const idle = 0.1 / 0.8 // the answering pod: KV 0.1 of a 0.8 set point
+	const idle = 0.1 / 0.8 // the answering pod: KV 0.1 of a 0.8 set point, one running
 	after := map[string]float64{
 		// (3 × 2.0 + 0.125) / 4: the dark pods keep their saturation 2.0.
 		MetricSaturation:     (3*2 + idle) / 4,
 		MetricDemandReplicas: 3*2 + idle,
 		// Sums keep the dark pods' last values.
-		MetricQueueDepth: 30, MetricRunning: 12, MetricKVCacheUsage: (3*0.5 + 0.1) / 4,
+		MetricQueueDepth: 30, MetricRunning: 12 + 1, MetricKVCacheUsage: (3*0.5 + 0.1) / 4,
 	}
 	for name, want := range after {
 		p := poolOf(t, c, name, now, pods...)
@@ -157,9 +158,9 @@ func TestPartialOutageNeverScalesDown(t *testing.T) {
 	// Past HoldLastGood the dark pods count at the unknown saturation (and raw
 	// signals at the known pods' mean).
 	later := t0.Add(DefaultHoldLastGood + time.Second)
-	pods[3].readings = append(pods[3].readings, read(t, vllm(0, 0, 0.1), later))
+	pods[3].readings = append(pods[3].readings, read(t, vllm(0, 1, 0.1), later))
 	if p := poolOf(t, c, MetricSaturation, later, pods...); p.Value == nil || !approx(*p.Value, (3*1+idle)/4) || p.Held != 0 {
-		t.Errorf("after the hold: llm_saturation = %v (held %d), want %g", p.Value, p.Held, (3*1+idle)/4)
+		t.Errorf("after the hold: llm_saturation = %v (held %d), want %g", deref(p.Value), p.Held, (3*1+idle)/4)
 	}
 	// A scale-up on the known pods still happens: the known pod fills up.
 	pods[3].readings = []*Reading{read(t, vllm(50, 8, 0.9), now)}
@@ -487,5 +488,47 @@ func TestGatewayDemand(t *testing.T) {
 	// Zero pods without gateway data is no data.
 	if v := eval("gw-demand", nil, nil); v != nil {
 		t.Errorf("zero pods, no gateway reading: %g, want no value", *v)
+	}
+}
+
+// TestIdleKVResidueIsNotDemand: an idle engine that still reports a few KV blocks
+// in use (vLLM v1 up to 0.10 counts its null block: 1/76 on the emulator's 76
+// blocks, 0.00118 on the nvcr 25.09 sample) serves exactly 0, so that an HPA
+// with minReplicas 0 can scale to zero (ceil(0.016) would be 1 forever); one
+// request running makes the same KV count again, and an engine that does not
+// report running keeps its KV term.
+func TestIdleKVResidueIsNotDemand(t *testing.T) {
+	c := builtin(t, DefaultUnknownSaturation)
+	idle := pod{readings: []*Reading{read(t, vllm(0, 0, 1.0/76), t0)}}
+	for _, name := range []string{MetricSaturation, MetricDemandReplicas} {
+		if p := poolOf(t, c, name, t0, idle, idle); p.Value == nil || *p.Value != 0 {
+			t.Errorf("%s of two idle pods = %v, want exactly 0", name, deref(p.Value))
+		}
+	}
+	// The raw signal is still served as reported.
+	if p := poolOf(t, c, MetricKVCacheUsage, t0, idle); p.Value == nil || !approx(*p.Value, 1.0/76) {
+		t.Errorf("%s = %v, want the reported 1/76", MetricKVCacheUsage, deref(p.Value))
+	}
+	rep := c.Lookup(MetricSaturation).ExplainPod(idle.history(), "", t0, maxAge)
+	var kv *TermValue
+	for i := range rep.Terms {
+		if rep.Terms[i].Term == TermKVCacheUsage {
+			kv = &rep.Terms[i]
+		}
+	}
+	if kv == nil || kv.Value != 0 || !strings.Contains(kv.Note, "not demand") {
+		t.Errorf("explain's kvCacheUsage term = %+v, want 0 with a note saying why", kv)
+	}
+	busy := pod{readings: []*Reading{read(t, vllm(0, 1, 1.0/76), t0)}}
+	if p := poolOf(t, c, MetricSaturation, t0, busy); p.Value == nil || !approx(*p.Value, 1.0/76/DefaultSetPoints().KVCacheUsage) {
+		t.Errorf("one running: %s = %v, want KV / set point", MetricSaturation, deref(p.Value))
+	}
+	waiting := pod{readings: []*Reading{read(t, vllm(1, 0, 0.5), t0)}}
+	if p := poolOf(t, c, MetricSaturation, t0, waiting); p.Value == nil || !approx(*p.Value, 0.5/DefaultSetPoints().KVCacheUsage) {
+		t.Errorf("one waiting: %s = %v, want KV / set point", MetricSaturation, deref(p.Value))
+	}
+	noRunning := pod{readings: []*Reading{read(t, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.4\n", t0)}}
+	if p := poolOf(t, c, MetricSaturation, t0, noRunning); p.Value == nil || !approx(*p.Value, 0.4/DefaultSetPoints().KVCacheUsage) {
+		t.Errorf("running not reported: %s = %v, want KV / set point", MetricSaturation, deref(p.Value))
 	}
 }

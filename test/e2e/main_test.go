@@ -18,11 +18,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/flowgate"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/nodeagent"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
@@ -46,7 +41,12 @@ func TestMain(m *testing.M) {
 	if addr != "" {
 		os.Exit(serveStub(addr, waiting))
 	}
-	if gw := gatewayArgs(os.Args[1:]); gw != nil {
+	if gw, ok, err := flowgate.PodArgs(os.Args[1:]); ok || err != nil {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		gw.Model = stack.Model
 		os.Exit(serveGateway(gw))
 	}
 	os.Exit(m.Run())
@@ -56,86 +56,15 @@ func TestMain(m *testing.M) {
 // the Ready pods of a selector, as the inference extension's endpoint picker runs.
 const gatewayImage = "e2e/flow-gateway"
 
-// gatewayArgs returns the gateway mode's arguments (name=value; nil when not in that mode):
-// gateway-addr, gateway-kubeconfig, gateway-namespace, gateway-selector, gateway-pool,
-// gateway-max-outstanding.
-func gatewayArgs(args []string) map[string]string {
-	out := map[string]string{}
-	for _, a := range args {
-		if k, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(k, "gateway-") {
-			out[strings.TrimPrefix(k, "gateway-")] = v
-		}
-	}
-	if out["addr"] == "" {
-		return nil
-	}
-	return out
-}
-
-// serveGateway runs flowgate on addr over the Ready pods of the selector, found by
-// listing them through the API server every 200 ms.
-func serveGateway(a map[string]string) int {
-	cfg, err := clientcmd.BuildConfigFromFlags("", a["kubeconfig"])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	maxOut, err := strconv.Atoi(a["max-outstanding"])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gateway-max-outstanding:", err)
-		return 1
-	}
+// serveGateway runs the flow-controlled gateway of the pod mode (flowgate.RunPod).
+func serveGateway(o flowgate.PodOptions) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	var mu sync.Mutex
-	var eps []string
-	go func() {
-		for ctx.Err() == nil {
-			pods, err := client.CoreV1().Pods(a["namespace"]).List(ctx, metav1.ListOptions{LabelSelector: a["selector"]})
-			if err == nil {
-				var ready []string
-				for i := range pods.Items {
-					p := &pods.Items[i]
-					if p.DeletionTimestamp == nil && p.Status.PodIP != "" && stackPodReady(p) {
-						ready = append(ready, fmt.Sprintf("http://%s:%d", p.Status.PodIP, stack.EnginePort))
-					}
-				}
-				mu.Lock()
-				eps = ready
-				mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	g := flowgate.New(flowgate.Options{
-		Endpoints:      func() []string { mu.Lock(); defer mu.Unlock(); return eps },
-		MaxOutstanding: maxOut, Pool: a["pool"], Model: stack.Model,
-	})
-	go g.Run(ctx)
-	srv := &http.Server{Addr: a["addr"], Handler: g, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+	if err := flowgate.RunPod(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
-}
-
-func stackPodReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // serveStub serves a one-engine vLLM /metrics with `waiting` requests waiting (container

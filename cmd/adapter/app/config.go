@@ -23,6 +23,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
@@ -73,12 +74,21 @@ type Config struct {
 	// Select configures which pods are pooled and scraped.
 	Select podselect.Options
 	// Scrape bounds each scrape; ScrapeTLS verifies https engines;
-	// ScrapeInterval is the period of the scrape loop.
-	Scrape         scrape.Options
-	ScrapeTLS      promconfig.TLSConfig
-	ScrapeInterval time.Duration
+	// ScrapeInterval is the period of the scrape loop; ColdScrapeTimeout bounds
+	// the on-demand scrape of pods a request finds never scraped.
+	Scrape            scrape.Options
+	ScrapeTLS         promconfig.TLSConfig
+	ScrapeInterval    time.Duration
+	ColdScrapeTimeout time.Duration
 	// Provider configures the answers.
 	Provider provider.Options
+
+	// Source is SourceDirect (the scrape loop) or SourcePrometheus: then
+	// PrometheusClient reaches Prometheus and PrometheusSource says how its
+	// answers are read, and nothing is scraped.
+	Source           string
+	PrometheusClient promsource.ClientOptions
+	PrometheusSource promsource.Options
 }
 
 // Config builds the server configuration from validated, completed options:
@@ -119,6 +129,12 @@ func (o *Options) Config() (*Config, error) {
 	if o.Identity.Enabled() {
 		self = o.Identity.Self()
 	}
+	stateWindow := o.Scoring.StateWindow
+	if o.Source == SourcePrometheus {
+		// A state of no progress needs at least 3 readings in the window: 3 of
+		// Prometheus's scrapes.
+		stateWindow = max(stateWindow, 3*o.Prometheus.ScrapeInterval)
+	}
 	return &Config{
 		Generic:     generic,
 		Client:      client,
@@ -130,7 +146,7 @@ func (o *Options) Config() (*Config, error) {
 		Namespaces:  o.Namespaces,
 		Builtin:     o.Scoring.Builtin(),
 		ConfigFile:  o.Scoring.ConfigFile, ConfigReloadInterval: config.DefaultReloadInterval,
-		StateWindow: o.Scoring.StateWindow,
+		StateWindow: stateWindow,
 		Extract:     signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
 		Select: podselect.Options{
 			Port: o.Scrape.Port, Path: o.Scrape.Path, Scheme: o.Scrape.Scheme,
@@ -138,10 +154,18 @@ func (o *Options) Config() (*Config, error) {
 			MaxRequestSelectors: o.MaxRequestSelectors,
 			ScrapeHostNetwork:   o.Scrape.HostNetworkPods,
 		},
-		Scrape:         scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
-		ScrapeTLS:      o.Scrape.TLSConfig(),
-		ScrapeInterval: o.Scrape.Interval,
-		Provider:       provider.Options{MaxAge: o.Scrape.MaxSampleAge, ColdScrapeTimeout: o.Scrape.Timeout},
+		Scrape:            scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
+		ScrapeTLS:         o.Scrape.TLSConfig(),
+		ScrapeInterval:    o.Scrape.Interval,
+		ColdScrapeTimeout: o.Scrape.Timeout,
+		Provider:          provider.Options{MaxAge: o.Scrape.MaxSampleAge},
+		Source:            o.Source,
+		PrometheusClient:  o.Prometheus.Client(),
+		PrometheusSource: promsource.Options{
+			URL: o.Prometheus.URL, Labels: o.Prometheus.Labels(), Timeout: o.Prometheus.Timeout, CachePeriod: o.Prometheus.CachePeriod,
+			ScrapeInterval: o.Prometheus.ScrapeInterval, MaxAge: o.Scrape.MaxSampleAge, StateWindow: stateWindow,
+			Extract: signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
+		},
 	}, nil
 }
 

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
+	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -57,7 +60,14 @@ type ExplainPool struct {
 	Latency        []signals.TermValue `json:"latency,omitempty"`
 	Saturation     *float64            `json:"saturation"`
 	DemandReplicas *float64            `json:"demandReplicas"`
-	Error          string              `json:"error,omitempty"`
+	// GatewayQueue is the gateway-held backlog the policy's gateway input adds
+	// (from the --gateway files), nil without one.
+	GatewayQueue *float64 `json:"gatewayQueue,omitempty"`
+	Error        string   `json:"error,omitempty"`
+	// Warnings say what an HPA on this policy would get wrong: requests held by
+	// flow control that the policy does not count (hazard NC-04), a mean policy
+	// read at zero Ready pods (NC-08).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Explanation is the whole explain output.
@@ -75,24 +85,45 @@ type ExplainOptions struct {
 	Interval time.Duration
 	// Output is json or table.
 	Output string
+	// PrometheusResponses are saved Prometheus answers to evaluate instead of
+	// /metrics files (see ExplainPrometheus).
+	PrometheusResponses []string
+	// Gateways are /metrics files of the gateway's pods (the endpoint picker),
+	// one per pod: the backlog of a policy's gateway input, and requests held
+	// by flow control that a policy without one misses.
+	Gateways []string
 }
 
 func newExplainCommand() *cobra.Command {
 	scoring := NewScoringOptions()
+	prom := NewPrometheusOptions()
 	eo := ExplainOptions{Policy: signals.MetricSaturation, Interval: 2 * time.Second, Output: "json"}
 	cmd := &cobra.Command{
-		Use:   "explain POD...",
-		Short: "Evaluate /metrics bodies offline, one argument per pod, and print the saturation as JSON or a table",
+		Use:   "explain POD... [--gateway FILE] | explain --gateway FILE --policy NAME | explain --prometheus-response FILE",
+		Short: "Evaluate /metrics bodies or a saved Prometheus answer offline and print the saturation as JSON or a table",
 		Long: `explain evaluates each POD as the server evaluates a pod: a POD is one /metrics file, or
 several scrapes of one pod comma-separated in time order (a.prom,a2.prom,a3.prom; - reads
 standard input), taken --interval apart unless their samples carry timestamps. It prints each
 pod's signals, every term of --policy with its value, set point and ratio, the dominant term,
 each engine's state (wedged, frozen, sleeping, clipped) and, under "pool", what an HPA would
 be served for these pods as one pool. It needs no cluster. --config and the scoring flags
-are the server's.`,
+are the server's.
+
+With --prometheus-response FILE (repeatable; - reads standard input) it evaluates instead
+what Prometheus answered to an instant query of the engines' series (the JSON of
+/api/v1/query), as the server does with --source=prometheus: every (namespace, pod) of the
+answer is one Ready pod, each Prometheus scrape in a range selector's answer one reading.
+
+With --gateway FILE (repeatable, one per gateway pod: the endpoint picker's /metrics) a
+policy with a gateway input adds the gateway's queue to the demand, as the server does; with
+no POD, that is a pool at zero replicas, whose demand is the gateway's alone. A gateway
+holding requests that --policy does not count is warned about.`,
 		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated); use - to read standard input")
+			if len(args) == 0 && len(eo.PrometheusResponses) == 0 && len(eo.Gateways) == 0 {
+				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated; - reads standard input), --gateway FILE or --prometheus-response FILE")
+			}
+			if (len(args) > 0 || len(eo.Gateways) > 0) && len(eo.PrometheusResponses) > 0 {
+				return fmt.Errorf("explain takes /metrics files (POD, --gateway) or --prometheus-response, not both")
 			}
 			return nil
 		},
@@ -100,6 +131,7 @@ are the server's.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var errs []error
 			errs = append(errs, scoring.Validate()...)
+			errs = append(errs, prom.ValidateLabels()...)
 			if eo.Interval <= 0 {
 				errs = append(errs, fmt.Errorf("--interval=%s: must be > 0", eo.Interval))
 			}
@@ -109,7 +141,13 @@ are the server's.`,
 			if len(errs) > 0 {
 				return utilerrors.NewAggregate(errs)
 			}
-			ex, err := Explain(args, scoring, eo, cmd.InOrStdin())
+			var ex Explanation
+			var err error
+			if len(eo.PrometheusResponses) > 0 {
+				ex, err = ExplainPrometheus(eo.PrometheusResponses, scoring, prom, eo, cmd.InOrStdin())
+			} else {
+				ex, err = Explain(args, scoring, eo, cmd.InOrStdin())
+			}
 			if err != nil {
 				return err
 			}
@@ -125,6 +163,9 @@ are the server's.`,
 	cmd.Flags().StringVar(&eo.Policy, "policy", eo.Policy, "Metric to evaluate: a built-in name or one of --config.")
 	cmd.Flags().DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
 	cmd.Flags().StringVarP(&eo.Output, "output", "o", eo.Output, "Output format: json or table.")
+	cmd.Flags().StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
+	cmd.Flags().StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
+	prom.AddLabelFlags(cmd.Flags())
 	return cmd
 }
 
@@ -141,25 +182,22 @@ var explainEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // with its default --max-sample-age. It fails on the first file that cannot
 // be read or parsed, or that carries no supported engine metrics, naming it.
 func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.Reader) (Explanation, error) {
-	catalog, err := scoring.Catalog()
+	catalog, policy, err := explainPolicy(scoring, eo)
 	if err != nil {
 		return Explanation{}, err
-	}
-	if eo.Policy == "" {
-		eo.Policy = signals.MetricSaturation
-	}
-	policy := catalog.Lookup(eo.Policy)
-	if policy == nil {
-		return Explanation{}, fmt.Errorf("--policy=%s: not in the catalog (%s)", eo.Policy, strings.Join(catalog.Names(), ", "))
 	}
 	if eo.Interval <= 0 {
 		eo.Interval = 2 * time.Second
 	}
 	e := signals.NewExtractor()
 	hopts := signals.HistoryOptions{Needs: catalog.Needs(), StateWindow: scoring.StateWindow}
-	histories := make([]*signals.History, len(pods))
-	var now time.Time
+	gateways, err := explainGateways(catalog, eo.Gateways, stdin)
+	if err != nil {
+		return Explanation{}, err
+	}
+	inputs := make([]explainInput, len(pods))
 	for i, arg := range pods {
+		inputs[i].source = arg
 		for k, f := range strings.Split(arg, ",") {
 			body, err := readFile(f, stdin)
 			if err != nil {
@@ -173,21 +211,139 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			if !r.SampleTime.IsZero() {
 				r.Time = r.SampleTime
 			}
-			histories[i] = histories[i].Append(&r, hopts)
-			if r.At().After(now) {
-				now = r.At()
-			}
+			inputs[i].h = inputs[i].h.Append(&r, hopts)
+			inputs[i].scrapes++
 		}
 	}
-	maxAge := 3 * eo.Interval
+	return explain(catalog, policy, inputs, gateways, 3*eo.Interval), nil
+}
+
+// explainGateways reads the --gateway files with the server's extractor, reading
+// the catalog's gateway queue metrics and the inference extension's default one.
+func explainGateways(catalog *signals.Catalog, files []string, stdin io.Reader) ([]*signals.Reading, error) {
+	metrics := catalog.Needs().GatewayMetrics
+	if !slices.Contains(metrics, signals.DefaultGatewayQueueMetric) {
+		metrics = append(slices.Clone(metrics), signals.DefaultGatewayQueueMetric)
+	}
+	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: metrics})
+	var out []*signals.Reading
+	for _, f := range files {
+		body, err := readFile(f, stdin)
+		if err != nil {
+			return nil, err
+		}
+		r, err := e.Extract(body)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway %s: %w", f, err)
+		}
+		if len(r.Gateway) == 0 {
+			return nil, fmt.Errorf("--gateway %s: no series of %s: is it the endpoint picker's /metrics, with flow control on?", f, strings.Join(metrics, ", "))
+		}
+		out = append(out, &r)
+	}
+	return out, nil
+}
+
+// ExplainPrometheus evaluates saved Prometheus answers as the server does with
+// --source=prometheus: each answer is decoded as the Prometheus HTTP API's
+// JSON (pkg/prometheus.Decode), its series are joined to pods by the namespace
+// and pod labels, and each pod's readings (one per Prometheus scrape) are read
+// by the server's extractor into the server's History and pooled by the same
+// PoolBuilder, at the newest reading, with the server's default max sample age
+// (3 × --prometheus-scrape-interval). It fails on an answer that cannot be read,
+// one without a pod's series, or a pod without engine metrics, naming it.
+func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOptions, eo ExplainOptions, stdin io.Reader) (Explanation, error) {
+	catalog, policy, err := explainPolicy(scoring, eo)
+	if err != nil {
+		return Explanation{}, err
+	}
+	e := signals.NewExtractor()
+	byPod := map[types.NamespacedName][]*signals.Reading{}
+	for _, f := range files {
+		body, err := readFile(f, stdin)
+		if err != nil {
+			return Explanation{}, err
+		}
+		v, err := promsource.Decode(body)
+		if err != nil {
+			return Explanation{}, fmt.Errorf("%s: %w", f, err)
+		}
+		rs, errs := promsource.ReadingsOf(v, prom.Labels(), e)
+		if len(errs) > 0 {
+			bad := make([]string, 0, len(errs))
+			for pod, err := range errs {
+				bad = append(bad, fmt.Sprintf("pod %s: %v", pod, err))
+			}
+			slices.Sort(bad)
+			return Explanation{}, fmt.Errorf("%s: %s", f, strings.Join(bad, "; "))
+		}
+		for pod, r := range rs {
+			byPod[pod] = append(byPod[pod], r...)
+		}
+	}
+	if len(byPod) == 0 {
+		return Explanation{}, fmt.Errorf("%s: no series with the labels %s and %s: no pod to evaluate (check --prometheus-namespace-label and --prometheus-pod-label)",
+			strings.Join(files, ", "), prom.NamespaceLabel, prom.PodLabel)
+	}
+	names := make([]types.NamespacedName, 0, len(byPod))
+	for pod := range byPod {
+		names = append(names, pod)
+	}
+	slices.SortFunc(names, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+	hopts := signals.HistoryOptions{Needs: catalog.Needs(), StateWindow: max(scoring.StateWindow, 3*prom.ScrapeInterval)}
+	inputs := make([]explainInput, len(names))
+	for i, pod := range names {
+		rs := byPod[pod]
+		slices.SortStableFunc(rs, func(a, b *signals.Reading) int { return a.Time.Compare(b.Time) })
+		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: signals.NewHistory(hopts, rs...)}
+	}
+	return explain(catalog, policy, inputs, nil, 3*prom.ScrapeInterval), nil
+}
+
+// explainPolicy returns the catalog of the scoring options and the policy
+// explain evaluates.
+func explainPolicy(scoring ScoringOptions, eo ExplainOptions) (*signals.Catalog, *signals.Policy, error) {
+	catalog, err := scoring.Catalog()
+	if err != nil {
+		return nil, nil, err
+	}
+	if eo.Policy == "" {
+		eo.Policy = signals.MetricSaturation
+	}
+	policy := catalog.Lookup(eo.Policy)
+	if policy == nil {
+		return nil, nil, fmt.Errorf("--policy=%s: not in the catalog (%s)", eo.Policy, strings.Join(catalog.Names(), ", "))
+	}
+	return catalog, policy, nil
+}
+
+// explainInput is one pod to explain: its name in the output, its number of
+// readings and its history.
+type explainInput struct {
+	source  string
+	scrapes int
+	h       *signals.History
+}
+
+// explain pools the pods as one pool of Ready pods at the newest reading of
+// any, a reading older than maxAge before that being stale, with the gateway's
+// queue when the policy has a gateway input.
+func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration) Explanation {
+	var now time.Time
+	for _, p := range pods {
+		if at := p.h.Latest().At(); at.After(now) {
+			now = at
+		}
+	}
 	sat, demand := catalog.Lookup(signals.MetricSaturation), catalog.Lookup(signals.MetricDemandReplicas)
 	chosen, satPool, demandPool := policy.NewPool(now, maxAge), sat.NewPool(now, maxAge), demand.NewPool(now, maxAge)
 	var ex Explanation
-	for i, h := range histories {
+	for _, in := range pods {
+		h := in.h
 		r := h.Latest()
 		rep := policy.ExplainPod(h, "", now, maxAge)
 		t := ExplainPod{
-			Source: pods[i], Scrapes: len(strings.Split(pods[i], ",")), Dialect: r.Dialect, Models: r.Models, Metrics: r.Sources, Engines: r.Engines,
+			Source: in.source, Scrapes: in.scrapes, Dialect: r.Dialect, Models: r.Models, Metrics: r.Sources, Engines: r.Engines,
 			QueueDepth: r.Ptr(signals.QueueDepth), QueueDeferred: r.Ptr(signals.QueueDeferred), Running: r.Ptr(signals.Running),
 			KVCacheUsage: r.Ptr(signals.KVCacheUsage), KVCacheUsageMax: r.KVCacheUsageMax, Preemptions: r.Ptr(signals.Preemptions),
 			State: rep.State, EngineStates: rep.Engines, Terms: rep.Terms, Dominant: rep.Dominant,
@@ -200,13 +356,72 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 		demandPool.Add(h, "")
 		ex.Pods = append(ex.Pods, t)
 	}
-	p := chosen.Pool()
-	ex.Pool = ExplainPool{Pods: p.Pods, Unknown: p.Pods - p.Known, Policy: policy.Name, Value: p.Value, Latency: p.Latency,
-		Saturation: satPool.Pool().Value, DemandReplicas: demandPool.Pool().Value}
-	if p.Value == nil {
-		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", policy.Name)
+	gwErr := ""
+	if g := policy.Gateway; g != nil {
+		if q, ok := g.GatewayQueue(gateways...); ok {
+			chosen.AddGateway(q)
+			ex.Pool.GatewayQueue = &q
+		} else if len(gateways) == 0 {
+			gwErr = fmt.Sprintf("%s has a gateway input (pods %s): its queue is unknown without --gateway FILE (the server would answer 503 and the HPA would hold)", policy.Name, g.Selector)
+		} else {
+			gwErr = fmt.Sprintf("the --gateway files have no %s series: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", g.Metric)
+		}
 	}
-	return ex, nil
+	p := chosen.Pool()
+	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, policy.Name, p.Latency
+	ex.Pool.Saturation, ex.Pool.DemandReplicas = satPool.Pool().Value, demandPool.Pool().Value
+	switch {
+	case gwErr != "":
+		ex.Pool.Error = gwErr
+	case len(pods) == 0 && policy.Gateway == nil:
+		ex.Pool.Error = fmt.Sprintf("no pods: the server would answer 404, and an HPA at zero replicas would never wake on %s; scale from zero needs a policy with a gateway input", policy.Name)
+	case p.Value == nil:
+		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", policy.Name)
+	default:
+		ex.Pool.Value = p.Value
+	}
+	ex.Pool.Warnings = gatewayWarnings(policy, gateways, p)
+	return ex
+}
+
+// gatewayWarnings says what an HPA on policy would miss: requests the gateway
+// holds in series that the policy's gateway input does not select (none, when
+// it has no input; hazard NC-04), and a mean policy read at zero Ready pods,
+// which a Value target turns into 0 replicas whatever the demand (NC-08).
+func gatewayWarnings(policy *signals.Policy, gateways []*signals.Reading, p signals.Pool) []string {
+	var out []string
+	for _, r := range gateways {
+		for i := range r.Gateway {
+			s := &r.Gateway[i]
+			if s.Value <= 0 || (policy.Gateway != nil && policy.Gateway.Metric == s.Metric && s.Matches(policy.Gateway.Match)) {
+				continue
+			}
+			why := "it has no gateway input"
+			if policy.Gateway != nil {
+				why = "its gateway input does not select this series"
+			}
+			out = append(out, fmt.Sprintf("the gateway holds %g requests in %s%s that %s does not count (%s): its HPA scales on the engines alone, which sit at their set points while requests wait (hazard NC-04)",
+				s.Value, s.Metric, gatewayLabels(s.Labels), policy.Name, why))
+		}
+	}
+	if policy.Gateway != nil && policy.Kind == signals.KindMean && p.Pods == 0 && p.Value != nil && *p.Value > 0 {
+		out = append(out, fmt.Sprintf("%s is a mean: with target type Value the HPA multiplies it by the Ready pods, 0 here, and computes 0 replicas from any demand (hazard NC-08); use a demand policy with target type AverageValue", policy.Name))
+	}
+	return out
+}
+
+// gatewayLabels renders a gateway series' labels as PromQL does, sorted.
+func gatewayLabels(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%q", k, l[k])
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // writeExplainTable prints the human summary of -o table.
@@ -246,6 +461,12 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 		for _, warn := range p.Warnings {
 			fmt.Fprintf(w, "%s: warning: %s\n", p.Source, warn)
 		}
+	}
+	if ex.Pool.GatewayQueue != nil {
+		fmt.Fprintf(w, "pool %s: gateway queue %g\n", ex.Pool.Policy, *ex.Pool.GatewayQueue)
+	}
+	for _, warn := range ex.Pool.Warnings {
+		fmt.Fprintf(w, "pool %s: warning: %s\n", ex.Pool.Policy, warn)
 	}
 	for _, l := range ex.Pool.Latency {
 		fmt.Fprintf(w, "pool %s: %.4gs / SLO %.4gs = %.3g (%s)\n", l.Term, l.Value, l.SetPoint, l.Ratio, l.Note)

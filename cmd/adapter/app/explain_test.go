@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 )
 
 const samples = "../../../testdata/samples/"
@@ -24,7 +27,7 @@ func TestExplainRealSamples(t *testing.T) {
 		saturation float64
 		err        string
 	}{
-		{file: "vllm_v1-0.10-nvcr25.09_single-engine.prom", dialect: "vllm-v1", saturation: 0.0011764705882353343 / 0.8},
+		{file: "vllm_v1-0.10-nvcr25.09_single-engine.prom", dialect: "vllm-v1", saturation: 0}, // idle: the KV residue (null block) is not demand
 		{file: "vllm_v0-0.6-qwenvl-issue55_excerpt.prom", dialect: "vllm-v0", saturation: 0},
 		{file: "llm-d-inference-sim_v0.10.2_load.prom", dialect: "vllm-v1", saturation: 4.0 / 5},
 		{file: "sglang_v0.4-docs.prom", dialect: "sglang", saturation: 2826.0 / 5},
@@ -175,6 +178,12 @@ func TestExplainGolden(t *testing.T) {
 			t.Run(name, func(t *testing.T) { golden(t, name, runExplain(t, f)) })
 		}
 	}
+	// A real Prometheus's answer (a range selector's matrix: five scrapes of two
+	// pods, one with two data-parallel engines).
+	t.Run("prometheus_vllm-emulator_range.json", func(t *testing.T) {
+		golden(t, "prometheus_vllm-emulator_range.json", runExplain(t, "--prometheus-scrape-interval=2s",
+			"--prometheus-response", filepath.Join(root, "prometheus", "vllm-emulator_range.json")))
+	})
 	seqs := map[string][]string{
 		"sequence_BC-12.json": {"hazards/BC-12-t0.prom", "hazards/BC-12-t1.prom"},
 		"sequence_NC-02.json": {"hazards/NC-02-t0.prom", "hazards/NC-02-t1.prom"},
@@ -202,4 +211,205 @@ func TestExplainStatesTable(t *testing.T) {
 		}
 	}
 	golden(t, "states.json", runExplain(t, "--interval=5s", wedged, "testdata/sleeping.prom"))
+}
+
+// explain --prometheus-response on the Prometheus hazards: duplicates from
+// three monitors count once (BC-05); answers without a pod's series or
+// without engine metrics fail naming why (BC-01, BC-02, BC-03).
+func TestExplainPrometheusResponse(t *testing.T) {
+	hazards := "../../../testdata/hazards/"
+	tests := []struct {
+		file string
+		want float64
+		err  string
+	}{
+		{file: "BC-05.json", want: 12.0 / 5},
+		{file: "BC-01.json", err: "no series with the labels namespace and pod"},
+		{file: "BC-03.json", err: "no series with the labels namespace and pod"},
+		{file: "BC-02.json", err: "pod llm/vllm-pod-a: no LLM engine saturation metrics found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			ex, err := ExplainPrometheus([]string{hazards + tt.file}, NewScoringOptions(), NewPrometheusOptions(), ExplainOptions{}, nil)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.file) {
+					t.Fatalf("error = %v, want one naming the file and saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex.Pods) != 1 || ex.Pods[0].Source != "llm/vllm-pod-a" || ex.Pods[0].Scrapes != 1 {
+				t.Fatalf("pods %+v, want llm/vllm-pod-a with one reading", ex.Pods)
+			}
+			if ex.Pool.Value == nil || math.Abs(*ex.Pool.Value-tt.want) > 1e-12 || *ex.Pods[0].QueueDepth != 12 {
+				t.Errorf("pool %+v, queue %v; want %g from one queue of 12", ex.Pool, ex.Pods[0].QueueDepth, tt.want)
+			}
+		})
+	}
+	t.Run("through the command, as a table", func(t *testing.T) {
+		cmd := newExplainCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetArgs([]string{"--prometheus-response", hazards + "BC-05.json", "-o", "table"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "llm/vllm-pod-a") || !strings.Contains(out.String(), "pool llm_saturation = 2.4 over 1 pods") {
+			t.Errorf("table:\n%s", out.String())
+		}
+		cmd = newExplainCommand()
+		cmd.SetArgs([]string{"--prometheus-response", hazards + "BC-05.json", samples + "vllm_v1-0.10-nvcr25.09_single-engine.prom"})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "not both") {
+			t.Errorf("files and --prometheus-response together: %v, want an error", err)
+		}
+	})
+}
+
+// explain --gateway (issue 8): a policy with a gateway input adds the gateway's
+// queue as the server does (hazard NC-04's 380 held requests at set point 5 add
+// 76 replicas), alone at zero pods; without the gateway's file its queue is
+// unknown; a policy that does not count the held requests is warned about, and
+// a mean policy read at zero Ready pods too (NC-08).
+func TestExplainGateway(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- name: qwen-demand
+  kind: demand
+  terms: [{kind: queueDepth, setPoint: 5}, {kind: kvCacheUsage, setPoint: 0.8}]
+  gateway: {selector: app=qwen3-32b-epp, match: {inference_pool: qwen3-32b-pool}}
+- name: qwen-mean
+  kind: mean
+  terms: [{kind: queueDepth, setPoint: 5}, {kind: kvCacheUsage, setPoint: 0.8}]
+  gateway: {selector: app=qwen3-32b-epp, match: {inference_pool: qwen3-32b-pool}}
+- name: other-pool
+  kind: demand
+  terms: [{kind: queueDepth, setPoint: 5}]
+  gateway: {selector: app=qwen3-32b-epp, match: {inference_pool: llama-pool}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := filepath.Join(dir, "a.prom")
+	b := filepath.Join(dir, "b.prom")
+	for f, body := range map[string]string{
+		a: "vllm:num_requests_waiting{engine=\"0\"} 4\nvllm:num_requests_running{engine=\"0\"} 8\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.78\n",
+		b: "vllm:num_requests_waiting{engine=\"0\"} 5\nvllm:num_requests_running{engine=\"0\"} 8\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.79\n",
+	} {
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epp := filepath.Join("..", "..", "..", "testdata", "hazards", "NC-04-epp.prom")
+	pool := func(args ...string) ExplainPool {
+		t.Helper()
+		var ex Explanation
+		out := runExplain(t, append([]string{"--config=" + cfg}, args...)...)
+		if err := json.Unmarshal(out, &ex); err != nil {
+			t.Fatalf("explain %q: %s", args, out)
+		}
+		return ex.Pool
+	}
+	// Engines just under their set points (0.975 and 1.0) while 380 wait in the gateway.
+	p := pool("--policy=qwen-demand", "--gateway="+epp, a, b)
+	if p.Value == nil || math.Abs(*p.Value-77.975) > 1e-9 || p.GatewayQueue == nil || *p.GatewayQueue != 380 || len(p.Warnings) != 0 {
+		t.Errorf("qwen-demand = %+v, want 77.975 with gateway queue 380 and no warning", p)
+	}
+	// Zero pods: the gateway's demand alone.
+	if p := pool("--policy=qwen-demand", "--gateway="+epp); p.Value == nil || *p.Value != 76 || p.Pods != 0 {
+		t.Errorf("zero pods: qwen-demand = %+v, want 76", p)
+	}
+	// A mean at zero pods: the value, and the NC-08 warning.
+	if p := pool("--policy=qwen-mean", "--gateway="+epp); p.Value == nil || *p.Value != 76 || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "AverageValue") {
+		t.Errorf("zero pods: qwen-mean = %+v, want 76 and a warning about Value targets", p)
+	}
+	// The built-in policy does not see the gateway: the held requests are warned about.
+	p = pool("--gateway="+epp, a, b)
+	if p.Value == nil || math.Abs(*p.Value-0.9875) > 1e-9 || len(p.Warnings) != 2 || !strings.Contains(p.Warnings[0], `the gateway holds 352 requests`) ||
+		!strings.Contains(p.Warnings[0], `inference_pool="qwen3-32b-pool"`) || !strings.Contains(p.Warnings[0], "it has no gateway input") {
+		t.Errorf("llm_saturation = %+v, want 0.9875 and a warning per held series", p)
+	}
+	// A gateway input for another pool: its series are not this pool's.
+	if p := pool("--policy=other-pool", "--gateway="+epp, a); p.Value == nil || *p.Value != 0.8 || p.GatewayQueue == nil || *p.GatewayQueue != 0 ||
+		len(p.Warnings) != 2 || !strings.Contains(p.Warnings[0], "does not select this series") {
+		t.Errorf("other-pool = %+v, want 0.8, gateway queue 0 and two warnings", p)
+	}
+	// The gateway's queue unknown: no value, as the server's 503.
+	if p := pool("--policy=qwen-demand", a, b); p.Value != nil || !strings.Contains(p.Error, "its queue is unknown without --gateway FILE") {
+		t.Errorf("no --gateway: %+v, want no value and an error", p)
+	}
+	// Zero pods without a gateway input: the server's 404, and why.
+	if p := pool("--gateway=" + epp); p.Value != nil || !strings.Contains(p.Error, "scale from zero needs a policy with a gateway input") {
+		t.Errorf("zero pods, llm_saturation: %+v, want an error", p)
+	}
+	// A file that is no gateway's.
+	if out := string(runExplain(t, "--config="+cfg, "--policy=qwen-demand", "--gateway="+a)); !strings.Contains(out, "no series of inference_extension_flow_control_queue_size") {
+		t.Errorf("--gateway of an engine's body: %s", out)
+	}
+	// The table says it too.
+	out := string(runExplain(t, "--config="+cfg, "--policy=qwen-demand", "--gateway="+epp, "-o", "table", a, b))
+	for _, want := range []string{"pool qwen-demand: gateway queue 380", "pool qwen-demand = 77.97 over 2 pods"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The README's explain flag table names every flag of the command, with its
+// default.
+func TestExplainFlagsDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## `adapter explain`")
+	if !ok {
+		t.Fatal("README has no adapter explain section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`--") {
+			continue
+		}
+		names := strings.Split(cells[1], ",")
+		defaults := strings.Split(cells[2], ",")
+		for i, n := range names {
+			n = strings.Trim(strings.TrimSpace(n), "`")
+			if !strings.HasPrefix(n, "--") {
+				continue
+			}
+			d := strings.Trim(strings.TrimSpace(defaults[min(i, len(defaults)-1)]), "`")
+			documented[strings.TrimPrefix(n, "--")] = d
+		}
+	}
+	newExplainCommand().Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden { // deprecated spellings
+			return
+		}
+		d, ok := documented[f.Name]
+		switch {
+		case !ok:
+			t.Errorf("explain flag --%s is not in the README's explain table", f.Name)
+		case d == "the server's" || (d == "none" && f.DefValue == "[]"):
+		case d != f.DefValue && !sameDuration(d, f.DefValue):
+			t.Errorf("--%s: README says default %q, the command %q", f.Name, d, f.DefValue)
+		}
+		delete(documented, f.Name)
+	})
+	for name := range documented {
+		t.Errorf("the README documents explain flag --%s, which the command does not have", name)
+	}
+}
+
+func sameDuration(a, b string) bool {
+	da, err1 := time.ParseDuration(a)
+	db, err2 := time.ParseDuration(b)
+	return err1 == nil && err2 == nil && da == db
 }

@@ -6,6 +6,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	promconfig "github.com/prometheus/common/config"
+	"github.com/prometheus/common/model"
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -25,6 +27,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -56,6 +59,140 @@ type ScrapeOptions struct {
 // flag says otherwise).
 func (s ScrapeOptions) TLSConfig() promconfig.TLSConfig {
 	return promconfig.TLSConfig{CAFile: s.CAFile, ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify}
+}
+
+// The signal sources (--source).
+const (
+	// SourceDirect: the adapter scrapes each engine's /metrics itself.
+	SourceDirect = "direct"
+	// SourcePrometheus: the adapter reads the engines' series from Prometheus
+	// (or Thanos, Mimir, VictoriaMetrics), which scrapes them.
+	SourcePrometheus = "prometheus"
+)
+
+// PrometheusOptions say where and how the Prometheus source reads the engines'
+// series (--source=prometheus).
+type PrometheusOptions struct {
+	// URL is the Prometheus HTTP API's base URL.
+	URL string
+	// Timeout bounds one namespace's queries; CachePeriod is how long their
+	// answer serves every request of the namespace.
+	Timeout     time.Duration
+	CachePeriod time.Duration
+	// ScrapeInterval is how often Prometheus scrapes the engines (the
+	// PodMonitor's interval): the default max sample age and the shortest
+	// engine-state window are 3 of them.
+	ScrapeInterval time.Duration
+	// NamespaceLabel and PodLabel name the series' namespace and pod labels.
+	NamespaceLabel, PodLabel string
+	// BearerTokenFile, CAFile, CertFile, KeyFile, ServerName and
+	// InsecureSkipTLSVerify authenticate the adapter to Prometheus and verify it.
+	BearerTokenFile       string
+	CAFile                string
+	CertFile, KeyFile     string
+	ServerName            string
+	InsecureSkipTLSVerify bool
+	// Headers are sent with every query (Mimir's X-Scope-OrgID).
+	Headers map[string]string
+	// MaxResponseBytes bounds one answer.
+	MaxResponseBytes int64
+}
+
+// NewPrometheusOptions returns the defaults of pkg/prometheus.
+func NewPrometheusOptions() PrometheusOptions {
+	l := promsource.DefaultLabels()
+	return PrometheusOptions{Timeout: promsource.DefaultTimeout, CachePeriod: promsource.DefaultCachePeriod,
+		ScrapeInterval: promsource.DefaultScrapeInterval, NamespaceLabel: l.Namespace, PodLabel: l.Pod,
+		MaxResponseBytes: promsource.DefaultMaxResponseBytes}
+}
+
+// AddLabelFlags adds the flags that read a Prometheus answer (explain shares
+// them): the namespace and pod label names and the scrape interval.
+func (o *PrometheusOptions) AddLabelFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NamespaceLabel, "prometheus-namespace-label", o.NamespaceLabel, "Label of the engines' series that holds the pod's namespace (kubernetes_namespace where a scrape config relabels it so).")
+	fs.StringVar(&o.PodLabel, "prometheus-pod-label", o.PodLabel, "Label of the engines' series that holds the pod's name (kubernetes_pod_name where a scrape config relabels it so).")
+	fs.DurationVar(&o.ScrapeInterval, "prometheus-scrape-interval", o.ScrapeInterval,
+		"How often Prometheus scrapes the engines (your PodMonitor's interval): with --source=prometheus the default --max-sample-age and the shortest --engine-state-window are 3 of them.")
+}
+
+// AddFlags adds every --prometheus-* flag.
+func (o *PrometheusOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.URL, "prometheus-url", o.URL, "Base URL of the Prometheus HTTP API (Thanos Query, Mimir's /prometheus, VictoriaMetrics alike), e.g. http://prometheus-operated.monitoring:9090. Required with --source=prometheus.")
+	fs.DurationVar(&o.Timeout, "prometheus-timeout", o.Timeout, "Deadline of one namespace's queries to Prometheus; past it the request fails and the HPA holds.")
+	fs.DurationVar(&o.CachePeriod, "prometheus-cache-period", o.CachePeriod, "How long one answer from Prometheus serves every HPA and request of its namespace.")
+	o.AddLabelFlags(fs)
+	fs.StringVar(&o.BearerTokenFile, "prometheus-bearer-token-file", o.BearerTokenFile, "File whose content is sent as a bearer token to Prometheus, re-read on every query (a projected ServiceAccount token).")
+	fs.StringVar(&o.CAFile, "prometheus-ca-file", o.CAFile, "PEM CA bundle that verifies an https Prometheus, re-read when it changes; the system roots when empty.")
+	fs.StringVar(&o.CertFile, "prometheus-cert-file", o.CertFile, "Client certificate (PEM) presented to Prometheus, with --prometheus-key-file.")
+	fs.StringVar(&o.KeyFile, "prometheus-key-file", o.KeyFile, "Key (PEM) of --prometheus-cert-file.")
+	fs.StringVar(&o.ServerName, "prometheus-tls-server-name", o.ServerName, "Name to verify in Prometheus's certificate; the URL's host when empty.")
+	fs.BoolVar(&o.InsecureSkipTLSVerify, "prometheus-insecure-skip-tls-verify", o.InsecureSkipTLSVerify, "Do not verify Prometheus's certificate (the answers could then be forged; logged as a warning at start).")
+	fs.StringToStringVar(&o.Headers, "prometheus-headers", o.Headers, "Headers sent with every query, as Name=value pairs separated by commas (e.g. X-Scope-OrgID=tenant-1 for Mimir).")
+	fs.Int64Var(&o.MaxResponseBytes, "prometheus-max-response-bytes", o.MaxResponseBytes, "Largest answer accepted from Prometheus, in bytes.")
+}
+
+// Labels returns the namespace and pod label names.
+func (o PrometheusOptions) Labels() promsource.Labels {
+	return promsource.Labels{Namespace: o.NamespaceLabel, Pod: o.PodLabel}
+}
+
+// Client returns the client settings.
+func (o PrometheusOptions) Client() promsource.ClientOptions {
+	return promsource.ClientOptions{URL: o.URL, BearerTokenFile: o.BearerTokenFile,
+		TLS:     promconfig.TLSConfig{CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile, ServerName: o.ServerName, InsecureSkipVerify: o.InsecureSkipTLSVerify},
+		Headers: o.Headers, MaxResponseBytes: o.MaxResponseBytes}
+}
+
+// ValidateLabels returns one error per bad label-name or interval flag.
+func (o PrometheusOptions) ValidateLabels() []error {
+	var errs []error
+	for flag, v := range map[string]string{"--prometheus-namespace-label": o.NamespaceLabel, "--prometheus-pod-label": o.PodLabel} {
+		if !model.LegacyValidation.IsValidLabelName(v) {
+			errs = append(errs, fmt.Errorf("%s=%q: must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)", flag, v))
+		}
+	}
+	if o.ScrapeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--prometheus-scrape-interval=%s: must be > 0", o.ScrapeInterval))
+	}
+	return errs
+}
+
+// Validate returns one error per bad --prometheus-* flag, each naming the
+// flag and its value.
+func (o PrometheusOptions) Validate() []error {
+	errs := o.ValidateLabels()
+	if o.URL == "" {
+		errs = append(errs, errors.New("--prometheus-url: required with --source=prometheus"))
+	}
+	if o.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--prometheus-timeout=%s: must be > 0", o.Timeout))
+	}
+	if o.CachePeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--prometheus-cache-period=%s: must be > 0", o.CachePeriod))
+	}
+	if o.MaxResponseBytes < 1 || o.MaxResponseBytes > 4<<30 {
+		errs = append(errs, fmt.Errorf("--prometheus-max-response-bytes=%d: must be in 1..4294967296 (4 GiB)", o.MaxResponseBytes))
+	}
+	if o.CAFile != "" {
+		if _, err := certutil.NewPool(o.CAFile); err != nil {
+			errs = append(errs, fmt.Errorf("--prometheus-ca-file=%s: %w", o.CAFile, err))
+		}
+	}
+	if o.InsecureSkipTLSVerify && o.CAFile != "" {
+		errs = append(errs, fmt.Errorf("--prometheus-insecure-skip-tls-verify and --prometheus-ca-file=%s: choose one", o.CAFile))
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		errs = append(errs, fmt.Errorf("--prometheus-cert-file=%q and --prometheus-key-file=%q: give both or neither", o.CertFile, o.KeyFile))
+	}
+	if u, err := url.Parse(o.URL); o.URL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("--prometheus-url=%s: must be an http or https URL such as http://prometheus-operated.monitoring:9090", promsource.Redact(o.URL)))
+	}
+	if len(o.Headers) > 0 {
+		if err := (promsource.ClientOptions{URL: "http://prometheus", Headers: o.Headers, MaxResponseBytes: 1}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--prometheus-headers: %w", err))
+		}
+	}
+	return errs
 }
 
 // ScoringOptions are the set points of the built-in saturation policies, the
@@ -191,8 +328,12 @@ type Options struct {
 	// MaxRequestSelectors bounds the selectors remembered from requests that no
 	// HPA's External metric explains.
 	MaxRequestSelectors int
-	Scrape              ScrapeOptions
-	Scoring             ScoringOptions
+	// Source is SourceDirect or SourcePrometheus; Prometheus configures the
+	// latter.
+	Source     string
+	Prometheus PrometheusOptions
+	Scrape     ScrapeOptions
+	Scoring    ScoringOptions
 	// Identity names the adapter's Service and the APIServices that should
 	// route to it (ownership check, caBundle of the managed certificate).
 	Identity *apiservice.Options
@@ -229,6 +370,8 @@ func NewOptions() *Options {
 			Path:         "/metrics",
 			Scheme:       "http",
 		},
+		Source:     SourceDirect,
+		Prometheus: NewPrometheusOptions(),
 		Scoring:    NewScoringOptions(),
 		Identity:   apiservice.NewOptions(),
 		ManagedTLS: servingcert.NewOptions(),
@@ -258,6 +401,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	sel.IntVar(&o.MaxRequestSelectors, "max-request-selectors", o.MaxRequestSelectors,
 		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked is forgotten. Selectors longer than 4096 bytes are never remembered.")
 
+	src := fss.FlagSet("signal source")
+	src.StringVar(&o.Source, "source", o.Source, "Where engines' signals come from: direct (the adapter scrapes each pod's /metrics) or prometheus (it reads their series from --prometheus-url, which scrapes them).")
+	o.Prometheus.AddFlags(src)
+
 	s := fss.FlagSet("scrape")
 	s.DurationVar(&o.Scrape.Interval, "scrape-interval", o.Scrape.Interval, "How often each engine's /metrics is scraped, each pod at its own phase; failing pods back off up to 8 intervals.")
 	s.DurationVar(&o.Scrape.Timeout, "scrape-timeout", o.Scrape.Timeout, "Deadline of one scrape, connection to last byte.")
@@ -272,7 +419,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.StringVar(&o.Scrape.ServerName, "scrape-tls-server-name", o.Scrape.ServerName, "Name to verify in the certificates of https engines; the pod IP when empty.")
 	s.BoolVar(&o.Scrape.InsecureSkipVerify, "scrape-insecure-skip-verify", o.Scrape.InsecureSkipVerify, "Do not verify the certificates of https engines (traffic stays encrypted; a pod can then be impersonated).")
 	s.DurationVar(&o.Scrape.MaxSampleAge, "max-sample-age", o.Scrape.MaxSampleAge,
-		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals.")
+		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals (--prometheus-scrape-interval with --source=prometheus).")
 	s.BoolVar(&o.Scrape.HostNetworkPods, "scrape-host-network-pods", o.Scrape.HostNetworkPods,
 		"Scrape pods with hostNetwork: true. Their IP is the node's, so their annotations could aim the adapter at any port of the node; off, such a pod counts as unknown.")
 
@@ -293,6 +440,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 func (o *Options) Complete() {
 	if o.Scrape.MaxSampleAge == 0 {
 		o.Scrape.MaxSampleAge = 3 * o.Scrape.Interval
+		if o.Source == SourcePrometheus {
+			o.Scrape.MaxSampleAge = 3 * o.Prometheus.ScrapeInterval
+		}
 	}
 	o.Scrape.Path = strings.TrimSpace(o.Scrape.Path)
 	o.Identity.Complete()
@@ -329,8 +479,18 @@ func (o *Options) Validate() error {
 	if s.Scheme != "http" && s.Scheme != "https" {
 		errs = append(errs, fmt.Errorf("--scrape-scheme=%q: must be http or https", s.Scheme))
 	}
-	if s.MaxSampleAge < s.Interval {
-		errs = append(errs, fmt.Errorf("--max-sample-age=%s: must be at least --scrape-interval (%s)", s.MaxSampleAge, s.Interval))
+	switch o.Source {
+	case SourceDirect:
+		if s.MaxSampleAge < s.Interval {
+			errs = append(errs, fmt.Errorf("--max-sample-age=%s: must be at least --scrape-interval (%s)", s.MaxSampleAge, s.Interval))
+		}
+	case SourcePrometheus:
+		errs = append(errs, o.Prometheus.Validate()...)
+		if s.MaxSampleAge < o.Prometheus.ScrapeInterval {
+			errs = append(errs, fmt.Errorf("--max-sample-age=%s: must be at least --prometheus-scrape-interval (%s)", s.MaxSampleAge, o.Prometheus.ScrapeInterval))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--source=%q: must be %s or %s", o.Source, SourceDirect, SourcePrometheus))
 	}
 	if s.CAFile != "" {
 		// Fail at start-up on a CA file that cannot verify anything, rather than on

@@ -38,6 +38,22 @@ func TestValidateNamesFlagAndValue(t *testing.T) {
 		{"unreadable CA file", func(o *Options) { o.Scrape.CAFile = "/nonexistent/ca.pem" }, []string{"--scrape-ca-file=/nonexistent/ca.pem"}},
 		{"CA and skip-verify together", func(o *Options) { o.Scrape.CAFile = "testdata/ca.pem"; o.Scrape.InsecureSkipVerify = true },
 			[]string{"--scrape-insecure-skip-verify and --scrape-ca-file=testdata/ca.pem: choose one"}},
+		{"unknown source", func(o *Options) { o.Source = "kafka" }, []string{`--source="kafka": must be direct or prometheus`}},
+		{"prometheus without a URL", func(o *Options) { o.Source = SourcePrometheus }, []string{"--prometheus-url: required with --source=prometheus"}},
+		{"prometheus flags, all at once", func(o *Options) {
+			o.Source, o.Prometheus.URL, o.Prometheus.PodLabel, o.Prometheus.CachePeriod, o.Prometheus.Timeout = SourcePrometheus, "prom:9090", "pod-name", 0, -time.Second
+			o.Prometheus.Headers = map[string]string{"Authorization": "Bearer x"}
+		}, []string{"--prometheus-url=prom:9090: must be an http or https URL", `--prometheus-pod-label="pod-name": must be a Prometheus label name`,
+			"--prometheus-cache-period=0s: must be > 0", "--prometheus-timeout=-1s: must be > 0", `--prometheus-headers: settings of the Prometheus client: setting header "Authorization" is not allowed`}},
+		{"prometheus TLS", func(o *Options) {
+			o.Source, o.Prometheus.URL = SourcePrometheus, "https://user:hunter2@prom:9090"
+			o.Prometheus.CAFile, o.Prometheus.InsecureSkipTLSVerify, o.Prometheus.CertFile = "testdata/ca.pem", true, "client.pem"
+		}, []string{"--prometheus-insecure-skip-tls-verify and --prometheus-ca-file=testdata/ca.pem: choose one",
+			`--prometheus-cert-file="client.pem" and --prometheus-key-file="": give both or neither`}},
+		{"max age below Prometheus's interval", func(o *Options) {
+			o.Source, o.Prometheus.URL, o.Scrape.MaxSampleAge = SourcePrometheus, "http://prom:9090", 10*time.Second
+		}, []string{"--max-sample-age=10s: must be at least --prometheus-scrape-interval (30s)"}},
+		{"prometheus flags are not checked in direct mode", func(o *Options) { o.Prometheus.CachePeriod = 0 }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +86,12 @@ func TestCompleteDefaultsMaxAge(t *testing.T) {
 	o.Complete()
 	if o.Scrape.MaxSampleAge != 15*time.Second {
 		t.Errorf("MaxSampleAge = %s, want 3 intervals (15s)", o.Scrape.MaxSampleAge)
+	}
+	o = NewOptions()
+	o.Source, o.Prometheus.ScrapeInterval = SourcePrometheus, 15*time.Second
+	o.Complete()
+	if o.Scrape.MaxSampleAge != 45*time.Second {
+		t.Errorf("prometheus mode: MaxSampleAge = %s, want 3 of Prometheus's scrape intervals (45s)", o.Scrape.MaxSampleAge)
 	}
 }
 

@@ -11,10 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	apimetrics "k8s.io/apiserver/pkg/endpoints/metrics"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -23,9 +28,11 @@ import (
 	"k8s.io/klog/v2"
 	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/advisor"
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
@@ -114,9 +121,10 @@ type Server struct {
 	generic   *genericapiserver.GenericAPIServer
 	informers *podselect.Informers
 	pools     *podselect.Selection
-	scraper   *scrape.Scraper
+	scraper   *scrape.Scraper     // nil with --source=prometheus
 	checker   *apiservice.Checker // nil when the adapter does not know its Service
 	catalogs  *config.Loader
+	events    record.EventBroadcaster
 	config    CompletedConfig
 	// synced is closed once the pod and HPA caches are filled.
 	synced chan struct{}
@@ -151,17 +159,40 @@ func (c CompletedConfig) New() (*Server, error) {
 	sel := c.Select
 	sel.OnHPADeleted = providerMetrics.ForgetHPA
 	sel.Serves = func(m string) bool { return catalogs.Catalog().Lookup(m) != nil }
+	sel.Gateway = func(m string) *podselect.Gateway { return gatewayOf(catalogs.Catalog().Lookup(m)) }
 	pools := podselect.New(sel, inf.Pods(), c.Clock)
 	if err := inf.AddHPAHandler(pools.HPAHandler()); err != nil {
 		return nil, err
 	}
-	httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
+	advisorMetrics, err := advisor.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
-	catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
-	prov := provider.New(c.Provider, catalogs, pools, scraper, c.Clock, providerMetrics)
+	events := record.NewBroadcaster(record.WithContext(context.Background()))
+	adv := advisor.New(events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: Name}), catalogs, advisorMetrics)
+	if err := inf.AddHPAHandler(adv.HPAHandler()); err != nil {
+		return nil, err
+	}
+	var (
+		scraper  *scrape.Scraper
+		readings provider.Readings
+	)
+	if c.Source == SourcePrometheus {
+		if readings, err = c.prometheusSource(catalogs, reg); err != nil {
+			return nil, err
+		}
+	} else {
+		httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
+		if err != nil {
+			return nil, err
+		}
+		scraper = scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
+		catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
+		readings = provider.Scraped(scraper, c.ColdScrapeTimeout)
+	}
+	popts := c.Provider
+	popts.Advice = adv
+	prov := provider.New(popts, catalogs, pools, readings, c.Clock, providerMetrics)
 
 	if c.ManagedTLS != nil {
 		// The generic server runs it (RunOnce before listening, then Run): it is
@@ -186,7 +217,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
-	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, catalogs: catalogs, config: c, synced: make(chan struct{})}
+	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, catalogs: catalogs, events: events, config: c, synced: make(chan struct{})}
 
 	// /metrics serves the API server's own metrics (request latencies, Go and
 	// process collectors, from component-base's registry) beside the adapter's.
@@ -258,11 +289,69 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 			return
 		}
 		close(s.synced)
+		if s.scraper == nil {
+			klog.InfoS("Informer caches synced; reading the engines' series from Prometheus", "url", promsource.Redact(s.config.PrometheusClient.URL),
+				"cachePeriod", s.config.PrometheusSource.CachePeriod, "namespaces", s.config.Namespaces)
+			return
+		}
 		klog.InfoS("Informer caches synced; scraping", "interval", s.config.ScrapeInterval, "namespaces", s.config.Namespaces)
 		s.scraper.Run(ctx, s.config.ScrapeInterval, s.pools.Targets)
 	}()
 	go s.catalogs.Run(ctx, s.config.ConfigReloadInterval)
+	// Events on HPAs (pkg/advisor) go to the API server from here on, in the
+	// HPA's namespace (RBAC: create and patch events in the watched namespaces).
+	s.events.StartStructuredLogging(2)
+	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.config.Client.CoreV1().Events("")})
+	go func() { <-ctx.Done(); s.events.Shutdown() }()
 	return nil
+}
+
+// gatewayOf returns where a policy's gateway pods are, for the scrape set; nil
+// without a gateway input (or with a selector that does not parse, which the
+// configuration's validation already refused).
+func gatewayOf(p *signals.Policy) *podselect.Gateway {
+	if p == nil || p.Gateway == nil {
+		return nil
+	}
+	sel, err := labels.Parse(p.Gateway.Selector)
+	if err != nil {
+		return nil
+	}
+	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path}}
+}
+
+// prometheusSource returns the Prometheus source, its metrics on reg, following
+// the catalog and the configuration file's prometheus section through reloads.
+func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheus.Registerer) (*promsource.Source, error) {
+	if c.PrometheusClient.TLS.InsecureSkipVerify {
+		klog.InfoS("Warning: Prometheus's certificate is not verified (--prometheus-insecure-skip-tls-verify): a machine in the path can forge the values HPAs scale on",
+			"url", promsource.Redact(c.PrometheusClient.URL))
+	}
+	api, err := promsource.NewAPI(c.PrometheusClient)
+	if err != nil {
+		return nil, err
+	}
+	m, err := promsource.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	src, err := promsource.New(c.PrometheusSource, api, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
+	if err != nil {
+		return nil, err
+	}
+	catalogs.OnChange(func(cat *signals.Catalog) {
+		// The file passed config's validation: this fails only on a bug.
+		if err := src.SetCatalog(cat, queries(catalogs.Prometheus())); err != nil {
+			klog.ErrorS(err, "Prometheus queries not updated to the new configuration")
+		}
+	})
+	return src, nil
+}
+
+// queries returns the configuration file's prometheus section as the
+// source's Queries.
+func queries(p config.Prometheus) promsource.Queries {
+	return promsource.Queries{Matchers: p.Matchers, Series: p.Series}
 }
 
 // reader returns how bodies become readings under a catalog: the families its
@@ -271,6 +360,7 @@ func (c CompletedConfig) reader(cat *signals.Catalog) scrape.Reader {
 	needs := cat.Needs()
 	opts := c.Extract
 	opts.Histograms = needs.Histograms
+	opts.GatewayMetrics = needs.GatewayMetrics
 	return scrape.Reader{
 		Extractor: signals.NewExtractorWith(opts),
 		History:   signals.HistoryOptions{Needs: needs, StateWindow: c.StateWindow},

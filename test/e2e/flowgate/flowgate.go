@@ -203,6 +203,16 @@ func (g *Gate) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}
+	// ReverseProxy panics with http.ErrAbortHandler when the client goes away mid-stream
+	// (a client that stops reading at "data: [DONE]"); the engine's slot is released
+	// then too, or the gate would think it full forever.
+	released := false
+	defer func() {
+		if !released {
+			g.release(ep, false)
+		}
+	}()
 	proxy.ServeHTTP(w, r)
+	released = true
 	g.release(ep, ok)
 }

@@ -123,3 +123,49 @@ func TestGateCancelledWhileHeld(t *testing.T) {
 		t.Fatalf("a cancelled request stayed held: %v", err)
 	}
 }
+
+// TestGateReleasesAbandonedStreams: a client that stops reading mid-stream and hangs up
+// (as a streaming client does at "data: [DONE]") makes the reverse proxy abort its
+// handler; the engine's slot is released all the same, so the next request is
+// dispatched instead of being held forever.
+func TestGateReleasesAbandonedStreams(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := w.(http.Flusher)
+		io.WriteString(w, "data: first\n\n")
+		f.Flush()
+		for i := 0; r.Context().Err() == nil && i < 200; i++ { // a long tail the client never reads
+			io.WriteString(w, "data: "+strings.Repeat("x", 4096)+"\n\n")
+			f.Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}))
+	defer engine.Close()
+	g := New(Options{Endpoints: func() []string { return []string{engine.URL} }, MaxOutstanding: 1, Pool: "p", Model: "m", Recheck: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.Run(ctx)
+	gw := httptest.NewServer(g)
+	defer gw.Close()
+	for i := range 3 {
+		reqCtx, reqCancel := context.WithTimeout(ctx, 20*time.Second)
+		req, _ := http.NewRequestWithContext(reqCtx, http.MethodPost, gw.URL+"/v1/completions", strings.NewReader(`{}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			reqCancel()
+			t.Fatalf("request %d: %v (held forever: the first one's slot was never released)", i, err)
+		}
+		buf := make([]byte, 16)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		reqCancel() // hang up mid-stream
+		resp.Body.Close()
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.outstanding[engine.URL] == 0, nil
+	}); err != nil {
+		t.Errorf("outstanding = %d after every client hung up, want 0", g.outstanding[engine.URL])
+	}
+}

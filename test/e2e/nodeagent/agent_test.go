@@ -23,7 +23,9 @@ vllm:num_requests_waiting{engine="1",model_name="m"} 0.0
 vllm:num_requests_waiting_total 99
 `, want: 6},
 		"no labels, no final newline": {body: "vllm:num_requests_running 0\nvllm:num_requests_waiting 0", want: 0},
-		"label value with a space":    {body: "vllm:num_requests_running{model_name=\"a b\"} 2\n", want: 2},
+		// An engine exposes its queue beside its batch: a body without either
+		// queue or KV usage is no engine's (signals.ErrNoEngineMetrics).
+		"label value with a space": {body: "vllm:num_requests_running{model_name=\"a b\"} 2\nvllm:num_requests_waiting{model_name=\"a b\"} 0\n", want: 2},
 		// The hand scanner this replaced read the value after an escaped quote wrong.
 		"escaped quote in a label": {body: "vllm:num_requests_running{model_name=\"a\\\" 7 b\"} 2\nvllm:num_requests_waiting 1\n", want: 3},
 		"sglang":                   {body: "sglang:num_running_reqs 1\nsglang:num_queue_reqs 4\n", want: 5},

@@ -58,6 +58,9 @@ type Options struct {
 	// Adapter options; Binary defaults to BinDir/adapter. NoAdapter skips it.
 	Adapter   AdapterOptions
 	NoAdapter bool
+	// Prometheus, when set, starts a real Prometheus scraping the namespace's
+	// engines, and the adapter reads them from it (--source=prometheus).
+	Prometheus *PrometheusOptions
 	// EmulatorArgs are passed to every emulator before the container's args.
 	EmulatorArgs []string
 	// ExtraEngines adds images the node agent can run.
@@ -73,10 +76,11 @@ func EmulatorGateway(endpoints func() []string) loadgen.Options {
 
 // Stack is a running environment.
 type Stack struct {
-	Cluster   *controlplane.Cluster
-	Adapter   *Adapter
-	Agent     *nodeagent.Agent
-	Namespace string
+	Cluster    *controlplane.Cluster
+	Prometheus *Prometheus
+	Adapter    *Adapter
+	Agent      *nodeagent.Agent
+	Namespace  string
 
 	pods   listersv1.PodLister
 	cancel context.CancelFunc
@@ -125,6 +129,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		ToolsDir: o.ToolsDir, Dir: o.Dir, HPASyncPeriod: o.HPASyncPeriod, Logf: o.Logf,
 	}); err != nil {
 		return s, err
+	}
+	if o.Prometheus != nil {
+		if s.Prometheus, err = StartPrometheus(ctx, s.Cluster, *o.Prometheus); err != nil {
+			return s, err
+		}
+		o.Logf("prometheus at %s", s.Prometheus.URL)
+		o.Adapter.ExtraArgs = append(s.Prometheus.AdapterArgs(), o.Adapter.ExtraArgs...)
 	}
 	if !o.NoAdapter {
 		ao := o.Adapter
@@ -179,6 +190,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return s, fmt.Errorf("pod informer did not sync")
 	}
+	if s.Prometheus != nil {
+		go s.Prometheus.discover(ictx, func() []*corev1.Pod {
+			pods, _ := s.pods.List(labels.Everything())
+			return pods
+		}, o.Logf)
+	}
 	return s, nil
 }
 
@@ -192,6 +209,9 @@ func (s *Stack) Stop() {
 	}
 	if s.Adapter != nil {
 		s.Adapter.Process.Stop(5 * time.Second)
+	}
+	if s.Prometheus != nil {
+		s.Prometheus.Stop()
 	}
 	if s.Cluster != nil {
 		s.Cluster.Stop()
@@ -207,7 +227,7 @@ func (s *Stack) Logs(n int64) string {
 	if s.Adapter != nil {
 		out += fmt.Sprintf("----- adapter (%s) -----\n%s\n", s.Adapter.Process.LogFile, s.Adapter.Process.Tail(n))
 	}
-	return out
+	return out + s.Prometheus.Logs(n)
 }
 
 // ReadyPods returns the Ready, non-terminating pods matching selector, sorted by name.

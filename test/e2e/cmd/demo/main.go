@@ -3,13 +3,16 @@
 // Deployment of emulated vLLM engines, then a burst of the Azure LLM conversation trace
 // (Splitwise, ISCA 2024, CC-BY 4.0) replayed time-compressed through a least-outstanding-
 // requests gateway. It prints a live table, a summary, and writes an SVG chart of the
-// timeline. Run it with `make demo` (DEMO_FLAGS="--keep" keeps the cluster running).
+// timeline. Run it with `make demo` (DEMO_FLAGS="--keep" keeps the cluster running;
+// DEMO_FLAGS=--from-zero tells the scale-from-zero story behind a flow-controlled gateway).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/signal"
@@ -24,15 +27,41 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
+	"github.com/saturation-adapter/saturation-adapter/test/e2e/flowgate"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/loadgen"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
 func main() {
-	if err := run(); err != nil {
+	// The node agent runs this binary as the flow-controlled gateway's pod (--from-zero).
+	if gw, ok, err := flowgate.PodArgs(os.Args[1:]); ok || err != nil {
+		os.Exit(servePod(gw, err))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+// servePod runs the gateway's pod mode until SIGTERM; its exit code.
+func servePod(o flowgate.PodOptions, err error) int {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	o.Model = stack.Model
+	if err := flowgate.RunPod(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // options are the demo's flags.
@@ -41,33 +70,46 @@ type options struct {
 	from, length, calm      time.Duration
 	interval, coldStart     time.Duration
 	speedup, tokScale       float64
-	keep                    bool
+	keep, fromZero          bool
 	maxReplicas             int
+	// w receives everything the demo prints.
+	w io.Writer
 }
 
-func parseFlags() options {
-	var o options
-	flag.StringVar(&o.tracePath, "trace", "", "Azure LLM trace CSV (default: the repository's data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv)")
-	flag.DurationVar(&o.from, "from", 20*time.Minute, "offset into the trace where the replay starts")
-	flag.DurationVar(&o.length, "duration", 3*time.Minute, "wall-clock length of the replay")
-	flag.DurationVar(&o.calm, "calm", 40*time.Second, "first part of the replay at real speed, before the burst")
-	flag.Float64Var(&o.speedup, "speedup", 3.5, "time compression of the trace during the burst (trace seconds per wall second)")
-	flag.Float64Var(&o.tokScale, "token-scale", 0.25, "multiplier on the trace's output token counts (keeps the demo light on 2 cores)")
-	flag.DurationVar(&o.interval, "interval", 5*time.Second, "table refresh period")
-	flag.BoolVar(&o.keep, "keep", false, "keep the cluster running after the replay and print the kubeconfig path (Ctrl-C to stop)")
-	flag.StringVar(&o.out, "out", "", "directory for the chart and the timeline CSV (default test/e2e/_artifacts/demo)")
-	flag.StringVar(&o.emuArgs, "emulator-args", strings.Join(demoEmulatorArgs, " "), "arguments for every emulated engine (space-separated)")
-	flag.DurationVar(&o.coldStart, "cold-start", 5*time.Second, "emulated cold start of a new pod (model load)")
-	flag.IntVar(&o.maxReplicas, "max-replicas", 8, "HPA maxReplicas")
-	flag.Parse()
-	return o
+func parseFlags(args []string, w io.Writer) (options, error) {
+	o := options{w: w}
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(w)
+	fs.StringVar(&o.tracePath, "trace", "", "Azure LLM trace CSV (default: the repository's data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv)")
+	fs.DurationVar(&o.from, "from", 20*time.Minute, "offset into the trace where the replay starts")
+	fs.DurationVar(&o.length, "duration", 3*time.Minute, "wall-clock length of the replay")
+	fs.DurationVar(&o.calm, "calm", 40*time.Second, "first part of the replay at real speed, before the burst")
+	fs.Float64Var(&o.speedup, "speedup", 3.5, "time compression of the trace during the burst (trace seconds per wall second)")
+	fs.Float64Var(&o.tokScale, "token-scale", 0.25, "multiplier on the trace's output token counts (keeps the demo light on 2 cores)")
+	fs.DurationVar(&o.interval, "interval", 5*time.Second, "table refresh period")
+	fs.BoolVar(&o.keep, "keep", false, "keep the cluster running after the replay and print the kubeconfig path (Ctrl-C to stop)")
+	fs.BoolVar(&o.fromZero, "from-zero", false, "scale from zero: a flow-controlled gateway holds the load while the HPA (minReplicas 0) wakes the pool on a policy with a gateway input")
+	fs.StringVar(&o.out, "out", "", "directory for the chart and the timeline CSV (default test/e2e/_artifacts/demo)")
+	fs.StringVar(&o.emuArgs, "emulator-args", strings.Join(demoEmulatorArgs, " "), "arguments for every emulated engine (space-separated)")
+	fs.DurationVar(&o.coldStart, "cold-start", 5*time.Second, "emulated cold start of a new pod (model load)")
+	fs.IntVar(&o.maxReplicas, "max-replicas", 8, "HPA maxReplicas")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.calm < 0 || o.calm >= o.length || o.speedup <= 0 || o.tokScale <= 0 || o.interval <= 0 || o.maxReplicas < 1 {
+		return o, fmt.Errorf("need 0 <= --calm < --duration, --speedup, --token-scale and --interval above 0, --max-replicas at least 1")
+	}
+	return o, nil
 }
 
-func run() error {
-	o := parseFlags()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
+func run(ctx context.Context, args []string, w io.Writer) error {
+	o, err := parseFlags(args, w)
+	if err != nil {
+		return err
+	}
 	tools, bin, err := stack.DirsFromEnv()
 	if err != nil {
 		return err
@@ -85,51 +127,64 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("starting control plane, adapter and node agent in %s ...\n", dir)
-	t0 := time.Now()
-	s, err := stack.Start(ctx, stack.Options{
+	defer func() { _ = os.RemoveAll(dir) }()
+	so := stack.Options{
 		ToolsDir: tools, BinDir: bin, Dir: dir, Namespace: "demo",
 		HPASyncPeriod: 5 * time.Second,
 		ColdStart:     o.coldStart,
 		Adapter:       stack.AdapterOptions{ScrapeInterval: time.Second},
 		EmulatorArgs:  strings.Fields(o.emuArgs),
-	})
+	}
+	if o.fromZero {
+		if err := zeroStackOptions(&so, dir); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(o.w, "starting control plane, adapter and node agent in %s ...\n", dir)
+	t0 := time.Now()
+	s, err := stack.Start(ctx, so)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		fmt.Println("shutting down ...")
+		fmt.Fprintln(o.w, "shutting down ...")
 		s.Stop()
-		_ = os.RemoveAll(dir)
-		fmt.Println("stopped; nothing left running")
+		fmt.Fprintln(o.w, "stopped; nothing left running")
 	}()
-	fmt.Printf("ready in %s\n", time.Since(t0).Round(100*time.Millisecond))
+	fmt.Fprintf(o.w, "ready in %s\n", time.Since(t0).Round(100*time.Millisecond))
 
-	// Phase 2: the workload and its HPA.
+	metric := "llm_saturation"
+	if o.fromZero {
+		if err := o.runFromZero(ctx, s, reqs); err != nil {
+			return err
+		}
+		metric = zeroPolicy
+	} else if err := o.runBurst(ctx, s, reqs); err != nil {
+		return err
+	}
+	if o.keep {
+		kubectl := filepath.Join(tools, "kubectl")
+		fmt.Fprintf(o.w, "\ncluster kept running. Try:\n  export KUBECONFIG=%s\n  %s get hpa -n demo -w\n  %s get --raw \"/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/%s?labelSelector=app%%3Dvllm\"\nCtrl-C to stop.\n",
+			s.Cluster.AdminKubeconfig, kubectl, kubectl, metric)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// runBurst is the default story: 1 replica, a calm start, a burst, the scale-down.
+func (o *options) runBurst(ctx context.Context, s *stack.Stack, reqs []loadgen.Request) error {
 	sel, err := o.deploy(ctx, s)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("replaying %d requests of the Azure conversation trace from %s: %s at real speed, then a %gx burst; %s in all\n\n",
+	fmt.Fprintf(o.w, "replaying %d requests of the Azure conversation trace from %s: %s at real speed, then a %gx burst; %s in all\n\n",
 		len(reqs), o.from, o.calm, o.speedup, o.length)
-
-	// Phase 3: the replay, with a live table until the pool is back to one replica.
 	gw := loadgen.New(stack.EmulatorGateway(s.Endpoints(sel)))
-	start, samples, err := watch(ctx, s, gw, sel, reqs, o.interval)
+	start, points, err := o.watch(ctx, s, gw, sel, reqs)
 	if err != nil {
 		return err
 	}
-
-	// Phase 4: the summary and the chart.
-	if err := o.report(start, gw, samples); err != nil {
-		return err
-	}
-	if o.keep {
-		fmt.Printf("\ncluster kept running. Try:\n  export KUBECONFIG=%s\n  %s get hpa -n demo -w\n  %s get --raw \"/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/llm_saturation?labelSelector=app%%3Dvllm\"\nCtrl-C to stop.\n",
-			s.Cluster.AdminKubeconfig, filepath.Join(tools, "kubectl"), filepath.Join(tools, "kubectl"))
-		<-ctx.Done()
-	}
-	return nil
+	return o.report(start, gw, points)
 }
 
 // defaults fills the paths that depend on the repository's location.
@@ -165,6 +220,9 @@ func (o *options) load() ([]loadgen.Request, error) {
 	for i := range reqs {
 		reqs[i].OutputTokens = max(1, int(math.Round(float64(reqs[i].OutputTokens)*o.tokScale)))
 	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("%s has no requests between %s and %s", o.tracePath, o.from, o.from+o.calm+time.Duration(float64(o.length-o.calm)*o.speedup))
+	}
 	return reqs, nil
 }
 
@@ -176,7 +234,7 @@ func (o *options) deploy(ctx context.Context, s *stack.Stack) (labels.Selector, 
 	if _, err := c.AppsV1().Deployments(s.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	hpa := stack.HPA("vllm", "vllm", "llm_saturation", dep.Spec.Selector.MatchLabels, autoscalingv2.ValueMetricType, "1", 1, int32(o.maxReplicas), 30*time.Second)
+	hpa := demoHPA("vllm", "llm_saturation", dep.Spec.Selector.MatchLabels, autoscalingv2.ValueMetricType, 1, int32(o.maxReplicas), burstBehavior)
 	if _, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
@@ -186,13 +244,14 @@ func (o *options) deploy(ctx context.Context, s *stack.Stack) (labels.Selector, 
 	}); err != nil {
 		return nil, err
 	}
-	fmt.Printf("Deployment vllm (1 replica, emulated vLLM) Ready; HPA vllm: llm_saturation, type Value, value 1, max %d replicas\n", o.maxReplicas)
+	fmt.Fprintf(o.w, "Deployment vllm (1 replica, emulated vLLM) Ready; HPA vllm: llm_saturation, type Value, value 1, %d–%d replicas\n", 1, o.maxReplicas)
+	printBehavior(o.w, burstBehavior)
 	return sel, nil
 }
 
-// watch replays reqs through gw and prints a table row every interval until
-// the replay is over and the pool is back to one replica (or 2 minutes later).
-func watch(ctx context.Context, s *stack.Stack, gw *loadgen.Gateway, sel labels.Selector, reqs []loadgen.Request, interval time.Duration) (time.Time, []stack.Sample, error) {
+// watch replays reqs through gw and prints a table row every interval until the replay
+// is over and the pool is back to one replica (or scaleDownWait later).
+func (o *options) watch(ctx context.Context, s *stack.Stack, gw *loadgen.Gateway, sel labels.Selector, reqs []loadgen.Request) (time.Time, []point, error) {
 	replayCtx, cancelReplay := context.WithCancel(ctx)
 	defer cancelReplay()
 	replayDone := make(chan struct{})
@@ -202,72 +261,110 @@ func watch(ctx context.Context, s *stack.Stack, gw *loadgen.Gateway, sel labels.
 		gw.Run(replayCtx, reqs)
 	}()
 
-	var samples []stack.Sample
-	header := fmt.Sprintf("%7s  %6s  %7s  %5s  %14s  %6s  %6s  %9s  %8s", "time", "req/s", "desired", "ready", "llm_saturation", "queue", "KV", "TTFT p95", "inflight")
-	fmt.Println(header)
-	fmt.Println(strings.Repeat("-", len(header)))
-	tick := time.NewTicker(interval)
+	var points []point
+	header := fmt.Sprintf("%7s  %-5s  %6s  %7s  %5s  %14s  %6s  %6s  %9s  %8s", "time", "phase", "req/s", "desired", "ready", "llm_saturation", "queue", "KV", "TTFT p95", "inflight")
+	fmt.Fprintln(o.w, header)
+	fmt.Fprintln(o.w, strings.Repeat("-", len(header)))
+	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
 	var doneAt time.Time
 	prevT, prevSent := start, 0
 	for {
-		smp := s.Observe(ctx, "vllm", "vllm", sel)
+		p := observe(ctx, s, gw, sel, "")
 		sent := gw.Sent()
-		if dt := smp.T.Sub(prevT).Seconds(); dt > 0 {
-			smp.OfferedRPS = float64(sent-prevSent) / dt
+		if dt := p.T.Sub(prevT).Seconds(); dt > 0 {
+			p.OfferedRPS = float64(sent-prevSent) / dt
 		}
-		prevT, prevSent = smp.T, sent
-		samples = append(samples, smp)
-		window := loadgen.Summarize(gw.Results(), time.Now().Add(-30*time.Second))
-		fmt.Printf("%6.0fs  %6.1f  %7d  %5d  %14s  %6s  %6s  %9s  %8d\n", smp.T.Sub(start).Seconds(), smp.OfferedRPS, smp.Desired, smp.Ready,
-			num(smp.Saturation, 3), num(smp.Queue, 0), pct(smp.KV), window.TTFTp95.Round(time.Millisecond), gw.Inflight())
+		prevT, prevSent = p.T, sent
+		points = append(points, p)
+		fmt.Fprintf(o.w, "%6.0fs  %-5s  %6.1f  %7d  %5d  %14s  %6s  %6s  %9s  %8d\n", p.T.Sub(start).Seconds(), o.phaseAt(p.T.Sub(start), !doneAt.IsZero()),
+			p.OfferedRPS, p.Desired, p.Ready, num(p.Saturation, 3), num(p.Queue, 0), pct(p.KV), secs(p.TTFTp95), gw.Inflight())
 		if doneAt.IsZero() {
 			select {
 			case <-replayDone:
 				doneAt = time.Now()
-				fmt.Println("-- replay finished; watching the scale-down --")
+				fmt.Fprintln(o.w, "-- replay finished; watching the scale-down --")
 			default:
 			}
-		} else if (smp.Desired <= 1 && smp.Ready <= 1) || time.Since(doneAt) > 2*time.Minute {
-			return start, samples, nil
+		} else if (p.Desired <= 1 && p.Ready <= 1) || time.Since(doneAt) > scaleDownWait(o.maxReplicas) {
+			return start, points, nil
 		}
 		select {
 		case <-ctx.Done():
-			return start, samples, ctx.Err()
+			return start, points, ctx.Err()
 		case <-tick.C:
 		}
 	}
 }
 
+// phaseAt names the replay's phase at offset d: calm, burst, drain (every request
+// sent, the backlog still being served), or after (every request answered).
+func (o *options) phaseAt(d time.Duration, over bool) string {
+	switch {
+	case over:
+		return "after"
+	case d < o.calm:
+		return "calm"
+	case d < o.length:
+		return "burst"
+	default:
+		return "drain"
+	}
+}
+
+// phases are the replay's shaded spans on the chart.
+func (o *options) phases() []phase {
+	return []phase{
+		{name: "calm: trace at real speed", from: 0, to: o.calm},
+		{name: fmt.Sprintf("burst: trace %gx", o.speedup), from: o.calm, to: o.length, shade: true},
+	}
+}
+
 // report prints the summary and writes the chart and the timeline CSV.
-func (o *options) report(start time.Time, gw *loadgen.Gateway, samples []stack.Sample) error {
+func (o *options) report(start time.Time, gw *loadgen.Gateway, points []point) error {
 	all := loadgen.Summarize(gw.Results(), time.Time{})
 	var peakDesired, peakReady int32
 	var peakSat, peakQueue float64
 	var firstScale time.Duration
-	for _, smp := range samples {
-		peakDesired, peakReady = max(peakDesired, smp.Desired), max(peakReady, smp.Ready)
-		if !math.IsNaN(smp.Saturation) {
-			peakSat = max(peakSat, smp.Saturation)
+	for _, p := range points {
+		peakDesired, peakReady = max(peakDesired, p.Desired), max(peakReady, p.Ready)
+		if !math.IsNaN(p.Saturation) {
+			peakSat = max(peakSat, p.Saturation)
 		}
-		if !math.IsNaN(smp.Queue) {
-			peakQueue = max(peakQueue, smp.Queue)
+		if !math.IsNaN(p.Queue) {
+			peakQueue = max(peakQueue, p.Queue)
 		}
-		if firstScale == 0 && smp.Desired > 1 {
-			firstScale = smp.T.Sub(start)
+		if firstScale == 0 && p.Desired > 1 {
+			firstScale = p.T.Sub(start)
 		}
 	}
-	fmt.Printf("\nsummary\n  requests: %s\n  replicas: 1 → peak %d desired / %d ready (first scale-up after %s), back to %d\n  peak llm_saturation %.3f, peak queue %.0f\n",
-		all, peakDesired, peakReady, firstScale.Round(time.Second), samples[len(samples)-1].Ready, peakSat, peakQueue)
+	fmt.Fprintf(o.w, "\nsummary\n  requests: %s\n  replicas: 1 → peak %d desired / %d ready (first scale-up after %s), back to %d\n  peak llm_saturation %.3f, peak queue %.0f\n",
+		all, peakDesired, peakReady, firstScale.Round(time.Second), points[len(points)-1].Ready, peakSat, peakQueue)
+	fmt.Fprint(o.w, milliNote)
+	return o.writeOutputs(start, points, chartSpec{
+		title:  fmt.Sprintf("HPA on llm_saturation (Value 1) · Azure conversation trace, calm then %gx burst", o.speedup),
+		metric: "llm_saturation", target: 1, clip: true,
+		phases: o.phases(),
+	})
+}
+
+// milliNote explains the numbers `kubectl get hpa` shows.
+const milliNote = `  kubectl get hpa shows TARGETS as <value>/<target> in Kubernetes quantities, milli units
+  when not whole: "2m/1" is 0.002 against a target of 1 (an idle pool), "1500m/1" is 1.5
+  (50 % over the set point: the HPA adds replicas), "1/1" is exactly at the set point.
+`
+
+// writeOutputs writes the chart and the timeline CSV under o.out and prints their paths.
+func (o *options) writeOutputs(start time.Time, points []point, spec chartSpec) error {
 	chart := filepath.Join(o.out, "timeline.svg")
-	if err := writeChart(chart, fmt.Sprintf("HPA on llm_saturation (Value 1) · Azure conversation trace, calm then %gx burst", o.speedup), samples); err != nil {
+	if err := writeChart(chart, spec, start, points); err != nil {
 		return err
 	}
 	csvPath := filepath.Join(o.out, "timeline.csv")
-	if err := writeCSV(csvPath, start, samples); err != nil {
+	if err := writeCSV(csvPath, start, points); err != nil {
 		return err
 	}
-	fmt.Printf("  chart: %s\n  data:  %s\n", chart, csvPath)
+	fmt.Fprintf(o.w, "  chart: %s\n  data:  %s\n", chart, csvPath)
 	return nil
 }
 
@@ -282,11 +379,12 @@ var demoEmulatorArgs = []string{
 	"--step-time-per-prefill-token=10us",
 }
 
-func writeCSV(path string, start time.Time, samples []stack.Sample) error {
+func writeCSV(path string, start time.Time, points []point) error {
 	var b strings.Builder
-	b.WriteString("seconds,offered_rps,spec,desired,ready,hpa_value,llm_saturation,llm_demand_replicas,queue,kv\n")
-	for _, s := range samples {
-		fmt.Fprintf(&b, "%.1f,%.2f,%d,%d,%d,%g,%g,%g,%g,%g\n", s.T.Sub(start).Seconds(), s.OfferedRPS, s.Spec, s.Desired, s.Ready, s.HPAValue, s.Saturation, s.Demand, s.Queue, s.KV)
+	b.WriteString("seconds,offered_rps,spec,desired,ready,hpa_value,llm_saturation,llm_demand_replicas,queue,kv,gateway_queue,ttft_p95_seconds\n")
+	for _, p := range points {
+		fmt.Fprintf(&b, "%.1f,%.2f,%d,%d,%d,%g,%g,%g,%g,%g,%g,%g\n", p.T.Sub(start).Seconds(), p.OfferedRPS, p.Spec, p.Desired, p.Ready, p.HPAValue,
+			p.Saturation, p.Demand, p.Queue, p.KV, p.GatewayQueue, p.TTFTp95)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
@@ -303,4 +401,11 @@ func pct(v float64) string {
 		return "-" // the adapter has no value (yet): its error is in the HPA status
 	}
 	return fmt.Sprintf("%.0f%%", 100*v)
+}
+
+func secs(v float64) string {
+	if math.IsNaN(v) {
+		return "-" // no request finished in the window
+	}
+	return (time.Duration(v * float64(time.Second))).Round(time.Millisecond).String()
 }

@@ -1,0 +1,115 @@
+package prometheus
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	promconfig "github.com/prometheus/common/config"
+)
+
+// The client sends the token file's current content and the extra headers
+// with every query, verifies an https server with the CA file, and refuses an
+// answer above the size bound.
+func TestClient(t *testing.T) {
+	var mu sync.Mutex
+	var got http.Header
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(emptyVector))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := ClientOptions{URL: srv.URL, BearerTokenFile: token, TLS: promconfig.TLSConfig{CAFile: ca},
+		Headers: map[string]string{"X-Scope-OrgID": "tenant-1"}, MaxResponseBytes: DefaultMaxResponseBytes}
+	api, err := NewAPI(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := func() error {
+		_, _, _, err := api.Query(context.Background(), "up", time.Now())
+		return err
+	}
+	if err := query(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if got.Get("Authorization") != "Bearer first" || got.Get("X-Scope-OrgID") != "tenant-1" || got.Get("User-Agent") != "saturation-adapter" {
+		t.Errorf("headers %v, want the bearer token, the tenant and the user agent", got)
+	}
+	mu.Unlock()
+	// A rotated token is read on the next query.
+	if err := os.WriteFile(token, []byte("second\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := query(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if got.Get("Authorization") != "Bearer second" {
+		t.Errorf("Authorization %q after rotation, want the new token", got.Get("Authorization"))
+	}
+	mu.Unlock()
+
+	o.MaxResponseBytes = 10
+	small, err := NewAPI(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := small.Query(context.Background(), "up", time.Now()); !errors.Is(err, errTooLarge) || reasonOf(err) != ReasonResponse {
+		t.Errorf("err = %v, want errTooLarge (reason response)", err)
+	}
+
+	o.TLS = promconfig.TLSConfig{}
+	untrusted, err := NewAPI(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := untrusted.Query(context.Background(), "up", time.Now()); err == nil || reasonOf(err) != ReasonConnect {
+		t.Errorf("err = %v, want a TLS verification failure (reason connect)", err)
+	}
+}
+
+func TestClientOptionsValidate(t *testing.T) {
+	tests := []struct {
+		o    ClientOptions
+		want string
+	}{
+		{ClientOptions{URL: "prometheus:9090", MaxResponseBytes: 1}, "must be an http or https URL"},
+		{ClientOptions{URL: "http://user:secret@prom:9090 x", MaxResponseBytes: 1}, "must be an http or https URL"},
+		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, Headers: map[string]string{"Authorization": "x"}}, `header "Authorization" is not allowed`},
+		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, TLS: promconfig.TLSConfig{CertFile: "c.pem"}}, "needs both its certificate file and its key file"},
+		{ClientOptions{URL: "http://prom:9090"}, "at least 1 byte"},
+	}
+	for _, tt := range tests {
+		err := tt.o.Validate()
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tt.want)) {
+			t.Errorf("Validate(%+v) = %v, want it to say %q", tt.o, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("Validate(%+v) = %v: a password in the URL is shown", tt.o, err)
+		}
+	}
+	if err := (ClientOptions{URL: "https://mimir.example/prometheus", MaxResponseBytes: 1}).Validate(); err != nil {
+		t.Errorf("a valid URL: %v", err)
+	}
+}

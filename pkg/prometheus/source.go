@@ -1,0 +1,391 @@
+// Package prometheus is the adapter's second signal source: instead of
+// scraping engines, it reads their series from Prometheus (or Thanos Query,
+// Mimir, VictoriaMetrics: the Prometheus HTTP API) and builds, per pod, the
+// same signals.History a scrape would, so pooling, terms, validity rules and
+// engine states are pkg/signals' alone and do not fork.
+//
+// Per namespace and cache period it runs one range query of the engine series
+// (the families signals.Extractor reads, by name, restricted to the namespace
+// and Queries.Matchers; an overridden family in a query of its own) and one
+// query per window length of the counters' and histogram buckets' increase().
+// Every HPA and request of the namespace shares that answer; concurrent
+// misses collapse into one round trip. Series are joined to the pods the
+// provider asks about by (namespace, pod) label; the pods themselves come from
+// the informer, exactly as in direct mode.
+package prometheus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+)
+
+// Defaults of Options and of the adapter's --prometheus-* flags.
+const (
+	// DefaultTimeout bounds the queries of one namespace: the HPA controller's
+	// five workers wait on a slow metrics API (hazard: a slow adapter delays
+	// every HPA), and 5 s is well inside its request timeout.
+	DefaultTimeout = 5 * time.Second
+	// DefaultCachePeriod is how long one answer serves every request of its
+	// namespace: 2 s, the direct mode's scrape interval, so that 200 HPAs
+	// polling every 15 s cost one round trip per namespace and query every 2 s
+	// at most.
+	DefaultCachePeriod = 2 * time.Second
+	// DefaultScrapeInterval is Prometheus's scrape interval for the engines:
+	// 30 s, the Prometheus Operator's default for a ServiceMonitor or
+	// PodMonitor without an interval.
+	DefaultScrapeInterval = 30 * time.Second
+	// DefaultMaxResponseBytes bounds one answer: 64 MiB holds the series of
+	// several thousand pods.
+	DefaultMaxResponseBytes = 64 << 20
+)
+
+// Options configure a Source.
+type Options struct {
+	// URL names Prometheus in messages (credentials redacted).
+	URL string
+	// Labels name the namespace and pod labels of the series.
+	Labels Labels
+	// Timeout bounds one namespace's queries; CachePeriod is how long their
+	// answer is served.
+	Timeout     time.Duration
+	CachePeriod time.Duration
+	// ScrapeInterval is Prometheus's scrape interval for the engines: a series
+	// whose newest sample is 1.5 intervals older than its pod's newest has
+	// ended.
+	ScrapeInterval time.Duration
+	// MaxAge is the age beyond which a pod's newest sample is stale (the
+	// provider's max age): the engine series query reaches back at least this
+	// far, so a stale pod is seen as stale, with its age.
+	MaxAge time.Duration
+	// StateWindow is the span engine states are judged over.
+	StateWindow time.Duration
+	// Extract bounds what one pod's series may hold (MaxSeries, MaxEngines).
+	Extract signals.ExtractOptions
+}
+
+// Source reads pods' histories from Prometheus. It is safe for concurrent use.
+type Source struct {
+	opts    Options
+	api     v1.API
+	clock   clock.PassiveClock
+	metrics *Metrics
+
+	gen   atomic.Pointer[generation]
+	gens  atomic.Uint64
+	group singleflight.Group
+
+	mu    sync.Mutex
+	cache map[string]*entry // by namespace
+
+	// memory holds each pod's last history built from series, by UID, so that
+	// a pod whose series vanish keeps its last good reading (stale, then held
+	// as in direct mode) rather than becoming a pod never seen.
+	memMu  sync.Mutex
+	memory map[types.UID]*signals.History
+}
+
+// generation is what one catalog and Queries make: the plan and how answers
+// become histories.
+type generation struct {
+	// id tells generations apart in the single-flight key.
+	id     uint64
+	plan   plan
+	build  buildOptions
+	retain time.Duration
+}
+
+// entry is one namespace's answer.
+type entry struct {
+	gen *generation
+	// build is the generation's, evaluated at the fetch's time.
+	build buildOptions
+	at    time.Time
+	err   error
+	pods  map[types.NamespacedName]*podData
+
+	mu    sync.Mutex
+	built map[types.NamespacedName]builtPod
+}
+
+type builtPod struct {
+	h   *signals.History
+	err error
+}
+
+// New returns a Source querying api, for the catalog's needs and the Queries.
+// Errors name a bad selector of q.
+func New(opts Options, api v1.API, catalog *signals.Catalog, q Queries, clk clock.PassiveClock, metrics *Metrics) (*Source, error) {
+	if opts.Labels == (Labels{}) {
+		opts.Labels = DefaultLabels()
+	}
+	if opts.StateWindow <= 0 {
+		opts.StateWindow = signals.DefaultStateWindow
+	}
+	s := &Source{opts: opts, api: api, clock: clk, metrics: metrics, cache: map[string]*entry{}, memory: map[types.UID]*signals.History{}}
+	if err := s.SetCatalog(catalog, q); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetCatalog makes the source read what catalog's policies need, where q says
+// (a configuration reload); answers cached under the previous ones are not
+// served again. Errors name a bad selector of q and change nothing.
+func (s *Source) SetCatalog(catalog *signals.Catalog, q Queries) error {
+	g, err := s.newGeneration(catalog, q)
+	if err != nil {
+		return err
+	}
+	s.gen.Store(g)
+	return nil
+}
+
+func (s *Source) newGeneration(catalog *signals.Catalog, q Queries) (*generation, error) {
+	needs := catalog.Needs()
+	extract := s.opts.Extract
+	extract.Histograms = needs.Histograms
+	extract.GatewayMetrics = needs.GatewayMetrics
+	e := signals.NewExtractorWith(extract)
+	matchers, err := ParseMatchers(q.Matchers)
+	if err != nil {
+		return nil, fmt.Errorf("prometheus matchers %q: %w", q.Matchers, err)
+	}
+	known, reading := map[string]bool{}, map[string]bool{}
+	for _, f := range signals.NewExtractor().Families() {
+		known[f.Name] = true
+	}
+	for _, f := range e.Families() {
+		reading[f.Name] = true
+	}
+	p := plan{labels: s.opts.Labels, matchers: matchers, families: e.Families(), overrides: map[string][]*labels.Matcher{},
+		seriesRange: max(s.opts.StateWindow, s.opts.MaxAge)}
+	for fam, sel := range q.Series {
+		ms, err := ParseSeries(sel)
+		if err != nil {
+			return nil, fmt.Errorf("prometheus series %s: %w", fam, err)
+		}
+		switch {
+		case !known[fam]:
+			return nil, fmt.Errorf("prometheus series %s: not an engine metric family the adapter reads", fam)
+		case reading[fam]: // else a histogram, and no policy reads histograms now
+			p.overrides[fam] = ms
+		}
+	}
+	// Windows: every rate and latency term's, with the histograms its latency
+	// terms read, and the clipped state's lost demand (signals.DefaultTermWindow)
+	// for each policy's model.
+	keys := slices.Clone(needs.Windows)
+	retain := s.opts.MaxAge
+	histos := map[time.Duration]map[signals.Histo]bool{}
+	for _, pol := range catalog.Policies() {
+		retain = max(retain, pol.HoldLastGood+s.opts.MaxAge)
+		if pol.Kind == signals.KindSignal {
+			continue
+		}
+		if k := (signals.WindowKey{Window: signals.DefaultTermWindow, Model: pol.Model}); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+		for _, t := range pol.Terms {
+			if h, ok := t.Kind.Histo(); ok {
+				if histos[t.Window] == nil {
+					histos[t.Window] = map[signals.Histo]bool{}
+				}
+				histos[t.Window][h] = true
+			}
+		}
+	}
+	for _, k := range keys {
+		if !slices.ContainsFunc(p.windows, func(w window) bool { return w.d == k.Window }) {
+			p.windows = append(p.windows, window{d: k.Window, histos: histos[k.Window]})
+		}
+	}
+	slices.SortFunc(p.windows, func(a, b window) int { return int(a.d - b.d) })
+	hopts := signals.HistoryOptions{Needs: needs, StateWindow: s.opts.StateWindow}
+	return &generation{id: s.gens.Add(1), plan: p, build: newBuildOptions(e, hopts, keys, s.opts.ScrapeInterval), retain: retain}, nil
+}
+
+// Histories returns how to read the history of each member of one namespace:
+// the namespace's answer from Prometheus, fetched once per cache period and
+// shared by every request. A member without series has no history and says
+// why; one whose series vanished keeps its last history, whose newest reading
+// then ages (stale, then held at its last good value, as in direct mode).
+// The error, when Prometheus does not answer (down, slow, erroring, a bad
+// answer), says why in at most a few hundred bytes; the request then fails and
+// the HPA holds.
+func (s *Source) Histories(ctx context.Context, namespace string, members []podselect.Member) (func(*podselect.Member) (*signals.History, string), error) {
+	if !slices.ContainsFunc(members, func(m podselect.Member) bool { return m.Counted }) {
+		return func(*podselect.Member) (*signals.History, string) { return nil, "not Ready" }, nil
+	}
+	e, err := s.entry(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	return func(m *podselect.Member) (*signals.History, string) {
+		b := e.get(m.Pod)
+		if b.h != nil {
+			s.remember(m.UID, b.h)
+			s.observeAge(now, b.h)
+			return b.h, ""
+		}
+		why := why(b.err, e.gen.plan.seriesRange)
+		if h := s.recall(m.UID); h != nil {
+			s.observeAge(now, h)
+			return h, why
+		}
+		return nil, why
+	}, nil
+}
+
+func (s *Source) observeAge(now time.Time, h *signals.History) {
+	if r := h.Latest(); r != nil {
+		s.metrics.DataAge.Observe(max(0, now.Sub(r.At()).Seconds()))
+	}
+}
+
+func (s *Source) remember(uid types.UID, h *signals.History) {
+	s.memMu.Lock()
+	s.memory[uid] = h
+	s.memMu.Unlock()
+}
+
+func (s *Source) recall(uid types.UID) *signals.History {
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	return s.memory[uid]
+}
+
+// forget drops remembered histories older than retain (the longest hold of
+// the catalog plus the max age): nothing would count them any more.
+func (s *Source) forget(now time.Time, retain time.Duration) {
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	for uid, h := range s.memory {
+		if r := h.Latest(); r == nil || now.Sub(r.At()) > retain {
+			delete(s.memory, uid)
+		}
+	}
+}
+
+// get returns a pod's history, built on first use.
+func (e *entry) get(pod types.NamespacedName) builtPod {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if b, ok := e.built[pod]; ok {
+		return b
+	}
+	h, err := build(e.pods[pod], e.build)
+	b := builtPod{h: h, err: err}
+	e.built[pod] = b
+	return b
+}
+
+// entry returns the namespace's answer: the cached one while it is younger
+// than the cache period, else a new one, fetched once however many requests
+// wait for it. A failed fetch is cached too, so that a Prometheus that is down
+// is asked once per cache period, not once per request.
+func (s *Source) entry(ctx context.Context, namespace string) (*entry, error) {
+	g := s.gen.Load()
+	now := s.clock.Now()
+	s.mu.Lock()
+	e, ok := s.cache[namespace]
+	s.mu.Unlock()
+	if ok && e.gen == g && now.Sub(e.at) < s.opts.CachePeriod {
+		return e, e.err
+	}
+	ch := s.group.DoChan(fmt.Sprintf("%d/%s", g.id, namespace), func() (any, error) {
+		e := s.fetch(namespace, g)
+		s.mu.Lock()
+		s.cache[namespace] = e
+		s.mu.Unlock()
+		return e, nil
+	})
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for Prometheus: %w", ctx.Err())
+	case r := <-ch:
+		e := r.Val.(*entry)
+		return e, e.err
+	}
+}
+
+// fetch runs the namespace's queries concurrently, within the timeout and
+// whatever the requests waiting on it do (they share the answer).
+func (s *Source) fetch(namespace string, g *generation) *entry {
+	start := s.clock.Now()
+	e := &entry{gen: g, build: g.build, at: start, pods: map[types.NamespacedName]*podData{}, built: map[types.NamespacedName]builtPod{}}
+	e.build.now = start
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	qs := g.plan.queries(namespace)
+	type answer struct {
+		ss  []series
+		err error
+	}
+	answers := make([]answer, len(qs))
+	var wg sync.WaitGroup
+	for i, q := range qs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i].ss, answers[i].err = s.query(ctx, q, start)
+		}()
+	}
+	wg.Wait()
+	for i, q := range qs {
+		if err := answers[i].err; err != nil {
+			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", Redact(s.opts.URL), q.kind, namespace, signals.Excerpt(err.Error(), 400))
+			return e
+		}
+		if n := byPod(e.pods, answers[i].ss, g.plan.labels, namespace, q.family, q.window); n > 0 {
+			klog.V(4).InfoS("Prometheus series without a namespace or pod label ignored", "namespace", namespace, "query", q.kind, "series", n,
+				"namespaceLabel", g.plan.labels.Namespace, "podLabel", g.plan.labels.Pod)
+		}
+	}
+	s.forget(start, g.retain)
+	return e
+}
+
+// query runs one query at time ts and returns its series, counting and
+// timing it.
+func (s *Source) query(ctx context.Context, q query, ts time.Time) ([]series, error) {
+	start := time.Now()
+	v, warnings, _, err := s.api.Query(ctx, q.expr, ts, v1.WithTimeout(s.opts.Timeout))
+	outcome := "success"
+	if err == nil {
+		switch v.(type) {
+		case model.Vector, model.Matrix:
+		case nil:
+			err = fmt.Errorf("%w: no result", ErrResponse)
+		default:
+			err = fmt.Errorf("%w: result type %s, want vector or matrix", ErrResponse, v.Type())
+		}
+	}
+	if err != nil {
+		outcome = "error"
+		s.metrics.QueryErrors.WithLabelValues(string(reasonOf(err))).Inc()
+	}
+	s.metrics.QueryDuration.WithLabelValues(q.kind, outcome).Observe(time.Since(start).Seconds())
+	if len(warnings) > 0 {
+		klog.V(4).InfoS("Prometheus query warnings", "query", q.expr, "warnings", warnings)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return seriesOf(v), nil
+}

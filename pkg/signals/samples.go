@@ -1,0 +1,178 @@
+package signals
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// Sample is one series' newest value as a time-series database returns it (a
+// Prometheus query result), rather than a line of an exposition body.
+type Sample struct {
+	// Labels are the series' labels, its metric name (__name__) included.
+	Labels labels.Labels
+	// Value is the sample's value, unchecked (NaN and ±Inf are rejected per
+	// series, as in a body).
+	Value float64
+	// T is the sample's own timestamp; zero when unknown.
+	T time.Time
+}
+
+// ExtractSamples builds a Reading from series samples by every rule of Extract:
+// the families read, the dialect and spelling chosen, engine and model labels,
+// per-engine fallbacks between alternatives (a renamed metric is never counted
+// twice), duplicates collapsed to their maximum, unlabelled aggregates beside
+// per-engine series ignored, SumLabel parts added, histograms from their
+// _bucket (and _count) series, and validity per series. Only the series' labels
+// matter, never their order. The reading's SampleTime is the oldest sample
+// timestamp; its Time is left zero for the caller.
+//
+// Errors (wrapped): ErrNoEngineMetrics when no supported engine's queue depth
+// or KV-cache usage is among the samples; ErrParse for a histogram bucket whose
+// le is not a number; ErrTooManySeries and ErrTooManyEngines past the
+// extractor's bounds.
+func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
+	var raw []rawSample
+	var gateway []GatewaySeries
+	read := 0
+	for i := range samples {
+		s := &samples[i]
+		var t int64
+		if !s.T.IsZero() {
+			t = s.T.UnixMilli()
+		}
+		if gs, ok := e.gatewaySeries(&s.Labels, s.Value); ok {
+			if len(gateway) >= e.opts.MaxSeries {
+				return Reading{}, fmt.Errorf("%w: more than %d series of the gateway queue metrics read", ErrTooManySeries, e.opts.MaxSeries)
+			}
+			gateway = append(gateway, gs)
+			continue
+		}
+		n := len(raw)
+		var ok bool
+		if raw, ok = e.collect(raw, &s.Labels, s.Value, t, i); !ok {
+			return Reading{}, fmt.Errorf("%w: bucket of %s with le=%q", ErrParse,
+				Excerpt(s.Labels.Get(model.MetricNameLabel), 80), Excerpt(s.Labels.Get(model.BucketLabel), 40))
+		}
+		if len(raw) > n {
+			read++
+		}
+		if read > e.opts.MaxSeries {
+			return Reading{}, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
+		}
+	}
+	if len(raw) == 0 && len(gateway) > 0 {
+		// A gateway (endpoint picker): its queue, no engine.
+		return Reading{Dialect: DialectGateway, Gateway: gateway}, nil
+	}
+	b := e.bufs.Get().(*scanBuffers)
+	defer e.bufs.Put(b)
+	r, err := e.fold(raw, filterStats{}, b)
+	if err != nil {
+		return Reading{}, err
+	}
+	r.Gateway = gateway
+	return r, nil
+}
+
+// FamilyKind says how a family's series are read.
+type FamilyKind int
+
+// The kinds of family.
+const (
+	// FamilyGauge: a gauge, read as its value.
+	FamilyGauge FamilyKind = iota
+	// FamilyCounter: a cumulative counter; windows read its increase.
+	FamilyCounter
+	// FamilyHistogram: a histogram; Name is its base name, windows read the
+	// increase of its Name_bucket series.
+	FamilyHistogram
+)
+
+// Family is one metric family the extractor reads, in one spelling.
+type Family struct {
+	// Name is the family's name as an engine exposes it
+	// (e.g. "vllm:num_requests_waiting"; a histogram's base name).
+	Name string
+	// Kind is how its series are read.
+	Kind FamilyKind
+	// Histo is the latency histogram a FamilyHistogram holds.
+	Histo Histo
+}
+
+// Families returns every family the extractor reads (histograms only when it
+// reads them), each spelling of each dialect once, in table order, then the
+// gateway queue metrics of ExtractOptions.GatewayMetrics (gauges): the names a
+// time-series database must be asked for to build the same Readings.
+func (e *Extractor) Families() []Family {
+	var out []Family
+	seen := map[string]bool{}
+	add := func(name string, k FamilyKind, h Histo) {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, Family{Name: name, Kind: k, Histo: h})
+		}
+	}
+	for d := range e.dialects {
+		dia := &e.dialects[d]
+		for k := range dia.spellings() {
+			for s := range numSignals {
+				kind := FamilyGauge
+				if s.IsCounter() {
+					kind = FamilyCounter
+				}
+				for _, set := range dia.Sources[s] {
+					for _, src := range set.Sources {
+						add(dia.spell(src.Metric, k), kind, 0)
+					}
+				}
+			}
+			if !e.opts.Histograms {
+				continue
+			}
+			for h := range numHistos {
+				for _, hs := range dia.Histos[h] {
+					add(dia.spell(hs.Metric, k), FamilyHistogram, h)
+				}
+			}
+		}
+	}
+	for _, g := range e.opts.GatewayMetrics {
+		add(g, FamilyGauge, 0)
+	}
+	return out
+}
+
+// Facts returns what the readings within the state window say about each
+// engine of the newest reading (for NewSnapshot). The slice is shared: do not
+// modify it.
+func (h *History) Facts() []EngineFacts {
+	if h == nil {
+		return nil
+	}
+	return h.facts
+}
+
+// WindowAggregateOf returns the WindowAggregate a Reading of increases stands
+// for: a reading whose counters are each an increase over the window and whose
+// histograms count the observations in it (what PromQL's increase() of the
+// counters and of the _bucket series gives, read by ExtractSamples), folded
+// over the engines the key's model selects as a scraped History's window is.
+// Span is 0 (no data for the window) when no engine is selected.
+func WindowAggregateOf(key WindowKey, span time.Duration, increases *Reading) WindowAggregate {
+	w := WindowAggregate{Key: key, Increases: map[Signal]float64{}}
+	f := fold(increases.Engines, engineFilter(increases, key.Model))
+	if f.EngineCount == 0 {
+		return w
+	}
+	w.Span = span
+	for s := range numSignals {
+		if v, ok := f.Value(s); ok && s.IsCounter() {
+			w.Increases[s] = v
+		}
+	}
+	w.Histograms = f.Hist
+	return w
+}

@@ -1,0 +1,204 @@
+package signals
+
+import (
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
+)
+
+// samplesOf returns the series of an exposition body as a time-series
+// database would return them: labels, value, timestamp.
+func samplesOf(t *testing.T, body []byte) []Sample {
+	t.Helper()
+	p := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
+	var out []Sample
+	for {
+		entry, err := p.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if entry != textparse.EntrySeries {
+			continue
+		}
+		_, ts, v := p.Series()
+		var lset labels.Labels
+		p.Labels(&lset)
+		s := Sample{Labels: lset.Copy(), Value: v}
+		if ts != nil {
+			s.T = time.UnixMilli(*ts)
+		}
+		out = append(out, s)
+	}
+}
+
+// Samples read from a database give the Reading the body gives, series in any
+// order: the same dialect, engines, values, fallbacks, duplicates and
+// rejections.
+func TestExtractSamplesLikeBody(t *testing.T) {
+	var files []string
+	for _, dir := range []string{"samples", "hazards"} {
+		f, _ := filepath.Glob(filepath.Join("..", "..", "testdata", dir, "*.prom"))
+		files = append(files, f...)
+	}
+	if len(files) < 20 {
+		t.Fatalf("found %d bodies", len(files))
+	}
+	e := NewExtractor()
+	opts := cmp.Options{
+		cmp.AllowUnexported(values{}, Fold{}, EngineSignals{}),
+		cmpopts.SortSlices(func(a, b string) bool { return a < b }),
+		cmpopts.EquateEmpty(),
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			body, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantErr := e.Extract(body)
+			samples := samplesOf(t, body)
+			for _, order := range []string{"as read", "reversed"} {
+				if order == "reversed" {
+					slices.Reverse(samples)
+				}
+				got, err := e.ExtractSamples(samples)
+				if (err != nil) != (wantErr != nil) || (err != nil && !errors.Is(err, ErrNoEngineMetrics)) {
+					t.Fatalf("%s: ExtractSamples error %v, Extract error %v", order, err, wantErr)
+				}
+				if err != nil {
+					continue
+				}
+				if diff := cmp.Diff(want, got, opts); diff != "" {
+					t.Errorf("%s (-body +samples):\n%s", order, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestExtractSamplesRules(t *testing.T) {
+	e := NewExtractor()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := func(v float64, at time.Time, kv ...string) Sample {
+		return Sample{Labels: labels.FromStrings(kv...), Value: v, T: at}
+	}
+	t.Run("duplicates from several monitors collapse to their maximum, NaN dropped per series", func(t *testing.T) {
+		r, err := e.ExtractSamples([]Sample{
+			s(12, t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "pm"),
+			s(math.NaN(), t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "sm"),
+			s(14, t0.Add(-time.Second), "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "sm2"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, _ := r.Value(QueueDepth); q != 14 || r.Invalid[ReasonNaN] != 1 {
+			t.Errorf("queue %g, invalid %v; want 14 and one NaN rejected", q, r.Invalid)
+		}
+		if !r.SampleTime.Equal(t0.Add(-time.Second)) {
+			t.Errorf("SampleTime %s, want the oldest sample's", r.SampleTime)
+		}
+	})
+	t.Run("a bucket with a bad le is a parse error", func(t *testing.T) {
+		_, err := e.ExtractSamples([]Sample{
+			s(1, t0, "__name__", "vllm:num_requests_waiting"),
+			s(1, t0, "__name__", "vllm:time_to_first_token_seconds_bucket", "le", "x"),
+		})
+		if !errors.Is(err, ErrParse) {
+			t.Errorf("err = %v, want ErrParse", err)
+		}
+	})
+	t.Run("series bound", func(t *testing.T) {
+		small := NewExtractorWith(ExtractOptions{MaxSeries: 2})
+		_, err := small.ExtractSamples([]Sample{
+			s(1, t0, "__name__", "vllm:num_requests_waiting", "engine", "0"),
+			s(1, t0, "__name__", "vllm:num_requests_waiting", "engine", "1"),
+			s(1, t0, "__name__", "other_metric"),
+			s(1, t0, "__name__", "vllm:num_requests_waiting", "engine", "2"),
+		})
+		if !errors.Is(err, ErrTooManySeries) {
+			t.Errorf("err = %v, want ErrTooManySeries", err)
+		}
+	})
+	t.Run("no engine metric", func(t *testing.T) {
+		_, err := e.ExtractSamples([]Sample{s(3, t0, "__name__", "vllm:num_preemptions_total")})
+		if !errors.Is(err, ErrNoEngineMetrics) {
+			t.Errorf("err = %v, want ErrNoEngineMetrics", err)
+		}
+	})
+}
+
+// A reading of increases becomes the window aggregate of the engines its model
+// selects; counters only, histograms as observed.
+func TestWindowAggregateOf(t *testing.T) {
+	e := NewExtractor()
+	l := func(kv ...string) labels.Labels { return labels.FromStrings(kv...) }
+	r, err := e.ExtractSamples([]Sample{
+		{Labels: l("__name__", "vllm:num_requests_waiting", "engine", "0", "model_name", "a"), Value: 3},
+		{Labels: l("__name__", "vllm:num_requests_waiting", "engine", "1", "model_name", "b"), Value: 3},
+		{Labels: l("__name__", "vllm:num_preemptions_total", "engine", "0", "model_name", "a"), Value: 6},
+		{Labels: l("__name__", "vllm:num_preemptions_total", "engine", "1", "model_name", "b"), Value: 4},
+		{Labels: l("__name__", "vllm:time_to_first_token_seconds_bucket", "engine", "0", "model_name", "a", "le", "1"), Value: 2},
+		{Labels: l("__name__", "vllm:time_to_first_token_seconds_bucket", "engine", "0", "model_name", "a", "le", "+Inf"), Value: 5},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := WindowAggregateOf(WindowKey{Window: time.Minute}, time.Minute, &r)
+	if all.Span != time.Minute || all.Increases[Preemptions] != 10 || all.Increases[QueueDepth] != 0 || len(all.Increases) != 1 {
+		t.Errorf("all engines: %+v, want 10 preemptions over 1m and no gauge", all)
+	}
+	if h := all.Histograms[TTFT]; h == nil || h.Count != 5 || h.Counts[0] != 2 {
+		t.Errorf("TTFT observations %+v, want 5 with 2 at or below 1s", h)
+	}
+	b := WindowAggregateOf(WindowKey{Window: time.Minute, Model: "b"}, time.Minute, &r)
+	if b.Increases[Preemptions] != 4 || b.Histograms[TTFT] != nil {
+		t.Errorf("model b: %+v, want 4 preemptions and no TTFT", b)
+	}
+	none := WindowAggregateOf(WindowKey{Window: time.Minute, Model: "c"}, time.Minute, &r)
+	if none.Span != 0 {
+		t.Errorf("no engine of model c: span %s, want 0 (no data)", none.Span)
+	}
+}
+
+func TestFamilies(t *testing.T) {
+	kinds := map[string]FamilyKind{}
+	for _, f := range NewExtractor().Families() {
+		if _, dup := kinds[f.Name]; dup {
+			t.Errorf("%s listed twice", f.Name)
+		}
+		kinds[f.Name] = f.Kind
+	}
+	for name, want := range map[string]FamilyKind{
+		"vllm:num_requests_waiting": FamilyGauge, "vllm:gpu_cache_usage_perc": FamilyGauge, "sglang_num_queue_reqs": FamilyGauge,
+		"nv_trt_llm_kv_cache_block_metrics": FamilyGauge, "vllm:num_preemptions_total": FamilyCounter,
+		"nv_inference_request_success": FamilyCounter, "vllm:time_to_first_token_seconds": FamilyHistogram,
+		"sglang_e2e_request_latency_seconds": FamilyHistogram, "llamacpp:requests_deferred": FamilyGauge,
+	} {
+		if got, ok := kinds[name]; !ok || got != want {
+			t.Errorf("%s: kind %v (listed %v), want %v", name, got, ok, want)
+		}
+	}
+	for _, f := range NewExtractor().Families() {
+		if f.Name == "vllm:time_per_output_token_seconds" && (f.Kind != FamilyHistogram || f.Histo != InterTokenLatency) {
+			t.Errorf("%+v, want the inter-token latency histogram", f)
+		}
+	}
+	for _, f := range NewExtractorWith(ExtractOptions{}).Families() {
+		if f.Kind == FamilyHistogram {
+			t.Errorf("an extractor without histograms lists %s", f.Name)
+		}
+	}
+}
