@@ -121,7 +121,7 @@ bench:
 # scraped every 2 s by the assembled adapter while 500 External metric requests per
 # second arrive over HTTPS with a client certificate; one table of the adapter's CPU,
 # memory, freshness and latency at each size, with the built-in policies and with
-# every term kind. About 12 minutes on 2 cores; BENCH_SCALE_FLAGS=-h lists the knobs.
+# every term kind. About 7 minutes on 2 cores; BENCH_SCALE_FLAGS=-h lists the knobs.
 # Not part of `make test`, which runs its small version (TestHarness).
 BENCH_SCALE_FLAGS ?=
 .PHONY: bench-scale
