@@ -187,54 +187,99 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	tag := fmt.Sprintf("%d-%s", c.Engines, c.Terms)
 
+	sp, cert, err := newSpec(c, dir)
+	if err != nil {
+		return res, err
+	}
+	engines, addrs, err := startEngines(c, logDir, tag, dump)
+	defer stopAll(engines)
+	if err != nil {
+		return res, err
+	}
+	for i := 0; i < len(addrs); i += c.PoolSize {
+		p := len(sp.Pools)
+		sp.Pools = append(sp.Pools, pool{Namespace: fmt.Sprintf("llm-%02d", p/10), App: fmt.Sprintf("pool-%03d", p), Addrs: addrs[i:min(i+c.PoolSize, len(addrs))]})
+	}
+	adapter, d, err := startAdapter(c, sp, cert, logDir, tag, res.MaxAge)
+	if err != nil {
+		return res, err
+	}
+	defer adapter.stop()
+	defer d.client.CloseIdleConnections()
+	if err := d.warmUp(ctx); err != nil {
+		return res, fmt.Errorf("%w (adapter log: %s)", err, adapter.log)
+	}
+	var enginePIDs []int
+	for _, ch := range engines {
+		enginePIDs = append(enginePIDs, ch.cmd.Process.Pid)
+	}
+	return res, d.measure(ctx, adapter.cmd.Process.Pid, enginePIDs, tag, &res)
+}
+
+// newSpec returns the adapter's spec (its pools still empty) for the run's
+// policy set, with its policy file and client CA written into dir, and the
+// driver's client certificate.
+func newSpec(c Config, dir string) (spec, tls.Certificate, error) {
 	sp := spec{ClientCA: filepath.Join(dir, "client-ca.crt"), Dir: dir, Interval: c.Interval, Metric: signals.MetricSaturation}
 	cert, err := newClientPKI(sp.ClientCA)
 	if err != nil {
-		return res, err
+		return sp, cert, err
 	}
 	switch c.Terms {
 	case "default":
 	case "every":
 		sp.Config, sp.Metric = filepath.Join(dir, "policies.yaml"), "every-term"
 		if err := os.WriteFile(sp.Config, []byte(everyTermPolicy), 0o600); err != nil {
-			return res, err
+			return sp, cert, err
 		}
 	default:
-		return res, fmt.Errorf("terms %q: want default or every", c.Terms)
+		return sp, cert, fmt.Errorf("terms %q: want default or every", c.Terms)
 	}
+	return sp, cert, nil
+}
 
+// startEngines starts the engine processes, engineBatch engines each, and
+// returns them (also on error: the caller stops them) and the engines'
+// addresses.
+func startEngines(c Config, logDir, tag, dump string) ([]*child, []string, error) {
 	var children []*child
-	defer func() {
-		for _, ch := range children {
-			ch.stop()
-		}
-	}()
 	var addrs []string
 	for first := 0; first < c.Engines; first += engineBatch {
 		n := min(engineBatch, c.Engines-first)
 		ch, line, err := startChild(c.Exe, roleEngines, filepath.Join(logDir, fmt.Sprintf("engines-%s-%d.log", tag, first)), nil,
 			"-first", strconv.Itoa(first), "-count", strconv.Itoa(n), "-dump", dump)
 		if err != nil {
-			return res, err
+			return children, nil, err
 		}
 		children = append(children, ch)
 		var got []string
-		if err := json.Unmarshal([]byte(line), &got); err != nil || len(got) != n {
-			return res, fmt.Errorf("engines %d..%d: %d addresses from %q: %v", first, first+n-1, len(got), line, err)
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			return children, nil, fmt.Errorf("engines %d..%d: addresses from %q: %w", first, first+n-1, line, err)
+		}
+		if len(got) != n {
+			return children, nil, fmt.Errorf("engines %d..%d: %d addresses from %q", first, first+n-1, len(got), line)
 		}
 		addrs = append(addrs, got...)
 	}
-	for i := 0; i < len(addrs); i += c.PoolSize {
-		p := len(sp.Pools)
-		sp.Pools = append(sp.Pools, pool{Namespace: fmt.Sprintf("llm-%02d", p/10), App: fmt.Sprintf("pool-%03d", p), Addrs: addrs[i:min(i+c.PoolSize, len(addrs))]})
+	return children, addrs, nil
+}
+
+func stopAll(children []*child) {
+	for _, ch := range children {
+		ch.stop()
 	}
-	specFile := filepath.Join(dir, "spec.json")
+}
+
+// startAdapter writes the spec and starts the adapter, and returns it with a
+// driver whose client reaches it as the aggregator does.
+func startAdapter(c Config, sp spec, cert tls.Certificate, logDir, tag string, maxAge time.Duration) (*child, *driver, error) {
+	specFile := filepath.Join(sp.Dir, "spec.json")
 	data, err := json.Marshal(sp)
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	if err := os.WriteFile(specFile, data, 0o600); err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	var env []string
 	if c.GoMemLimit != "" {
@@ -242,11 +287,9 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	adapter, line, err := startChild(c.Exe, roleAdapter, filepath.Join(logDir, "adapter-"+tag+".log"), env, "-spec", specFile)
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
-	children = append(children, adapter)
-
-	d := &driver{base: "https://" + strings.TrimSpace(line), cfg: c, spec: sp, maxAge: res.MaxAge, client: &http.Client{
+	d := &driver{base: "https://" + strings.TrimSpace(line), cfg: c, spec: sp, maxAge: maxAge, client: &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			// The aggregator proxies over HTTP/2 to the APIService's backend,
@@ -258,63 +301,34 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			ForceAttemptHTTP2: true,
 		},
 	}}
-	defer d.client.CloseIdleConnections()
-	if err := d.warmUp(ctx); err != nil {
-		return res, fmt.Errorf("%w (adapter log: %s)", err, adapter.log)
-	}
+	return adapter, d, nil
+}
 
+// measure sends the load for the measurement window and fills in res what
+// the adapter (pid), the engines, this driver and the machine did meanwhile;
+// with Config.ProfileDir, it saves the adapter's profiles.
+func (d *driver) measure(ctx context.Context, pid int, enginePIDs []int, tag string, res *Result) error {
+	c := d.cfg
 	before, err := d.scrapeStats(ctx)
 	if err != nil {
-		return res, err
+		return err
 	}
-	var enginePIDs []int
-	for _, ch := range children[:len(children)-1] {
-		enginePIDs = append(enginePIDs, ch.cmd.Process.Pid)
-	}
-	pid := adapter.cmd.Process.Pid
 	cpu0, err := procCPU(pid)
 	if err != nil {
-		return res, err
+		return err
 	}
-	eng0 := sumCPU(enginePIDs)
-	self0 := selfCPU()
-	all0 := processCPU()
-	t0 := time.Now()
-
-	var profile sync.WaitGroup
-	var profileErr error
-	if c.ProfileDir != "" {
-		// The heap at the start too: pprof -diff_base shows what the window allocated.
-		if err := d.saveProfile(ctx, "/debug/pprof/heap", filepath.Join(c.ProfileDir, "heap-start-"+tag+".pprof")); err != nil {
-			return res, err
-		}
-		profile.Go(func() {
-			profileErr = d.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(c.Measure.Seconds())), filepath.Join(c.ProfileDir, "cpu-"+tag+".pprof"))
-		})
+	eng0, self0, all0, t0 := sumCPU(enginePIDs), selfCPU(), processCPU(), time.Now()
+	waitProfile, err := d.startProfile(ctx, tag)
+	if err != nil {
+		return err
 	}
-	stopRSS := make(chan struct{})
-	var rssDone sync.WaitGroup
-	rssDone.Go(func() {
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if rss, _, err := procMem(pid); err == nil {
-				res.RSS = max(res.RSS, rss)
-			}
-			select {
-			case <-stopRSS:
-				return
-			case <-tick.C:
-			}
-		}
-	})
-	d.load(ctx, &res)
-	close(stopRSS)
-	rssDone.Wait()
+	stopRSS := sampleRSS(pid, &res.RSS)
+	d.load(ctx, res)
+	stopRSS()
 
 	cpu1, err := procCPU(pid)
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.Window = time.Since(t0)
 	res.AdapterCPU = cpu1 - cpu0
@@ -324,11 +338,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	res.Load1 = loadAvg()
 	res.CPUs = numCPU()
 	if _, res.Peak, err = procMem(pid); err != nil {
-		return res, err
+		return err
 	}
 	after, err := d.scrapeStats(ctx)
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.Scrapes = after.success - before.success
 	res.ScrapeErrors = after.errors - before.errors
@@ -336,19 +350,58 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	res.HeapInuse = int64(after.heapInuse)
 	if c.LogDir != "" {
 		if err := writeTimeline(filepath.Join(c.LogDir, "latency-"+tag+".tsv"), res.Timeline); err != nil {
-			return res, err
+			return err
 		}
 	}
-	profile.Wait()
-	if profileErr != nil {
-		return res, profileErr
+	if err := waitProfile(); err != nil {
+		return err
 	}
 	if c.ProfileDir != "" {
-		if err := d.saveProfile(ctx, "/debug/pprof/heap", filepath.Join(c.ProfileDir, "heap-"+tag+".pprof")); err != nil {
-			return res, err
-		}
+		return d.saveProfile(ctx, "/debug/pprof/heap", filepath.Join(c.ProfileDir, "heap-"+tag+".pprof"))
 	}
-	return res, nil
+	return nil
+}
+
+// startProfile, with Config.ProfileDir, saves the adapter's heap profile and
+// starts its CPU profile over the measurement window; wait waits for the
+// latter and returns its error.
+func (d *driver) startProfile(ctx context.Context, tag string) (wait func() error, err error) {
+	if d.cfg.ProfileDir == "" {
+		return func() error { return nil }, nil
+	}
+	// The heap at the start too: pprof -diff_base shows what the window allocated.
+	if err := d.saveProfile(ctx, "/debug/pprof/heap", filepath.Join(d.cfg.ProfileDir, "heap-start-"+tag+".pprof")); err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	var profileErr error
+	wg.Go(func() {
+		profileErr = d.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.cfg.Measure.Seconds())),
+			filepath.Join(d.cfg.ProfileDir, "cpu-"+tag+".pprof"))
+	})
+	return func() error { wg.Wait(); return profileErr }, nil
+}
+
+// sampleRSS keeps in *rss the largest resident set of process pid, sampled
+// every 500 ms until stop is called (stop returns once sampling has ended).
+func sampleRSS(pid int, rss *int64) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if r, _, err := procMem(pid); err == nil {
+				*rss = max(*rss, r)
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 func sumCPU(pids []int) time.Duration {
