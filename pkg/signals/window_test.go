@@ -110,7 +110,6 @@ func checkWindows(t *testing.T, restart, relayout, miss, idle int) (resets, appr
 	t.Helper()
 	rng := rand.New(rand.NewPCG(13, 2026))
 	one := func(n int) bool { return n > 0 && rng.IntN(n) == 0 }
-	layouts := [][]float64{{0.1, 0.5, 1, 5}, {0.1, 0.25, 0.5, 1, 5}}
 	o := HistoryOptions{Needs: Needs{Histograms: true, Windows: []WindowKey{
 		{Window: 30 * time.Second}, {Window: time.Minute}, {Window: time.Minute, Model: "a"}, {Window: 5 * time.Minute}, {Window: 5 * time.Minute, Model: "b"},
 	}}}
@@ -147,31 +146,7 @@ func checkWindows(t *testing.T, restart, relayout, miss, idle int) (resets, appr
 				}
 			}
 			for hk := range numHistos {
-				prev := st.hist[hk]
-				next := prev
-				if prev == nil || !one(idle) {
-					bounds := layouts[0]
-					if prev != nil && !one(relayout) {
-						bounds = prev.Bounds
-					} else if relayout > 0 && rng.IntN(2) == 0 {
-						bounds = layouts[1]
-					}
-					next = &Histogram{Bounds: bounds, Counts: make([]float64, len(bounds))}
-					if prev != nil && !one(restart) {
-						copy(next.Counts, prev.onto(bounds))
-						next.Count, next.Sum = prev.Count, prev.Sum
-					}
-					run := 0.0
-					for b := range next.Counts {
-						run += math.Floor(rng.Float64() * 4)
-						next.Counts[b] += run
-						if b > 0 {
-							next.Counts[b] = math.Max(next.Counts[b], next.Counts[b-1])
-						}
-					}
-					next.Count = math.Max(next.Count+run+math.Floor(rng.Float64()*3), next.Counts[len(next.Counts)-1])
-					next.Sum += rng.Float64() * 0.37
-				}
+				next := nextHistogram(rng, one, st.hist[hk], restart, relayout, idle)
 				st.hist[hk] = next
 				if !one(miss) {
 					e.Hist[hk] = next
@@ -205,6 +180,39 @@ func checkWindows(t *testing.T, restart, relayout, miss, idle int) (resets, appr
 		}
 	}
 	return resets, approx, hists, fast
+}
+
+// nextHistogram returns an engine's next cumulative histogram after prev (nil:
+// none yet) for checkWindows: prev itself one in idle readings, else prev
+// grown by random whole observations, on the other layout one in relayout
+// readings and restarted from zero one in restart (one(n) draws those odds).
+func nextHistogram(rng *rand.Rand, one func(int) bool, prev *Histogram, restart, relayout, idle int) *Histogram {
+	if prev != nil && one(idle) {
+		return prev
+	}
+	layouts := [][]float64{{0.1, 0.5, 1, 5}, {0.1, 0.25, 0.5, 1, 5}}
+	bounds := layouts[0]
+	if prev != nil && !one(relayout) {
+		bounds = prev.Bounds
+	} else if relayout > 0 && rng.IntN(2) == 0 {
+		bounds = layouts[1]
+	}
+	next := &Histogram{Bounds: bounds, Counts: make([]float64, len(bounds))}
+	if prev != nil && !one(restart) {
+		copy(next.Counts, prev.onto(bounds))
+		next.Count, next.Sum = prev.Count, prev.Sum
+	}
+	run := 0.0
+	for b := range next.Counts {
+		run += math.Floor(rng.Float64() * 4)
+		next.Counts[b] += run
+		if b > 0 {
+			next.Counts[b] = math.Max(next.Counts[b], next.Counts[b-1])
+		}
+	}
+	next.Count = math.Max(next.Count+run+math.Floor(rng.Float64()*3), next.Counts[len(next.Counts)-1])
+	next.Sum += rng.Float64() * 0.37
+	return next
 }
 
 // allSmooth reports whether every pair in key's window of h is smooth.
