@@ -206,35 +206,26 @@ func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
 	fast := len(smooth) == len(rs) && !slices.Contains(smooth[i0+1:], false) && oneLayout(last)
 	var sums [numHistos]float64 // the fast path's pairwise sums of Sum
 	var summed [numHistos]bool
+	// A smooth window's readings have the same engines, in the same order,
+	// with the same models and backend flags: one filter, engines by index.
+	keep := engineFilter(last, k.Model)
 	for j := i0 + 1; j < len(rs); j++ {
 		cur, prev := rs[j], rs[j-1]
-		keep := engineFilter(cur, k.Model)
+		if !fast {
+			keep = engineFilter(cur, k.Model)
+		}
 		for ei := range cur.Engines {
 			e := &cur.Engines[ei]
 			if keep != nil && !keep(e) {
 				continue
 			}
-			pe := findEngine(prev, e.ID)
-			if pe == nil {
+			var pe *EngineSignals
+			if fast {
+				pe = &prev.Engines[ei]
+			} else if pe = findEngine(prev, e.ID); pe == nil {
 				continue // first reading of this engine: nothing to compare
 			}
-			for s := range numSignals {
-				if !s.IsCounter() {
-					continue
-				}
-				v, ok := e.Value(s)
-				pv, pok := pe.Value(s)
-				if !ok || !pok {
-					continue
-				}
-				d := v - pv
-				if d < 0 {
-					d = v
-					a.resets++
-				}
-				a.inc.v[s] += d
-				a.inc.has |= 1 << s
-			}
+			a.addIncreases(e, pe)
 			for hk := range numHistos {
 				if e.Hist[hk] == nil || pe.Hist[hk] == nil {
 					continue
@@ -261,9 +252,31 @@ func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
 		}
 	}
 	if fast {
-		telescope(&a, rs[i0], rs[i0+1], last, engineFilter(last, k.Model), &sums)
+		telescope(&a, rs[i0], rs[i0+1], last, keep, &sums)
 	}
 	return a
+}
+
+// addIncreases adds each counter's increase from pe to e (a decrease is a
+// reset: e's value counts whole).
+func (a *windowAgg) addIncreases(e, pe *EngineSignals) {
+	for s := range numSignals {
+		if !s.IsCounter() {
+			continue
+		}
+		v, ok := e.Value(s)
+		pv, pok := pe.Value(s)
+		if !ok || !pok {
+			continue
+		}
+		d := v - pv
+		if d < 0 {
+			d = v
+			a.resets++
+		}
+		a.inc.v[s] += d
+		a.inc.has |= 1 << s
+	}
 }
 
 // telescope sets the histograms of a smooth window from its first and newest
