@@ -324,7 +324,7 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *sign
 	if err != nil {
 		return nil, unavailable(fmt.Sprintf("%s: gateway input %q: %v", where, g.Selector, err))
 	}
-	ov := podselect.Override{Port: g.Port, Path: g.Path}
+	ov := podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile}
 	input := fmt.Sprintf("%s: gateway input (pods %s in namespace %s)", where, g.Selector, ns)
 	if err := p.ready(input, ns); err != nil {
 		return nil, err

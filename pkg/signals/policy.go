@@ -315,6 +315,9 @@ type GatewayInput struct {
 	// QueueSetPoint converts waiting requests into replicas; the policy's queue
 	// depth set point when 0.
 	QueueSetPoint float64
+	// BearerTokenFile, when set, holds the bearer token sent to the gateway's
+	// pods (re-read on every scrape).
+	BearerTokenFile string
 }
 
 // DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
