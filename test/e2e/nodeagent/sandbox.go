@@ -386,7 +386,7 @@ func (a *Agent) secretFiles(ctx context.Context, ns, name string, items []corev1
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("secret %s/%s: %w", ns, name, err)
 	}
 	return pick(data, items, "Secret "+ns+"/"+name)
 }
