@@ -264,8 +264,10 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 		t.Errorf("%s does not show llm_saturation at 400m:\n%s", cmds[2], describe)
 	}
 
+	deletions := e.watchDeletions(t)
 	e.runBlock(t, readmeBlock(t, uninstallBlock), nil)
 	e.checkUninstalled(t)
+	checkAPIServicesFirst(t, deletions())
 }
 
 // kustomizeCustomMetrics: the README's own-kustomization block (the custom-metrics
@@ -359,8 +361,10 @@ func (e *installEnv) helm(t *testing.T) {
 	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
 		t.Errorf("namespace label pod-security.kubernetes.io/enforce = %q, want restricted", got)
 	}
+	deletions := e.watchDeletions(t)
 	e.runBlock(t, readmeBlock(t, helmUninstallBlock), nil)
 	e.checkUninstalled(t)
+	checkAPIServicesFirst(t, deletions())
 }
 
 // requireClean fails unless the previous subtest left no install behind.
