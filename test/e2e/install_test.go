@@ -94,6 +94,8 @@ func TestInstall(t *testing.T) {
 	t.Run("KustomizeCertManager", e.kustomizeCertManager)
 	t.Run("Helm", e.helm)
 	t.Run("HelmSecret", e.helmSecret)
+	t.Run("HelmCertManager", e.helmCertManager)
+	t.Run("HelmInsecure", e.helmInsecure)
 	t.Run("DryRun", e.dryRun)
 }
 

@@ -31,6 +31,31 @@ var adapterDNSNames = []string{
 // cainjector would, and the aggregator verifies the adapter with the CA injected.
 func (e *installEnv) kustomizeCertManager(t *testing.T) {
 	e.requireClean(t)
+	ca := e.startCertManagerStandIn(t)
+	e.ownKustomizationAs(t, "../manifests/cert-manager")
+	e.checkInstalled(t, readmeImage, tlsWant{secret: "saturation-adapter-tls", ca: ca.CertPEM})
+	e.uninstallOwnKustomization(t)
+}
+
+// helmCertManager: the README's Helm install with tls.mode=certManager (the chart's
+// own self-signed CA and Issuer), cert-manager and cainjector stood in for as in
+// kustomizeCertManager.
+func (e *installEnv) helmCertManager(t *testing.T) {
+	e.requireClean(t)
+	ca := e.startCertManagerStandIn(t)
+	e.helmWith(t, "--set tls.mode=certManager", tlsWant{secret: "saturation-adapter-tls", ca: ca.CertPEM})
+}
+
+// helmInsecure: the README's Helm install with the explicit opt-out tls.mode=insecure.
+func (e *installEnv) helmInsecure(t *testing.T) {
+	e.requireClean(t)
+	e.helmWith(t, "--set tls.mode=insecure", tlsWant{insecure: true})
+}
+
+// startCertManagerStandIn installs the CRDs and runs certManagerStandIn with a new CA
+// until the test ends; it returns the CA.
+func (e *installEnv) startCertManagerStandIn(t *testing.T) *controlplane.CA {
+	t.Helper()
 	e.installCRDs(t)
 	ca, err := controlplane.NewCA(t.TempDir(), "cert-manager-ca", "saturation-adapter-ca")
 	if err != nil {
@@ -42,10 +67,23 @@ func (e *installEnv) kustomizeCertManager(t *testing.T) {
 		defer close(done)
 		e.certManagerStandIn(ctx, t, ca)
 	}()
-	defer func() { cancel(); <-done }()
-	e.ownKustomizationAs(t, "../manifests/cert-manager")
-	e.checkInstalled(t, readmeImage, tlsWant{secret: "saturation-adapter-tls", ca: ca.CertPEM})
-	e.uninstallOwnKustomization(t)
+	t.Cleanup(func() { cancel(); <-done })
+	return ca
+}
+
+// helmWith runs the README's Helm install with values added after its image tag,
+// checks the install with want, and runs the README's Helm uninstall.
+func (e *installEnv) helmWith(t *testing.T, values string, want tlsWant) {
+	t.Helper()
+	block := readmeBlock(t, helmBlock)
+	const tag = "--set image.tag=v0.1.0"
+	if !strings.Contains(block, tag) {
+		t.Fatalf("README Helm block has no %q:\n%s", tag, block)
+	}
+	e.runBlock(t, strings.Replace(block, tag, tag+" "+values, 1), nil)
+	e.checkInstalled(t, readmeImage, want)
+	e.runBlock(t, readmeBlock(t, helmUninstallBlock), nil)
+	e.checkUninstalled(t)
 }
 
 // ownKustomizationAs runs the README's own-kustomization block with variant in place of
@@ -145,16 +183,8 @@ func (e *installEnv) helmSecret(t *testing.T) {
 	}
 	e.run(t, "kubectl create namespace saturation-adapter", nil)
 	e.run(t, "kubectl -n saturation-adapter create secret tls user-tls --cert="+kp.CertFile+" --key="+kp.KeyFile, nil)
-	block := readmeBlock(t, helmBlock)
-	const tag = "--set image.tag=v0.1.0"
-	if !strings.Contains(block, tag) {
-		t.Fatalf("README Helm block has no %q:\n%s", tag, block)
-	}
-	block = strings.Replace(block, tag, tag+" --set tls.mode=secret --set tls.secret.name=user-tls --set-file tls.secret.caBundle="+ca.CertFile, 1)
-	e.runBlock(t, block, nil)
-	e.checkInstalled(t, readmeImage, tlsWant{secret: "user-tls", ca: ca.CertPEM})
-	e.runBlock(t, readmeBlock(t, helmUninstallBlock), nil)
-	e.checkUninstalled(t)
+	e.helmWith(t, "--set tls.mode=secret --set tls.secret.name=user-tls --set-file tls.secret.caBundle="+ca.CertFile,
+		tlsWant{secret: "user-tls", ca: ca.CertPEM})
 }
 
 // installCRDs installs testdata/crds for real and waits until they are Established.
