@@ -67,7 +67,7 @@ var (
 // checkout (tracked and untracked files, as a clone has them), with the built kubectl
 // and helm on PATH and KUBECONFIG naming the cluster. The only edits are the README's
 // own placeholders (<ns>, <name>) and, where a subtest says so, the variant a block
-// names.
+// names or values added to the Helm install.
 //
 // The adapter really runs as its Deployment's pods: the node agent runs the image the
 // README installs (registry.example.com/saturation-adapter:v0.1.0; saturation-adapter:dev
@@ -79,12 +79,14 @@ var (
 // namespace it cannot create would. The aggregator reaches the pods through the
 // Service's ClusterIP, a loopback address that the agent proxies to the Ready pods as
 // kube-proxy would (nodeagent/services.go), and verifies TLS with the caBundle the
-// adapter wrote itself (self-managed mode) or skips it (insecure). Each live subtest
-// ends with the README's uninstall and checks that nothing hangs on the APIService.
+// adapter wrote itself (self-managed), the one cainjector would inject (cert-manager,
+// stood in for by certManagerStandIn) or the one given (the chart's secret mode), or
+// skips it (insecure). Each live subtest ends with the README's uninstall and checks
+// that nothing is left and discovery answers.
 //
-// cert-manager and the Prometheus Operator cannot run here: their variants, and every
-// other rendering (each kustomization, helm template per TLS mode and option), are
-// applied with server-side dry-run against the real CRDs (testdata/crds).
+// The Prometheus Operator cannot run here: the monitoring objects, and every other
+// rendering (each kustomization, helm template per TLS mode and option), are applied
+// with server-side dry-run against the real CRDs (testdata/crds).
 func TestInstall(t *testing.T) {
 	e := startInstallEnv(t)
 	t.Run("KustomizeRelease", e.kustomizeRelease)
