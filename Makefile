@@ -107,8 +107,9 @@ $(E2E_TOOLS)/.stamp-sim: $(E2E_TOOLS)/.stamp-k8s
 	@touch $@
 
 # `build` makes bin/adapter and bin/emulator, which the tests run as real processes.
-test-e2e: e2e-tools build
-	cd test/e2e && $(E2E_GO_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
+# TestInstall runs helm too (the README's Helm install and the chart's dry-runs).
+test-e2e: e2e-tools build tools
+	cd test/e2e && $(E2E_GO_ENV) $(TEST_TOOLS_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
 
 demo: e2e-tools build
 	cd test/e2e && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/e2e-demo ./cmd/demo
