@@ -28,6 +28,7 @@ import (
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	externalmetrics "k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/controlplane"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/nodeagent"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
@@ -238,7 +239,7 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 	}()
 	// `kubectl describe hpa <name>` names no namespace: the HPA's goes with its name.
 	subst := map[string]string{"<ns>": llmNamespace, "<name>": "-n " + llmNamespace + " vllm-saturation"}
-	cmds := shCommands(readmeBlock(t, debugBlock))
+	cmds := shdoc.Commands(readmeBlock(t, debugBlock))
 	if len(cmds) != 3 {
 		t.Fatalf("README debug block: %d commands, want the metric, the catalog and describe hpa", len(cmds))
 	}
@@ -290,7 +291,7 @@ func (e *installEnv) kustomizeCustomMetrics(t *testing.T) {
 // APIService line and a delete of the same file.
 func (e *installEnv) kustomizeAsShipped(t *testing.T) {
 	e.requireClean(t)
-	cmds := shCommands(readmeBlock(t, customMetricsBlock))
+	cmds := shdoc.Commands(readmeBlock(t, customMetricsBlock))
 	if len(cmds) != 3 {
 		t.Fatalf("README per-pod block: %q, want the apply, its -k alternative and the query", cmds)
 	}
@@ -304,7 +305,7 @@ func (e *installEnv) kustomizeAsShipped(t *testing.T) {
 		t.Errorf("$ %s after the rendered file: want every object unchanged, none created:\n%s", cmds[1], out)
 	}
 	e.checkPerPod(t)
-	e.run(t, shCommands(readmeBlock(t, uninstallBlock))[0], nil)
+	e.run(t, shdoc.Commands(readmeBlock(t, uninstallBlock))[0], nil)
 	e.run(t, "kubectl delete -f manifests/rendered/custom-metrics.yaml --ignore-not-found", nil)
 	e.checkUninstalled(t)
 }
@@ -313,7 +314,7 @@ func (e *installEnv) kustomizeAsShipped(t *testing.T) {
 // pod's own llm_saturation through the aggregator.
 func (e *installEnv) checkPerPod(t *testing.T) {
 	t.Helper()
-	cmds := shCommands(readmeBlock(t, customMetricsBlock))
+	cmds := shdoc.Commands(readmeBlock(t, customMetricsBlock))
 	query := cmds[len(cmds)-1]
 	var pods struct {
 		Items []struct {
@@ -335,7 +336,7 @@ func (e *installEnv) checkPerPod(t *testing.T) {
 // APIService line and the `# or: kubectl delete -k my-install` alternative.
 func (e *installEnv) uninstallOwnKustomization(t *testing.T) {
 	t.Helper()
-	uninstall := shCommands(readmeBlock(t, uninstallBlock))
+	uninstall := shdoc.Commands(readmeBlock(t, uninstallBlock))
 	if len(uninstall) != 3 || uninstall[2] != "kubectl delete -k my-install --ignore-not-found" {
 		t.Fatalf("README uninstall block: %q, want the APIServices, the release file and its `# or: kubectl delete -k my-install --ignore-not-found`", uninstall)
 	}

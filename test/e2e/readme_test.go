@@ -10,42 +10,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
+
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
-// shBlock is one ```sh block of a Markdown file.
-type shBlock struct {
-	// Section is the heading the block sits under, without its #s.
-	Section string
-	// Line is the 1-based line of the opening fence.
-	Line int
-	// Text is the block's content, ending in a newline.
-	Text string
-}
-
 // readmeRef names a README block: the first one in Section whose text starts with Prefix.
 type readmeRef struct{ Section, Prefix string }
-
-// shBlocks returns the ```sh blocks of a Markdown text, in order.
-func shBlocks(md string) []shBlock {
-	var out []shBlock
-	section, in := "", false
-	var cur shBlock
-	for i, line := range strings.Split(md, "\n") {
-		switch {
-		case in && strings.TrimSpace(line) == "```":
-			in = false
-			out = append(out, cur)
-		case in:
-			cur.Text += line + "\n"
-		case strings.TrimSpace(line) == "```sh":
-			in, cur = true, shBlock{Section: section, Line: i + 1}
-		case strings.HasPrefix(line, "#"):
-			section = strings.TrimSpace(strings.TrimLeft(line, "#"))
-		}
-	}
-	return out
-}
 
 // readme returns the repository's README.md.
 func readme(t *testing.T) string {
@@ -64,65 +35,13 @@ func readme(t *testing.T) string {
 // readmeBlock returns the README block ref names; the test fails if there is none.
 func readmeBlock(t *testing.T, ref readmeRef) string {
 	t.Helper()
-	for _, b := range shBlocks(readme(t)) {
+	for _, b := range shdoc.Blocks(readme(t)) {
 		if b.Section == ref.Section && strings.HasPrefix(b.Text, ref.Prefix) {
 			return b.Text
 		}
 	}
 	t.Fatalf("README: no ```sh block in section %q starting with %q", ref.Section, ref.Prefix)
 	return ""
-}
-
-// shCommands splits a block into its commands as a reader copies them: lines joined
-// at a trailing backslash, comment-only lines dropped, a trailing comment cut, a
-// here-document's body skipped (it is data; the command is its first line). A comment
-// `# or: <command>` offers an alternative, which is a command too.
-func shCommands(block string) []string {
-	var out []string
-	lines := strings.Split(strings.TrimRight(block, "\n"), "\n")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
-			i++
-			line = strings.TrimRight(strings.TrimSuffix(line, "\\"), " \t") + " " + strings.TrimSpace(lines[i])
-		}
-		if m := hereDoc.FindStringSubmatch(line); m != nil {
-			for i+1 < len(lines) {
-				i++
-				if lines[i] == m[1] {
-					break
-				}
-			}
-		}
-		cmd, comment := cutComment(line)
-		if cmd != "" {
-			out = append(out, cmd)
-		}
-		if alt, ok := strings.CutPrefix(comment, "or: "); ok {
-			out = append(out, strings.TrimSpace(alt))
-		}
-	}
-	return out
-}
-
-var hereDoc = regexp.MustCompile(`<<-?'?([A-Z]+)'?`)
-
-// cutComment splits a command line at its comment: a # after whitespace, outside quotes.
-func cutComment(line string) (cmd, comment string) {
-	quote := rune(0)
-	for i, r := range line {
-		switch {
-		case quote != 0:
-			if r == quote {
-				quote = 0
-			}
-		case r == '\'' || r == '"':
-			quote = r
-		case r == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
-			return strings.TrimSpace(line[:i]), strings.TrimSpace(line[i+1:])
-		}
-	}
-	return strings.TrimSpace(line), ""
 }
 
 // installSections are the README sections whose commands TestReadmeCommands checks:
@@ -151,14 +70,14 @@ func TestReadmeCommands(t *testing.T) {
 	}
 	type where struct {
 		cmd   string
-		block shBlock
+		block shdoc.Block
 	}
 	var readmeCmds []where
-	for _, b := range shBlocks(readme(t)) {
+	for _, b := range shdoc.Blocks(readme(t)) {
 		if !slices.Contains(installSections, b.Section) {
 			continue
 		}
-		for _, c := range shCommands(b.Text) {
+		for _, c := range shdoc.Commands(b.Text) {
 			readmeCmds = append(readmeCmds, where{c, b})
 		}
 	}
@@ -288,19 +207,8 @@ func testExists(t *testing.T, root, name string) bool {
 	return found
 }
 
-// TestShCommands pins the splitting of blocks into commands.
-func TestShCommands(t *testing.T) {
-	block := "make demo   # a comment\n" +
-		"            # a comment line\n" +
-		"kubectl apply -f x.yaml   # or: kubectl apply -k x\n" +
-		"helm install a b \\\n  --set c=d\n" +
-		"cat > k.yaml <<'EOF'\nresources: [x]  # kept\nEOF\n" +
-		"kubectl get --raw \"/a#b\"\n"
-	want := []string{"make demo", "kubectl apply -f x.yaml", "kubectl apply -k x", "helm install a b --set c=d",
-		"cat > k.yaml <<'EOF'", `kubectl get --raw "/a#b"`}
-	if diff := cmp.Diff(want, shCommands(block)); diff != "" {
-		t.Errorf("shCommands (-want +got):\n%s", diff)
-	}
+// TestTableCells pins the splitting of table rows into cells.
+func TestTableCells(t *testing.T) {
 	row := "| `a \\| b` | `TestX` \\| y |"
 	if diff := cmp.Diff([]string{"`a | b`", "`TestX` | y"}, tableCells(row)); diff != "" {
 		t.Errorf("tableCells (-want +got):\n%s", diff)
