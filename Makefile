@@ -51,8 +51,8 @@ E2E_UNIT_PKGS := ./controlplane/... ./flowgate/... ./loadgen/... ./nodeagent/...
 test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
-	@# The README's simulate tables replay whole hours: too slow under -race, so without it.
-	$(GO) test -count=1 -run 'TestReadmeSetPointTables' ./cmd/adapter/app
+	@# The README's simulate commands replay whole hours: too slow under -race, so without it.
+	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/adapter/app
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
