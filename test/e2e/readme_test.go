@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
-
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
@@ -44,25 +43,29 @@ func readmeBlock(t *testing.T, ref readmeRef) string {
 	return ""
 }
 
-// installSections are the README sections whose commands TestReadmeCommands checks:
-// installing, checking and removing the adapter, and the per-pod variant's install.
-var installSections = []string{
-	"Per-pod values (`custom.metrics.k8s.io`)",
-	"Run it against a cluster",
-	"Install with kubectl (kustomize)",
-	"Install with Helm",
-	"Check, monitor, uninstall",
-	"Verified TLS: the adapter manages its own serving certificate",
-	"Who owns `v1beta1.external.metrics.k8s.io`",
+// readmeRun is what a test outside this module runs of the README: the commands
+// of Sections' blocks that start with Prefix. The test itself fails when one of
+// them is not run, or not run as written.
+type readmeRun struct {
+	Sections []string
+	Prefix   string
 }
 
-// TestReadmeCommands: every command of the ```sh blocks in the README's
-// installSections has a row in test/e2e/README.md's "README commands" table saying
-// which test or CI script runs it as written, or, beginning "not run", why it cannot
-// run here. Rows that name TestInstall
-// must be commands of the blocks TestInstall runs (installBlocks); other tests and
-// scripts named must exist. A README command without a row, or a row without a README
-// command, fails.
+// readmeRunners are the tests besides TestInstall that the README commands table
+// names, with what each runs.
+var readmeRunners = map[string]readmeRun{
+	"TestReadmeExplainCommands": {Sections: []string{"`adapter explain`: evaluate /metrics offline", "Prometheus, Thanos or Mimir as the source"}, Prefix: "adapter explain "},
+	"TestReadmeSimulateTable":   {Sections: []string{"`adapter simulate`: compare autoscaling policies on your traffic"}, Prefix: "adapter simulate "},
+	"TestReadmeSetPointTables":  {Sections: []string{"Choose your set points: calibrate → simulate → HPA"}, Prefix: "adapter simulate "},
+}
+
+// TestReadmeCommands: every command of the README's ```sh blocks has a row in
+// test/e2e/README.md's "README commands" table saying which test or CI script
+// runs it as written, or, beginning "not run", why it cannot run there. A row
+// naming TestInstall must be a command of the blocks TestInstall runs
+// (installBlocks); one naming another test, a command of what readmeRunners says
+// that test runs; one naming `.ci/run`, a line of .ci/run. A README command
+// without a row, or a row without a README command, fails.
 func TestReadmeCommands(t *testing.T) {
 	root, err := stack.RepoRoot()
 	if err != nil {
@@ -74,9 +77,6 @@ func TestReadmeCommands(t *testing.T) {
 	}
 	var readmeCmds []where
 	for _, b := range shdoc.Blocks(readme(t)) {
-		if !slices.Contains(installSections, b.Section) {
-			continue
-		}
 		for _, c := range shdoc.Commands(b.Text) {
 			readmeCmds = append(readmeCmds, where{c, b})
 		}
@@ -89,13 +89,8 @@ func TestReadmeCommands(t *testing.T) {
 			missing = append(missing, w.cmd)
 			continue
 		}
-		if strings.HasPrefix(runBy, "`TestInstall`") {
-			ran := slices.ContainsFunc(installBlocks, func(r readmeRef) bool {
-				return r.Section == w.block.Section && strings.HasPrefix(w.block.Text, r.Prefix)
-			})
-			if !ran {
-				t.Errorf("README line %d: %q: the table says TestInstall runs it, but its block is not in installBlocks", w.block.Line, w.cmd)
-			}
+		if msg := runsIt(root, runBy, w.cmd, w.block); msg != "" {
+			t.Errorf("README line %d: %q: %s", w.block.Line, w.cmd, msg)
 		}
 	}
 	for cmd, runBy := range rows {
@@ -108,6 +103,36 @@ func TestReadmeCommands(t *testing.T) {
 	if len(missing)+len(stale) > 0 {
 		t.Errorf("test/e2e/README.md's README commands table (-README +table):\n%s", cmp.Diff(missing, stale))
 	}
+}
+
+// runsIt says what is wrong with the claim that runBy runs cmd of block as
+// written, or "".
+func runsIt(root, runBy, cmd string, block shdoc.Block) string {
+	m := testName.FindStringSubmatch(runBy)
+	switch {
+	case strings.HasPrefix(runBy, "`.ci/run`"):
+		b, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+		if err != nil || !slices.Contains(strings.Split(string(b), "\n"), cmd) {
+			return "the table says .ci/run runs it, but it is no line of .ci/run"
+		}
+	case m == nil || !strings.HasPrefix(runBy, m[0]):
+	case m[1] == "TestInstall":
+		ran := slices.ContainsFunc(installBlocks, func(r readmeRef) bool {
+			return r.Section == block.Section && strings.HasPrefix(block.Text, r.Prefix)
+		})
+		if !ran {
+			return "the table says TestInstall runs it, but its block is not in installBlocks"
+		}
+	default:
+		r, ok := readmeRunners[m[1]]
+		if !ok {
+			return "the table names " + m[1] + ", which readmeRunners does not list"
+		}
+		if !slices.Contains(r.Sections, block.Section) || !strings.HasPrefix(cmd, r.Prefix) {
+			return "the table says " + m[1] + " runs it, but it runs only the " + r.Prefix + "commands of " + strings.Join(r.Sections, ", ")
+		}
+	}
+	return ""
 }
 
 // commandTable reads the rows (command → run by) of the table under the heading
