@@ -51,8 +51,8 @@ E2E_UNIT_PKGS := ./controlplane/... ./flowgate/... ./loadgen/... ./nodeagent/...
 test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
-	@# The README's simulate tables replay whole hours: too slow under -race, so without it.
-	$(GO) test -count=1 -run 'TestReadmeSetPointTables' ./cmd/adapter/app
+	@# The README's simulate commands replay whole hours: too slow under -race, so without it.
+	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/adapter/app
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
@@ -107,8 +107,9 @@ $(E2E_TOOLS)/.stamp-sim: $(E2E_TOOLS)/.stamp-k8s
 	@touch $@
 
 # `build` makes bin/adapter and bin/emulator, which the tests run as real processes.
-test-e2e: e2e-tools build
-	cd test/e2e && $(E2E_GO_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
+# TestInstall runs helm too (the README's Helm install and the chart's dry-runs).
+test-e2e: e2e-tools build tools
+	cd test/e2e && $(E2E_GO_ENV) $(TEST_TOOLS_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
 
 demo: e2e-tools build
 	cd test/e2e && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/e2e-demo ./cmd/demo

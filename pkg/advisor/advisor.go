@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -107,13 +108,22 @@ type Advisor struct {
 	hpas   map[types.NamespacedName]*hpaInfo
 	active map[types.NamespacedName]map[Reason]bool
 	warned map[string]bool // unmatched gateway pools already logged
+	// unmatched holds the gateway series (metric and labels) last seen holding
+	// requests no gateway input matches, with when: the gauge counts them over
+	// every gateway answered, not only the last one.
+	unmatched map[string]time.Time
 }
+
+// unmatchedTTL is how long an unmatched gateway series stays counted after it
+// was last seen (its gateway no longer answered for).
+const unmatchedTTL = 10 * time.Minute
 
 // New returns an Advisor recording Events with recorder (nil: no Events, log and
 // metric only).
 func New(recorder record.EventRecorder, catalogs Catalogs, metrics *Metrics) *Advisor {
 	return &Advisor{recorder: recorder, catalogs: catalogs, metrics: metrics,
-		hpas: map[types.NamespacedName]*hpaInfo{}, active: map[types.NamespacedName]map[Reason]bool{}, warned: map[string]bool{}}
+		hpas: map[types.NamespacedName]*hpaInfo{}, active: map[types.NamespacedName]map[Reason]bool{}, warned: map[string]bool{},
+		unmatched: map[string]time.Time{}}
 }
 
 // HPAHandler returns the event handler that keeps the advisor's view of the HPAs
@@ -254,8 +264,12 @@ func (a *Advisor) set(key types.NamespacedName, info *hpaInfo, r Reason, on bool
 	}
 }
 
-// maxUnmatchedLogged bounds the gateway pools remembered as logged.
-const maxUnmatchedLogged = 100
+// maxUnmatchedLogged bounds the gateway pools remembered as logged, and
+// maxUnmatchedCounted the unmatched series counted.
+const (
+	maxUnmatchedLogged  = 100
+	maxUnmatchedCounted = 1000
+)
 
 // GatewaySeen checks gateway readings against the catalog: series holding
 // requests that no policy's gateway input (of the same metric) matches mean flow
@@ -269,31 +283,54 @@ func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
 			inputs = append(inputs, p.Gateway)
 		}
 	}
-	unmatched := 0
+	now := time.Now()
 	var fresh []string
+	a.mu.Lock()
 	for _, r := range readings {
 		if r == nil {
 			continue
 		}
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
+			key := s.Metric + describeAll(s.Labels)
 			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *signals.GatewayInput) bool { return g.Metric == s.Metric && s.Matches(g.Match) }) {
+				delete(a.unmatched, key)
 				continue
 			}
-			unmatched++
+			if _, ok := a.unmatched[key]; ok || len(a.unmatched) < maxUnmatchedCounted {
+				a.unmatched[key] = now
+			}
 			id := describe(s.Labels)
-			a.mu.Lock()
 			if !a.warned[id] && len(a.warned) < maxUnmatchedLogged {
 				a.warned[id] = true
 				fresh = append(fresh, id)
 			}
-			a.mu.Unlock()
 		}
 	}
-	a.metrics.UnmatchedGatewaySeries.Set(float64(unmatched))
+	for k, at := range a.unmatched {
+		if now.Sub(at) > unmatchedTTL {
+			delete(a.unmatched, k)
+		}
+	}
+	a.metrics.UnmatchedGatewaySeries.Set(float64(len(a.unmatched)))
+	a.mu.Unlock()
 	for _, id := range fresh {
 		klog.InfoS("Warning: the gateway holds requests for a pool no policy's gateway input matches; its HPA scales on the engines alone, which sit at their set points while requests wait in the gateway (hazard NC-04)", "series", id)
 	}
+}
+
+// describeAll renders every label of a gateway series, sorted.
+func describeAll(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString("\x00" + k + "=" + l[k])
+	}
+	return b.String()
 }
 
 // describe renders the identifying labels of a gateway series.

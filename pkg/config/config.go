@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -121,6 +122,11 @@ type Gateway struct {
 	// QueueSetPoint converts waiting requests to replicas; the policy's
 	// queueDepth set point when unset.
 	QueueSetPoint float64 `json:"queueSetPoint,omitempty"`
+	// BearerTokenFile, when set, is an absolute path whose content (re-read on
+	// every scrape, so a rotated token is picked up) is sent as
+	// "Authorization: Bearer" to the gateway's pods: the inference extension's
+	// endpoint picker protects /metrics by default (--metrics-endpoint-auth).
+	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m").
@@ -321,8 +327,11 @@ func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
 		if len(g.Match) == 0 {
 			errs = append(errs, field.Required(gp.Child("match"), "labels that pick this pool's series, e.g. inference_pool: my-pool"))
 		}
+		if g.BearerTokenFile != "" && !filepath.IsAbs(g.BearerTokenFile) {
+			errs = append(errs, field.Invalid(gp.Child("bearerTokenFile"), g.BearerTokenFile, "must be an absolute path"))
+		}
 		sp.Gateway = &signals.GatewayInput{Namespace: g.Namespace, Selector: g.Selector, Port: g.Port, Path: g.Path,
-			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint}
+			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint, BearerTokenFile: g.BearerTokenFile}
 	}
 	if len(errs) > 0 {
 		return sp, errs

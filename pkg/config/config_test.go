@@ -73,6 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"window on a gauge term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, window: 1m}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"bad duration", head + "policies:\n- name: a\n  kind: mean\n  holdLastGood: forever\n  terms: [{kind: queueDepth}]\n", []string{`time: invalid duration "forever"`}},
+		{"gateway token file not absolute", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: token}\n", []string{`policies[0].gateway.bearerTokenFile: Invalid value: "token": must be an absolute path`}},
 		{"gateway without selector or match", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {port: 9090}\n", []string{"policies[0].gateway.selector: Required value", "policies[0].gateway.match: Required value"}},
 		{"cap below 1", head + "policies:\n- name: a\n  kind: mean\n  maxRatio: 2\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{`unknown field "policies[0].maxRatio"`}},
 		{"term cap below 1", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{"policies[0].terms[0].maxRatio: Invalid value: 0.5"}},

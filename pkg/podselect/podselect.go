@@ -171,6 +171,9 @@ type interest struct {
 type Override struct {
 	Port int
 	Path string
+	// BearerTokenFile, when set, is sent as the pods' bearer token
+	// (scrape.Target.BearerTokenFile).
+	BearerTokenFile string
 }
 
 // key renders a non-zero override for interest keys.
@@ -178,7 +181,7 @@ func (o Override) key() string {
 	if o == (Override{}) {
 		return ""
 	}
-	return "\x00" + strconv.Itoa(o.Port) + "\x00" + o.Path
+	return "\x00" + strconv.Itoa(o.Port) + "\x00" + o.Path + "\x00" + o.BearerTokenFile
 }
 
 // Gateway is where a served metric's gateway pods are: a selector in a
@@ -598,5 +601,5 @@ func (s *Selection) targetWith(p *corev1.Pod, ov Override) (scrape.Target, error
 	}
 	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port))}
 	// Path may carry a query (e.g. /metrics?format=text); keep it verbatim.
-	return scrape.Target{Pod: key, UID: p.UID, URL: u.String() + path}, nil
+	return scrape.Target{Pod: key, UID: p.UID, URL: u.String() + path, BearerTokenFile: ov.BearerTokenFile}, nil
 }

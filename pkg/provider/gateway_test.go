@@ -1,8 +1,14 @@
 package provider
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,5 +73,80 @@ func TestGatewayInput(t *testing.T) {
 	r = f.get(t, "llm", "gw-demand", "app=vllm-zero")
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "the gateway's queue is unknown") {
 		t.Errorf("gateway failing: HTTP %d %q", r.code, r.status.Message)
+	}
+}
+
+// authEngine is an endpoint picker whose /metrics wants a bearer token (the
+// inference extension's --metrics-endpoint-auth): it answers 401 to any other
+// Authorization and records what each request sent.
+func authEngine(t *testing.T, body string, token *atomic.Value, seen *atomic.Value) *engine {
+	e := &engine{body: body, code: http.StatusOK}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("Authorization"))
+		if r.Header.Get("Authorization") != "Bearer "+token.Load().(string) {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// A gateway input with bearerTokenFile sends the file's token to the gateway's
+// pods only (never to engines), reads the file on every scrape (a rotated
+// token is used on the next scrape), and an unreadable file is a 503 that
+// names neither the path nor the token.
+func TestGatewayBearerToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var want, eppSaw, engineSaw atomic.Value
+	want.Store("s3cret")
+	mk := func(name, selector, tokenFile string) signals.Policy {
+		return signals.Policy{Name: name, Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(),
+			Gateway: &signals.GatewayInput{Selector: selector, Match: map[string]string{"inference_pool": "qwen3-32b-pool"}, BearerTokenFile: tokenFile}}
+	}
+	catalog, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
+		mk("gw-token", "app=epp", file), mk("gw-missing", "app=epp-b", filepath.Join(dir, "absent")))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vllm := &engine{}
+	vllm.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		engineSaw.Store(r.Header.Get("Authorization"))
+		io.WriteString(w, "vllm:num_requests_waiting{engine=\"0\"} 4\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.78\n")
+	}))
+	t.Cleanup(vllm.srv.Close)
+	f := newFixtureCatalog(t, catalog,
+		podSpec{name: "epp-0", labels: map[string]string{"app": "epp"}, engine: authEngine(t, sample(t, "hazards/NC-04-epp.prom"), &want, &eppSaw)},
+		podSpec{name: "epp-b", labels: map[string]string{"app": "epp-b"}, engine: authEngine(t, sample(t, "hazards/NC-04-epp.prom"), &want, &eppSaw)},
+		podSpec{name: "vllm-a", labels: map[string]string{"app": "vllm"}, engine: vllm},
+	)
+	if got := f.value(t, "llm", "gw-token", "app=vllm"); got != "76975m" {
+		t.Errorf("gw-token = %s, want 76975m (0.975 + 380 / 5)", got)
+	}
+	if s, _ := engineSaw.Load().(string); s != "" {
+		t.Errorf("an engine was sent Authorization %q: the token goes to the gateway's pods only", s)
+	}
+	// Rotation: the file and the server change; the next scrape sends the new token.
+	want.Store("rotated")
+	if err := os.WriteFile(file, []byte("rotated"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-token", "app=vllm"); got != "76975m" {
+		t.Errorf("after rotation: gw-token = %s, want 76975m", got)
+	}
+	if s, _ := eppSaw.Load().(string); s != "Bearer rotated" {
+		t.Errorf("after rotation the gateway was sent %q, want the new token", s)
+	}
+	r := f.get(t, "llm", "gw-missing", "app=vllm")
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "bearer token file cannot be read") ||
+		strings.Contains(r.status.Message, dir) {
+		t.Errorf("unreadable token file: HTTP %d %q, want 503 saying the token file cannot be read, without its path", r.code, r.status.Message)
 	}
 }

@@ -305,6 +305,9 @@ func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, polic
 type gatewayAnswer struct {
 	queue    float64
 	readings []*signals.Reading
+	// namespace and selector find the gateway's pods.
+	namespace string
+	selector  labels.Selector
 }
 
 // gateway reads a policy's gateway input: the fresh readings of the gateway's
@@ -321,7 +324,7 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *sign
 	if err != nil {
 		return nil, unavailable(fmt.Sprintf("%s: gateway input %q: %v", where, g.Selector, err))
 	}
-	ov := podselect.Override{Port: g.Port, Path: g.Path}
+	ov := podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile}
 	input := fmt.Sprintf("%s: gateway input (pods %s in namespace %s)", where, g.Selector, ns)
 	if err := p.ready(input, ns); err != nil {
 		return nil, err
@@ -364,12 +367,20 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *sign
 		slices.Sort(missing)
 		return nil, unavailable(fmt.Sprintf("%s: the gateway's queue is unknown: %s", input, summarize(missing)))
 	}
-	q, ok := g.GatewayQueue(out.readings...)
-	if !ok {
-		return nil, unavailable(fmt.Sprintf("%s: the gateway's metrics have no %s series: is flow control on, and the metric's name right?", input, g.Metric))
+	q, err := g.Queue(out.readings...)
+	if err != nil {
+		return nil, unavailable(fmt.Sprintf("%s: %v", input, err))
 	}
 	out.queue = q
+	out.namespace, out.selector = ns, sel
 	return out, nil
+}
+
+// isGatewayPod reports whether m is one of the gateway input's own pods
+// (an HPA selector on a release label can match the endpoint picker too): the
+// gateway's queue is counted through its input, never as an engine.
+func (g *gatewayAnswer) isGatewayPod(m *podselect.Member) bool {
+	return g != nil && g.selector != nil && m.Pod.Namespace == g.namespace && g.selector.Matches(labels.Set(m.Labels))
 }
 
 // fold evaluates the policy over the counted members in one pass, through the
@@ -384,7 +395,7 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 	roleKey := catalog.RoleLabel()
 	for i := range members {
 		m := &members[i]
-		if !m.Counted {
+		if !m.Counted || gw.isGatewayPod(m) {
 			continue
 		}
 		role := m.Labels[roleKey]
@@ -417,8 +428,8 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 // naming why (no pod Ready, none with fresh data, signal absent), else nil.
 func (a *answer) poolError(where string) error {
 	switch {
-	case a.pool.Pods == 0 && a.pool.Value != nil:
-		return nil // no Ready pod, the gateway's demand alone
+	case a.pool.Value != nil:
+		return nil // possibly the gateway's demand alone (no Ready or no known pod)
 	case a.pool.Pods == 0:
 		return unavailable(fmt.Sprintf("%s: %d pods match but none is Running and Ready", where, a.matched))
 	case a.pool.Known == 0 && a.pool.Fresh > 0 && a.signal:

@@ -39,6 +39,10 @@ type Target struct {
 	// pod was selected for: scrape capacity is shared fairly between the pools of
 	// a namespace, as between namespaces. Pods with the same key share a queue.
 	Pool string
+	// BearerTokenFile, when set, is read on every scrape (prometheus/common's
+	// FileSecret, so a rotated token is picked up) and sent as
+	// "Authorization: Bearer <token>" (a gateway input's endpoint picker).
+	BearerTokenFile string
 }
 
 // Result is the latest known state of one target.
@@ -164,7 +168,7 @@ func (s *Scraper) Latest(uid types.UID) (*Result, bool) {
 func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	start := s.clock.Now()
 	rd := s.reader.Load()
-	reading, err := s.fetch(ctx, t.URL, rd.Extractor)
+	reading, err := s.fetch(ctx, t, rd.Extractor)
 	now := s.clock.Now()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, or a request's cold-scrape budget): that says
@@ -218,12 +222,23 @@ func loggedWarnings(warnings []string) []string {
 
 // fetch GETs one /metrics body and extracts it. Its error says what callers
 // may see and keeps the full error (with the URL) for the log.
-func (s *Scraper) fetch(ctx context.Context, url string, extractor *signals.Extractor) (*signals.Reading, *Error) {
+func (s *Scraper) fetch(ctx context.Context, t Target, extractor *signals.Extractor) (*signals.Reading, *Error) {
+	url := t.URL
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, newError(ReasonRequest, "invalid scrape URL", fmt.Errorf("building request for %s: %w", url, err))
+	}
+	if t.BearerTokenFile != "" {
+		tok, err := promconfig.NewFileSecret(t.BearerTokenFile).Fetch(ctx)
+		if err != nil || tok == "" {
+			if err == nil {
+				err = errors.New("empty")
+			}
+			return nil, newError(ReasonRequest, "the bearer token file cannot be read", fmt.Errorf("bearer token file %s: %w", t.BearerTokenFile, err))
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	// The text format first, OpenMetrics next (engines serve one or the
 	// other; the extractor reads both); never protobuf.

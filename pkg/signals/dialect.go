@@ -397,6 +397,11 @@ func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourc
 			idx.gateway[g], idx.read[g], idx.first[g[0]] = true, true, true
 		}
 	}
+	if len(idx.gateway) > 0 {
+		for _, p := range flowControlPrefixes { // noticed, not read (Reading.FlowControl)
+			idx.first[p[0]] = true
+		}
+	}
 
 	for d := range dialects {
 		dia := &dialects[d]

@@ -353,15 +353,18 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bo
 }
 
 // idle reports whether f says the pod has nothing running and nothing waiting
-// (deferred waits included); false when its engine does not report running.
+// (deferred waits included). It is false unless every engine of the fold
+// reported both running and waiting validly: an unknown gauge (absent, or a
+// rejected NaN on one data-parallel rank) is no evidence of idleness, and the
+// KV term then stands.
 func idle(f *Fold) bool {
-	run, ok := f.Value(Running)
-	if !ok || run > 0 {
+	if !f.complete(Running) || !f.complete(QueueDepth) {
 		return false
 	}
+	run, _ := f.Value(Running)
 	q, _ := f.Value(QueueDepth)
 	qd, _ := f.Value(QueueDeferred)
-	return q+qd == 0
+	return run == 0 && q+qd == 0
 }
 
 // latencyValue is a latency term's value over a window's observations: their

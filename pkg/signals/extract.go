@@ -130,6 +130,11 @@ type scanBuffers struct {
 	samples []rawSample
 	gateway []GatewaySeries
 	lset    labels.Labels
+	// flow lists the flow-control families seen that are not read (see
+	// Reading.FlowControl); gwOldest is the oldest gateway sample timestamp
+	// (milliseconds, 0: none).
+	flow     []string
+	gwOldest int64
 	// What fold builds and drops: engines by ID, their builds (reused with
 	// their cells and maps), engine IDs, model names, histogram bounds.
 	engines map[string]*engineBuild
@@ -255,19 +260,66 @@ func isOpenMetrics(contentType string) bool {
 
 // reading turns the parsed samples into a Reading.
 func (e *Extractor) reading(b *scanBuffers, st filterStats) (Reading, error) {
-	if len(b.samples) == 0 && len(b.gateway) > 0 {
-		// A gateway (endpoint picker): its queue, no engine.
-		return Reading{Dialect: DialectGateway, Gateway: slices.Clone(b.gateway)}, nil
+	if len(b.samples) == 0 && (len(b.gateway) > 0 || len(b.flow) > 0) {
+		// A gateway (endpoint picker): its queue, or, with every flow idle and
+		// collected, only its other flow-control families; no engine.
+		return Reading{Dialect: DialectGateway, Gateway: cloneOrNil(b.gateway), FlowControl: cloneOrNil(b.flow),
+			SampleTime: milliTime(b.gwOldest)}, nil
 	}
 	r, err := e.fold(b.samples, st, b)
 	if err != nil {
 		return Reading{}, err
 	}
-	if len(b.gateway) > 0 {
-		// nil when none, whatever the pooled buffer held before.
-		r.Gateway = slices.Clone(b.gateway)
-	}
+	// nil when none, whatever the pooled buffer held before.
+	r.Gateway, r.FlowControl = cloneOrNil(b.gateway), cloneOrNil(b.flow)
 	return r, nil
+}
+
+// cloneOrNil returns a copy of s, nil when s is empty (a pooled buffer's
+// slice is never nil once used).
+func cloneOrNil[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return slices.Clone(s)
+}
+
+// milliTime is t (Unix milliseconds) as a time, zero for 0.
+func milliTime(t int64) time.Time {
+	if t == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(t)
+}
+
+// flowControlPrefixes are the name prefixes of the gateway's flow-control
+// families: the Gateway API inference extension's (pkg/epp/metrics,
+// inference_extension_flow_control_*) and llm-d's mirror of them
+// (llm_d_epp_flow_control_*, e.g. llm_d_epp_flow_control_pool_saturation).
+var flowControlPrefixes = []string{"inference_extension_flow_control_", "llm_d_epp_flow_control_"}
+
+// maxFlowFamilies bounds Reading.FlowControl.
+const maxFlowFamilies = 8
+
+// noteFlowFamily records name in b.flow when it is a flow-control family and
+// the extractor reads gateway metrics.
+func (e *Extractor) noteFlowFamily(name []byte, b *scanBuffers) {
+	if len(e.index.gateway) == 0 || len(b.flow) >= maxFlowFamilies {
+		return
+	}
+	if isFlowControlFamily(string(name)) && !slices.Contains(b.flow, string(name)) {
+		b.flow = append(b.flow, string(name))
+	}
+}
+
+// isFlowControlFamily reports whether name is a gateway flow-control family.
+func isFlowControlFamily(name string) bool {
+	for _, p := range flowControlPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // DialectGateway is the Reading.Dialect of a body with gateway queue series
@@ -305,6 +357,16 @@ func (e *Extractor) gatewaySeries(lset *labels.Labels, value float64) (GatewaySe
 	return gs, true
 }
 
+// hasLabels reports whether the series carries every label name of match.
+func (g *GatewaySeries) hasLabels(match map[string]string) bool {
+	for k := range match {
+		if _, ok := g.Labels[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // Matches reports whether every label of match has that value on the series.
 func (g *GatewaySeries) Matches(match map[string]string) bool {
 	for k, v := range match {
@@ -330,6 +392,7 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 	var st filterStats
 	b.lines.Reset()
 	b.lineNos, b.offsets, b.global, b.fast, b.accepted = b.lineNos[:0], b.offsets[:0], b.global[:0], b.fast[:0], 0
+	b.flow = b.flow[:0]
 	if !om {
 		e.series.mu.RLock() // for hit
 		defer e.series.mu.RUnlock()
@@ -394,6 +457,7 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			}
 		}
 		if !read {
+			e.noteFlowFamily(name, b)
 			continue
 		}
 		if len(line) > maxLineBytes {
@@ -508,6 +572,7 @@ func closingBrace(line []byte) int {
 func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 	b.samples = b.samples[:0]
 	b.gateway = b.gateway[:0]
+	b.gwOldest = 0
 	if len(data) == 0 {
 		return nil
 	}
@@ -544,6 +609,9 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		}
 		if gs, ok := e.gatewaySeries(&b.lset, value); ok {
 			b.gateway = append(b.gateway, gs)
+			if t != 0 && (b.gwOldest == 0 || t < b.gwOldest) {
+				b.gwOldest = t
+			}
 		}
 		var ok bool
 		if b.samples, ok = e.collect(b.samples, &b.lset, value, t, line); !ok {

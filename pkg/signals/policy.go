@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -314,6 +315,9 @@ type GatewayInput struct {
 	// QueueSetPoint converts waiting requests into replicas; the policy's queue
 	// depth set point when 0.
 	QueueSetPoint float64
+	// BearerTokenFile, when set, holds the bearer token sent to the gateway's
+	// pods (re-read on every scrape).
+	BearerTokenFile string
 }
 
 // DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
@@ -322,35 +326,95 @@ type GatewayInput struct {
 // fairness_id, priority and model names (hazard NC-04).
 const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 
-// GatewayQueue returns the waiting requests of the gateway series that a
-// gateway input selects: the sum over the series of its metric whose labels
-// match, over the readings given (one per gateway pod). ok is false when no
-// reading has a series of the metric at all: never a silent 0. A reading
-// whose series exist but none match counts 0 (flow control holds nothing for
-// this pool).
+// GatewayQueue is Queue with its error reduced to ok.
 func (g *GatewayInput) GatewayQueue(readings ...*Reading) (queue float64, ok bool) {
+	q, err := g.Queue(readings...)
+	return q, err == nil
+}
+
+// Queue returns the waiting requests of the gateway series that a gateway
+// input selects: the sum over the series of its metric whose labels match,
+// over the readings given (one per gateway pod). A reading whose series exist
+// but none match counts 0 (flow control holds nothing for this pool), and so
+// does a gateway reading with no series of the metric but other flow-control
+// families (Reading.FlowControl): the endpoint picker deletes an idle flow's
+// series after its GC timeout (FlowGCTimeout, 5 min by default).
+//
+// Errors, never a silent 0: no reading at all; a reading with no series of the metric and no
+// flow-control family (flow control off, or not the gateway's /metrics); one
+// that exports another *_flow_control_queue_size family instead (the metric
+// misnamed); and series of the metric none of which carries every label of
+// Match (a match that can select nothing: upstream's gauge is labelled
+// fairness_id and priority only before PR #1714).
+func (g *GatewayInput) Queue(readings ...*Reading) (float64, error) {
+	var queue float64
+	series, labelled, read := 0, 0, 0
 	for _, r := range readings {
 		if r == nil {
 			continue
 		}
+		read++
+		n := 0
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
 			if s.Metric != g.Metric {
 				continue
 			}
-			ok = true
+			n++
+			if s.hasLabels(g.Match) {
+				labelled++
+			}
 			if s.Matches(g.Match) {
 				queue += s.Value
 			}
 		}
+		if n == 0 {
+			if other := otherQueueFamily(r, g.Metric); other != "" {
+				return 0, fmt.Errorf("the gateway exports %s, not %s: set the gateway input's metric", other, g.Metric)
+			}
+			if len(r.FlowControl) == 0 {
+				return 0, fmt.Errorf("the gateway's metrics have no %s series and no flow-control family: is flow control on, and the metric's name right?", g.Metric)
+			}
+		}
+		series += n
 	}
-	return queue, ok
+	if read == 0 {
+		return 0, errors.New("no reading of the gateway's metrics")
+	}
+	if series > 0 && labelled == 0 && len(g.Match) > 0 {
+		keys := make([]string, 0, len(g.Match))
+		for k := range g.Match {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return 0, fmt.Errorf("no %s series carries the match labels %v: the gateway input's match can select none of them", g.Metric, keys)
+	}
+	return queue, nil
+}
+
+// otherQueueFamily returns a flow-control queue-size family of r other than
+// metric, "" when none.
+func otherQueueFamily(r *Reading, metric string) string {
+	for _, f := range r.FlowControl {
+		if strings.HasSuffix(f, "_flow_control_queue_size") && f != metric {
+			return f
+		}
+	}
+	for i := range r.Gateway {
+		if f := r.Gateway[i].Metric; f != metric && strings.HasSuffix(f, "_flow_control_queue_size") {
+			return f
+		}
+	}
+	return ""
 }
 
 // PerPod reports whether the policy has a value per pod (served on
 // custom.metrics.k8s.io for HPA metrics of type Pods): every kind but
-// KindDemand, which only exists for a pool.
-func (p *Policy) PerPod() bool { return p.Kind != KindDemand }
+// KindDemand, which only exists for a pool, and but a policy with a gateway
+// input, whose backlog belongs to the pool and to no pod (per-pod values
+// without it would read "at target" while the gateway holds hundreds of
+// requests, hazard NC-04).
+func (p *Policy) PerPod() bool { return p.Kind != KindDemand && p.Gateway == nil }
 
 // dns1123Label is Kubernetes' DNS-1123 label (k8s.io/apimachinery
 // pkg/util/validation, IsDNS1123Label), which configured policy names follow.

@@ -77,10 +77,14 @@ type Pool struct {
 //   - With a gateway input (AddGateway), its queue / the gateway's queue set
 //     point adds to the demand, and the mean is that demand over the pods; with
 //     no pod, both are the gateway demand (the HPA computes ceil(value /
-//     target) at zero replicas).
+//     target) at zero replicas), at least MinWakeDemand while any request is
+//     held.
 //
 // No known pod means no value (and an error for the HPA), except for a pool of
-// zero pods with a gateway input.
+// zero pods with a gateway input, and for pods none of which is known while
+// their gateway holds requests: then each pod counts as unknown pods do and
+// the gateway's demand adds (missing engine data dampens what the gateway
+// says, never cancels it).
 type PoolBuilder struct {
 	policy *Policy
 	now    time.Time
@@ -203,6 +207,12 @@ func (b *PoolBuilder) addSignal(h *History, why string) PodValue {
 	return v
 }
 
+// MinWakeDemand is the least demand a pool of zero pods is served while its
+// gateway holds any request: 0.001, the smallest value the adapter serves
+// (milli units; see provider.MilliQuantity), so that a deep-queue set point
+// (1 request / 5000) never rounds a waiting request away.
+const MinWakeDemand = 0.001
+
 // AddGateway adds the pool's gateway-held queue (waiting requests) to the
 // demand; see PoolBuilder. queue must be finite and >= 0.
 func (b *PoolBuilder) AddGateway(queue float64) {
@@ -234,8 +244,23 @@ func (b *PoolBuilder) Pool() Pool {
 		gwDemand = *b.gw / p.Gateway.QueueSetPoint
 	}
 	if b.known == 0 {
-		if b.pods == 0 && b.gw != nil {
+		switch {
+		case b.pods == 0 && b.gw != nil:
+			// Scale from zero: any held request is worth at least MinWakeDemand,
+			// so that ceil(value / target) at zero replicas is at least 1.
+			if *b.gw > 0 {
+				gwDemand = max(gwDemand, MinWakeDemand)
+			}
 			out.Value = &gwDemand
+		case b.pods > 0 && gwDemand > 0:
+			// No pod known, but the gateway holds requests: evidence of demand
+			// the pods' silence cannot cancel. Each unknown pod counts as it is
+			// counted (UnknownSaturation, or its held last good value).
+			v := b.sum + gwDemand
+			if p.Kind == KindMean {
+				v /= float64(b.pods)
+			}
+			out.Value = &v
 		}
 		return out
 	}

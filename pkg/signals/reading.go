@@ -87,6 +87,16 @@ type Fold struct {
 	Hist [numHistos]*Histogram
 	// EngineCount is the number of engines folded.
 	EngineCount int
+	// partial has a bit per signal that some folded engines report and others
+	// do not (a rejected NaN on one data-parallel rank): its value covers only
+	// the engines that do.
+	partial uint32
+}
+
+// complete reports whether every folded engine reported s validly.
+func (f *Fold) complete(s Signal) bool {
+	_, ok := f.Value(s)
+	return ok && f.partial&(1<<s) == 0
 }
 
 // Reading is what one /metrics body says about one pod.
@@ -119,6 +129,12 @@ type Reading struct {
 	// extractor reads any (ExtractOptions.GatewayMetrics); invalid values
 	// (NaN, negative, absurd) are left out.
 	Gateway []GatewaySeries
+	// FlowControl names the gateway flow-control families the body exposes
+	// but the extractor does not read (at most 8; only when it reads gateway
+	// metrics), e.g. llm_d_epp_flow_control_pool_saturation: evidence that flow
+	// control is on when no queue series is left, since the endpoint picker
+	// deletes an idle flow's series after its GC timeout.
+	FlowControl []string `json:",omitempty"`
 
 	// Invalid counts rejected series by reason.
 	Invalid map[Reason]int
@@ -209,6 +225,9 @@ func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 	for s := range numSignals {
 		if counts[s] > 0 && s.foldsByMean() {
 			f.v[s] /= float64(counts[s])
+		}
+		if counts[s] > 0 && counts[s] < f.EngineCount {
+			f.partial |= 1 << s
 		}
 		if counts[s] > 0 && (math.IsInf(f.v[s], 0) || math.IsNaN(f.v[s])) {
 			// Each value is bounded (validate), so only absurd engine counts get here.

@@ -18,10 +18,37 @@ import (
 // reads whole (TestPrefilterMatchesReference).
 func (e *Extractor) extractReference(body []byte, contentType string) (Reading, error) {
 	b := &scanBuffers{}
-	if err := e.parse(isOpenMetrics(contentType), body, b); err != nil {
+	om := isOpenMetrics(contentType)
+	if err := e.parse(om, body, b); err != nil {
 		return Reading{}, err
 	}
+	e.noteFlowFamilies(om, body, b)
 	return e.reading(b, filterStats{})
+}
+
+// noteFlowFamilies notes, as the prefilter does, the flow-control families of
+// the series in body that the extractor does not read.
+func (e *Extractor) noteFlowFamilies(om bool, body []byte, b *scanBuffers) {
+	var p textparse.Parser
+	if om {
+		p = textparse.NewOpenMetricsParser(body, labels.NewSymbolTable())
+	} else {
+		p = textparse.NewPromParser(body, labels.NewSymbolTable(), false)
+	}
+	var lset labels.Labels
+	for {
+		entry, err := p.Next()
+		if err != nil {
+			return // parse has reported it
+		}
+		if entry != textparse.EntrySeries {
+			continue
+		}
+		p.Labels(&lset)
+		if name := lset.Get(labels.MetricName); !e.index.read[name] {
+			e.noteFlowFamily([]byte(name), b)
+		}
+	}
 }
 
 // wholeBodyParses reports whether textparse reads the whole body without an

@@ -2,6 +2,8 @@ package signals
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -36,6 +38,7 @@ type Sample struct {
 func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 	var raw []rawSample
 	var gateway []GatewaySeries
+	var flow []string
 	read := 0
 	for i := range samples {
 		s := &samples[i]
@@ -48,6 +51,12 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 				return Reading{}, fmt.Errorf("%w: more than %d series of the gateway queue metrics read", ErrTooManySeries, e.opts.MaxSeries)
 			}
 			gateway = append(gateway, gs)
+			continue
+		}
+		if name := s.Labels.Get(model.MetricNameLabel); len(e.index.gateway) > 0 && isFlowControlFamily(name) {
+			if len(flow) < maxFlowFamilies && !slices.Contains(flow, name) {
+				flow = append(flow, name)
+			}
 			continue
 		}
 		n := len(raw)
@@ -63,9 +72,11 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 			return Reading{}, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
 		}
 	}
-	if len(raw) == 0 && len(gateway) > 0 {
-		// A gateway (endpoint picker): its queue, no engine.
-		return Reading{Dialect: DialectGateway, Gateway: gateway}, nil
+	gateway, oldest := dedupeGateway(gateway, samples, e)
+	if len(raw) == 0 && (len(gateway) > 0 || len(flow) > 0) {
+		// A gateway (endpoint picker): its queue, or only its other
+		// flow-control gauges while every flow is idle; no engine.
+		return Reading{Dialect: DialectGateway, Gateway: gateway, FlowControl: flow, SampleTime: oldest}, nil
 	}
 	b := e.bufs.Get().(*scanBuffers)
 	defer e.bufs.Put(b)
@@ -73,8 +84,73 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 	if err != nil {
 		return Reading{}, err
 	}
-	r.Gateway = gateway
+	r.Gateway, r.FlowControl = gateway, flow
 	return r, nil
+}
+
+// scrapeTargetLabels are the labels a time-series database adds per scrape
+// target rather than per series: the Prometheus Operator's job, instance,
+// endpoint, service and container target labels, and the HA-replica labels of
+// Prometheus pairs and Thanos. Two monitors of one endpoint picker (a
+// PodMonitor beside the chart's ServiceMonitor) give the same series with
+// different values of these only.
+var scrapeTargetLabels = []string{"job", "instance", "endpoint", "service", "container", "prometheus", "prometheus_replica", "__replica__"}
+
+// dedupeGateway collapses gateway series that differ only by scrape-target
+// labels to one, at their maximum (as engines' duplicates collapse), with
+// those labels dropped, and returns the oldest sample time among the gateway
+// samples (zero when none carries one).
+func dedupeGateway(gateway []GatewaySeries, samples []Sample, e *Extractor) ([]GatewaySeries, time.Time) {
+	var oldest time.Time
+	for i := range samples {
+		name := samples[i].Labels.Get(model.MetricNameLabel)
+		if t := samples[i].T; !t.IsZero() && (e.index.gateway[name] || isFlowControlFamily(name)) && (oldest.IsZero() || t.Before(oldest)) {
+			oldest = t
+		}
+	}
+	if len(gateway) < 2 {
+		for i := range gateway {
+			dropTargetLabels(gateway[i].Labels)
+		}
+		return gateway, oldest
+	}
+	out := gateway[:0]
+	index := map[string]int{}
+	for _, g := range gateway {
+		dropTargetLabels(g.Labels)
+		k := g.key()
+		if j, dup := index[k]; dup {
+			out[j].Value = max(out[j].Value, g.Value)
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, g)
+	}
+	return out, oldest
+}
+
+func dropTargetLabels(m map[string]string) {
+	for _, l := range scrapeTargetLabels {
+		delete(m, l)
+	}
+}
+
+// key is the series' identity: its metric and sorted labels.
+func (g *GatewaySeries) key() string {
+	names := make([]string, 0, len(g.Labels))
+	for k := range g.Labels {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	b.WriteString(g.Metric)
+	for _, k := range names {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte(1)
+		b.WriteString(g.Labels[k])
+	}
+	return b.String()
 }
 
 // FamilyKind says how a family's series are read.
@@ -142,8 +218,20 @@ func (e *Extractor) Families() []Family {
 	for _, g := range e.opts.GatewayMetrics {
 		add(g, FamilyGauge, 0)
 	}
+	if len(e.opts.GatewayMetrics) > 0 {
+		for _, g := range flowControlEvidence {
+			add(g, FamilyGauge, 0)
+		}
+	}
 	return out
 }
+
+// flowControlEvidence are the flow-control gauges an endpoint picker with flow
+// control on keeps exporting while every flow is idle and its queue series
+// are deleted (Reading.FlowControl): the pool saturation, upstream
+// (gateway-api-inference-extension pkg/epp/metrics) and in llm-d's mirror. A
+// time-series database is asked for them beside the gateway queue metrics.
+var flowControlEvidence = []string{"inference_extension_flow_control_pool_saturation", "llm_d_epp_flow_control_pool_saturation"}
 
 // Facts returns what the readings within the state window say about each
 // engine of the newest reading (for NewSnapshot). The slice is shared: do not

@@ -3,6 +3,7 @@ module github.com/saturation-adapter/saturation-adapter/test/e2e
 go 1.26.7
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/saturation-adapter/saturation-adapter v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

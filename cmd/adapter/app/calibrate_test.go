@@ -231,58 +231,42 @@ func TestReadmeCalibrateFlags(t *testing.T) {
 	}
 }
 
+// setPointSection is the README section whose `adapter simulate` commands
+// TestReadmeSetPointTables runs.
+const setPointSection = "Choose your set points: calibrate → simulate → HPA"
+
 // TestReadmeSetPointTables runs every `adapter simulate` command of the README's
-// "Choose your set points" section as written and checks that each prints the
-// table shown under it, so the comparison there is what the commands give.
-// Whole-hour replays at several times the traces' rates take about a minute of
-// CPU, many minutes under -race, so the race-enabled `make test` skips it; run
-// it with `go test ./cmd/adapter/app -run TestReadmeSetPointTables`.
+// "Choose your set points" section as written, from a directory like the
+// checkout's root, and checks that each prints the table shown under its block,
+// so the comparison there is what the commands give. Whole-hour replays at
+// several times the traces' rates take about a minute of CPU, many minutes under
+// -race, so the race-enabled `make test-unit` skips it and runs it again without
+// -race; by hand: `go test ./cmd/adapter/app -run TestReadmeSetPointTables`.
 func TestReadmeSetPointTables(t *testing.T) {
 	if testing.Short() || raceDetector {
 		t.Skip("whole-hour replays are slow under -race or -short; run: go test ./cmd/adapter/app -run TestReadmeSetPointTables")
 	}
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
-	start := strings.Index(text, "## Choose your set points")
-	if start < 0 {
-		t.Fatal("no set-point section in the README")
-	}
-	section := text[start:]
-	if end := strings.Index(section[1:], "\n## "); end >= 0 {
-		section = section[:end+1]
-	}
-	const open = "```sh\nadapter simulate "
-	runs := 0
-	for {
-		at := strings.Index(section, open)
-		if at < 0 {
-			break
+	md := readmeText(t)
+	cmds := readmeAdapterCommands(t, setPointSection)
+	inReadmeDir(t)
+	perBlock := map[int]int{}
+	for _, c := range cmds {
+		if c.Args[0] != "simulate" {
+			t.Errorf("README line %d: %s: want only simulate commands here", c.Block.Line, c.Line)
+			continue
 		}
-		block := section[at+len("```sh\n"):]
-		block = block[:strings.Index(block, "```")]
-		rest := section[at+len("```sh\n")+len(block)+len("```\n"):]
-		table := rest[strings.Index(rest, "```\n")+len("```\n"):]
-		table = table[:strings.Index(table, "```")]
-		section = rest
-		args := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))[2:] // drop "adapter simulate"
-		for i := range args {
-			if i > 0 && (args[i-1] == "--trace" || args[i-1] == "--profile" || args[i-1] == "--hpa") {
-				args[i] = filepath.Join("../../..", args[i])
-			}
+		if perBlock[c.Block.Line]++; perBlock[c.Block.Line] > 1 {
+			t.Fatalf("README line %d: two commands in one block: whose table follows it?", c.Block.Line)
 		}
-		out, progress, err := runSimulate(t, args...)
+		out, progress, err := runRoot(c.Args...)
 		if err != nil {
-			t.Fatalf("simulate %v: %v\n%s", args, err, progress)
+			t.Fatalf("%s: %v\n%s", c.Line, err, progress)
 		}
-		if out != table {
-			t.Errorf("README table for %v:\n%s\nsimulate prints:\n%s", args, table, out)
+		if table := readmeOutput(t, md, c.Block); out != table {
+			t.Errorf("README table for %s:\n%s\nsimulate prints:\n%s", c.Line, table, out)
 		}
-		runs++
 	}
-	if runs < 4 {
-		t.Errorf("%d simulate commands in the set-point section, want the runs on both traces", runs)
+	if len(cmds) < 4 {
+		t.Errorf("%d simulate commands in the set-point section, want the runs on both traces", len(cmds))
 	}
 }

@@ -358,13 +358,13 @@ func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInp
 	}
 	gwErr := ""
 	if g := policy.Gateway; g != nil {
-		if q, ok := g.GatewayQueue(gateways...); ok {
+		if q, err := g.Queue(gateways...); err == nil {
 			chosen.AddGateway(q)
 			ex.Pool.GatewayQueue = &q
 		} else if len(gateways) == 0 {
 			gwErr = fmt.Sprintf("%s has a gateway input (pods %s): its queue is unknown without --gateway FILE (the server would answer 503 and the HPA would hold)", policy.Name, g.Selector)
 		} else {
-			gwErr = fmt.Sprintf("the --gateway files have no %s series: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", g.Metric)
+			gwErr = fmt.Sprintf("the --gateway files: %v: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", err)
 		}
 	}
 	p := chosen.Pool()
@@ -391,10 +391,27 @@ func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInp
 func gatewayWarnings(policy *signals.Policy, gateways []*signals.Reading, p signals.Pool) []string {
 	var out []string
 	for _, r := range gateways {
+		mirrors := map[string]bool{} // queue-size series already counted or warned, by labels
+		for i := range r.Gateway {
+			if s := &r.Gateway[i]; policy.Gateway != nil && s.Metric == policy.Gateway.Metric {
+				mirrors[gatewayLabels(s.Labels)] = true
+			}
+		}
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
 			if s.Value <= 0 || (policy.Gateway != nil && policy.Gateway.Metric == s.Metric && s.Matches(policy.Gateway.Match)) {
 				continue
+			}
+			if id := gatewayLabels(s.Labels); strings.HasSuffix(s.Metric, "_flow_control_queue_size") {
+				// llm-d exports each queue series under its own and the upstream
+				// name (llm_d_epp_flow_control_queue_size and
+				// inference_extension_flow_control_queue_size): the same requests.
+				if policy.Gateway == nil || s.Metric != policy.Gateway.Metric {
+					if mirrors[id] {
+						continue
+					}
+					mirrors[id] = true
+				}
 			}
 			why := "it has no gateway input"
 			if policy.Gateway != nil {

@@ -317,7 +317,7 @@ func gatewayOf(p *signals.Policy) *podselect.Gateway {
 	if err != nil {
 		return nil
 	}
-	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path}}
+	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path, BearerTokenFile: p.Gateway.BearerTokenFile}}
 }
 
 // prometheusSource returns the Prometheus source, its metrics on reg, following

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -152,44 +154,60 @@ func TestSimulateProfileAndEngineFlags(t *testing.T) {
 	}
 }
 
-// TestReadmeSimulateTable runs the README's `adapter simulate` example as written
-// and checks that it prints the README's table. The whole hour at 8 times the rate
-// takes 15 s of CPU, several minutes under -race, so the race-enabled `make test`
-// skips it; run it with `go test ./cmd/adapter/app -run TestReadmeSimulateTable`.
+// simulateSection is the README section of `adapter simulate`'s example.
+const simulateSection = "`adapter simulate`: compare autoscaling policies on your traffic"
+
+// TestReadmeSimulateTable runs the README's `adapter simulate` example as written,
+// from a directory like the checkout's root, and checks that it prints the
+// README's table and writes sim.json (the report of the table's seven policies,
+// the table's request count) and sim.svg (a chart with a panel per policy). The
+// whole hour at 8 times the rate takes 15 s of CPU, several minutes under -race,
+// so the race-enabled `make test-unit` skips it and runs it again without -race.
 func TestReadmeSimulateTable(t *testing.T) {
 	if testing.Short() || raceDetector {
 		t.Skip("the full-hour replay is slow under -race or -short; run: go test ./cmd/adapter/app -run TestReadmeSimulateTable")
 	}
-	readme, err := os.ReadFile("../../../README.md")
+	md := readmeText(t)
+	cmds := readmeAdapterCommands(t, simulateSection)
+	if len(cmds) != 1 {
+		t.Fatalf("%d commands in the README's simulate example, want 1", len(cmds))
+	}
+	c := cmds[0]
+	dir := inReadmeDir(t)
+	out, progress, err := runRoot(c.Args...)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", c.Line, err, progress)
+	}
+	if table := readmeOutput(t, md, c.Block); out != table {
+		t.Errorf("README table:\n%s\n%s prints:\n%s", table, c.Line, out)
+	}
+	var rep struct {
+		Workload struct {
+			Requests int `json:"requests"`
+		} `json:"workload"`
+		Policies []struct {
+			Name string `json:"name"`
+		} `json:"policies"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "sim.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(readme)
-	start := strings.Index(text, "```sh\nadapter simulate ")
-	if start < 0 {
-		t.Fatal("no adapter simulate example in the README")
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("sim.json: %v", err)
 	}
-	block := text[start+len("```sh\n"):]
-	block = block[:strings.Index(block, "```")]
-	args := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))[2:] // drop "adapter simulate"
-	dir := t.TempDir()
-	for i := range args {
-		if args[i] == "--json" || args[i] == "--svg" {
-			args[i+1] = filepath.Join(dir, args[i+1])
-		}
-		if args[i] == "--trace" {
-			args[i+1] = filepath.Join("../../..", args[i+1])
-		}
+	if len(rep.Policies) != 7 || rep.Policies[0].Name != "oracle" || !strings.Contains(out, fmt.Sprintf("%d requests over", rep.Workload.Requests)) {
+		t.Errorf("sim.json: %d policies (first %+v), %d requests; want the table's 7 policies and requests", len(rep.Policies), rep.Policies, rep.Workload.Requests)
 	}
-	out, progress, err := runSimulate(t, args...)
+	svg, err := os.ReadFile(filepath.Join(dir, "sim.svg"))
 	if err != nil {
-		t.Fatalf("simulate %v: %v\n%s", args, err, progress)
+		t.Fatal(err)
 	}
-	rest := text[start+len("```sh\n")+len(block)+len("```\n"):]
-	table := rest[strings.Index(rest, "```\n")+len("```\n"):]
-	table = table[:strings.Index(table, "```")]
-	if out != table {
-		t.Errorf("README table:\n%s\nsimulate prints:\n%s", table, out)
+	var chart struct {
+		XMLName xml.Name
+	}
+	if err := xml.Unmarshal(svg, &chart); err != nil || chart.XMLName.Local != "svg" || !bytes.Contains(svg, []byte("demand-replicas: TTFT")) {
+		t.Errorf("sim.svg: %v, root %q; want an SVG chart with a panel per policy", err, chart.XMLName.Local)
 	}
 }
 

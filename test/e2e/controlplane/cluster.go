@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,18 @@ type Options struct {
 	// HPADownscaleStabilization is --horizontal-pod-autoscaler-downscale-stabilization
 	// (default 5 m upstream); HPAs may override it with behavior.
 	HPADownscaleStabilization time.Duration
+	// ServiceCIDR is --service-cluster-ip-range (default 10.96.0.0/24). Nothing serves
+	// the default range: ClusterIPs in it are never dialed, APIServices point at
+	// ExternalName Services (the stack's is localhost) and the aggregator routes to those.
+	// A loopback range (127.a.b.0/24) lets a stand-in kube-proxy (nodeagent's
+	// Options.Services) serve each ClusterIP, so an APIService's ClusterIP Service routes
+	// to its pods as on a real cluster, on loopback only.
+	ServiceCIDR string
+	// ExtraControllers are kube-controller-manager controllers to run besides
+	// Controllers, e.g. namespace-controller (a deleted Namespace empties and goes) and
+	// root-ca-certificate-publisher-controller (the kube-root-ca.crt ConfigMap every
+	// pod's service-account volume reads).
+	ExtraControllers []string
 	// ExtraAPIServerFlags and ExtraControllerManagerFlags are appended to the defaults.
 	ExtraAPIServerFlags, ExtraControllerManagerFlags []string
 	// Logf receives progress messages; nil discards them.
@@ -88,6 +101,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 	if o.HPASyncPeriod == 0 {
 		o.HPASyncPeriod = 15 * time.Second
+	}
+	if o.ServiceCIDR == "" {
+		o.ServiceCIDR = "10.96.0.0/24"
 	}
 	if o.HPADownscaleStabilization == 0 {
 		o.HPADownscaleStabilization = 5 * time.Minute
@@ -212,7 +228,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, o Options, pki string, cer
 		"--service-account-signing-key-file=" + certs.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--api-audiences=https://kubernetes.default.svc",
-		"--service-cluster-ip-range=10.96.0.0/24",
+		"--service-cluster-ip-range=" + o.ServiceCIDR,
 		// The kubernetes Service's endpoints would be the loopback advertise address,
 		// which endpoint validation rejects; nothing in the tests needs them.
 		"--endpoint-reconciler-type=none",
@@ -225,7 +241,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, o Options, pki string, cer
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + certs.proxyClient.CertFile,
 		"--proxy-client-key-file=" + certs.proxyClient.KeyFile,
-		// APIServices point at ExternalName Services named localhost.
+		// The aggregator dials an APIService's Service: its ExternalName, or its ClusterIP
+		// (see Options.ServiceCIDR). Routing to the Service's EndpointSlices instead is no
+		// option here: EndpointSlice validation rejects loopback addresses, the only pod
+		// IPs there are.
 		"--enable-aggregator-routing=false",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -257,8 +276,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, o Options, pki string, cer
 	return nil
 }
 
-// startControllerManager starts kube-controller-manager with the Controllers,
-// each acting as its own service account, and a short HPA sync period.
+// startControllerManager starts kube-controller-manager with the Controllers and
+// Options.ExtraControllers, each acting as its own service account, and a short HPA
+// sync period.
 func (c *Cluster) startControllerManager(o Options, pki string, certs clusterCerts) error {
 	kcm, err := c.ClientCA.Client(pki, "kube-controller-manager", "system:kube-controller-manager")
 	if err != nil {
@@ -272,13 +292,14 @@ func (c *Cluster) startControllerManager(o Options, pki string, certs clusterCer
 	if err != nil {
 		return err
 	}
+	controllers := append(slices.Clone(Controllers), o.ExtraControllers...)
 	kcmArgs := []string{
 		"--kubeconfig=" + kcmKubeconfig,
 		"--authentication-kubeconfig=" + kcmKubeconfig,
 		"--authorization-kubeconfig=" + kcmKubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + itoa(kcmPort),
-		"--controllers=" + strings.Join(Controllers, ","),
+		"--controllers=" + strings.Join(controllers, ","),
 		// Each controller acts as its own service account, so the HPA controller reads
 		// external.metrics.k8s.io with the rights the bootstrap RBAC policy gives it.
 		"--use-service-account-credentials=true",
@@ -296,7 +317,7 @@ func (c *Cluster) startControllerManager(o Options, pki string, certs clusterCer
 	if err := waitTCP(kcmProc, fmt.Sprintf("127.0.0.1:%d", kcmPort), 60*time.Second); err != nil {
 		return err
 	}
-	o.Logf("kube-controller-manager up (controllers %s)", strings.Join(Controllers, ","))
+	o.Logf("kube-controller-manager up (controllers %s)", strings.Join(controllers, ","))
 	return nil
 }
 

@@ -9,6 +9,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +51,12 @@ type Engine struct {
 	// AllInterfaces marks an engine that cannot bind to one address. The agent then gives
 	// it a free port ($(PORT) expands to that port) and forwards the pod's IP and port to it.
 	AllInterfaces bool
+	// InCluster runs the container as its pod would run on a kubelet, for a program that
+	// talks to the API server (the adapter's image): the pod's volumes mounted at their
+	// paths, its service-account token among them, KUBERNETES_SERVICE_HOST/PORT, the
+	// container's env and user (see sandbox.go). Binary stands for the image's
+	// entrypoint. A deleted pod's process gets SIGTERM, without the engine drain.
+	InCluster bool
 }
 
 // Options configure an Agent.
@@ -73,7 +81,15 @@ type Options struct {
 	// DefaultPort is used when a pod has neither a prometheus.io/port annotation nor a
 	// container port; default 8000.
 	DefaultPort int
-	Logf        func(format string, args ...any)
+	// APIServer is the API server's host:port, which pods of InCluster engines get as
+	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (a kubelet gives the
+	// kubernetes Service's ClusterIP, which nothing here serves).
+	APIServer string
+	// Services makes the agent also stand in for kube-proxy and the EndpointSlice
+	// controller for the Services of Namespace (see services.go). Their ClusterIPs must
+	// be loopback addresses (controlplane's Options.ServiceCIDR).
+	Services bool
+	Logf     func(format string, args ...any)
 }
 
 // Pod is the agent's view of one pod it runs.
@@ -97,6 +113,8 @@ type Agent struct {
 	mu     sync.Mutex
 	pods   map[types.UID]*podRun
 	nextIP int
+
+	services *serviceProxy
 }
 
 type podRun struct {
@@ -108,8 +126,10 @@ type podRun struct {
 	proc        *controlplane.Process
 	fwd         *forwarder
 	terminating bool
-	cancel      context.CancelFunc
-	done        chan struct{}
+	// inCluster is the pod's Engine.InCluster.
+	inCluster bool
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // Start starts an agent; it runs until Stop (ctx bounds only the start).
@@ -167,10 +187,22 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		cancel()
 		return nil, err
 	}
+	if o.Services {
+		if a.services, err = newServiceProxy(runCtx, o, factory); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	factory.Start(runCtx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		cancel()
 		return nil, fmt.Errorf("pod informer for namespace %s did not sync", o.Namespace)
+	}
+	if a.services != nil {
+		if err := a.services.start(ctx); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -178,6 +210,9 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 // Stop stops every engine process and the agent. Pods are left as they are.
 func (a *Agent) Stop() {
 	a.cancel()
+	if a.services != nil {
+		a.services.stop()
+	}
 	a.mu.Lock()
 	runs := make([]*podRun, 0, len(a.pods))
 	for _, r := range a.pods {
@@ -216,6 +251,9 @@ func (a *Agent) sync(pod *corev1.Pod) {
 		}
 		ctx, cancel := context.WithCancel(a.ctx)
 		r = &podRun{name: pod.Name, uid: pod.UID, ip: a.allocIP(), port: a.port(pod), cancel: cancel, done: make(chan struct{})}
+		if len(pod.Spec.Containers) > 0 {
+			r.inCluster = a.o.Engines[pod.Spec.Containers[0].Image].InCluster
+		}
 		a.pods[pod.UID] = r
 		a.wg.Add(1)
 		go func() {
@@ -390,7 +428,8 @@ func (a *Agent) startEngine(ctx context.Context, r *podRun, pod *corev1.Pod, c c
 			return nil, false
 		}
 		enginePort = p
-		fwd, err := newForwarder(net.JoinHostPort(r.ip, strconv.Itoa(r.port)), net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		to := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		fwd, err := newForwarder(net.JoinHostPort(r.ip, strconv.Itoa(r.port)), func() (string, error) { return to, nil })
 		if err != nil {
 			a.o.Logf("pod %s: %v", pod.Name, err)
 			return nil, false
@@ -404,7 +443,13 @@ func (a *Agent) startEngine(ctx context.Context, r *podRun, pod *corev1.Pod, c c
 	for _, s := range append(slices.Clone(eng.Args), c.Args...) {
 		args = append(args, expand.Replace(s))
 	}
-	proc, err := controlplane.StartProcess(a.o.LogDir, pod.Name, eng.Binary, args, nil)
+	var proc *controlplane.Process
+	var err error
+	if eng.InCluster {
+		proc, err = a.startInCluster(ctx, r, pod, c, eng.Binary, args)
+	} else {
+		proc, err = controlplane.StartProcess(a.o.LogDir, pod.Name, eng.Binary, args, nil)
+	}
 	if err != nil {
 		a.o.Logf("pod %s: %v", pod.Name, err)
 		return nil, false
@@ -418,14 +463,7 @@ func (a *Agent) startEngine(ctx context.Context, r *podRun, pod *corev1.Pod, c c
 // waitHealthy polls the engine's readiness path until it answers 2xx; an engine
 // that exits first marks the pod Failed.
 func (a *Agent) waitHealthy(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine, proc *controlplane.Process) bool {
-	path := eng.ReadyPath
-	if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path != "" {
-		path = c.ReadinessProbe.HTTPGet.Path
-	}
-	if path == "" {
-		path = "/health"
-	}
-	url := fmt.Sprintf("http://%s%s", net.JoinHostPort(r.ip, strconv.Itoa(r.port)), path)
+	url := readinessURL(r, c, eng)
 	var exited error
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if done, werr := proc.Exited(); done {
@@ -451,7 +489,9 @@ func (a *Agent) terminate(r *podRun, grace time.Duration) {
 		setCondition(s, corev1.ContainersReady, false, metav1.Now())
 		setCondition(s, corev1.PodReady, false, metav1.Now())
 	})
-	a.drain(ctx, r, grace)
+	if !r.inCluster {
+		a.drain(ctx, r, grace)
+	}
 	r.cancel()
 	<-r.done
 	r.stop(a)
@@ -531,7 +571,47 @@ func setCondition(s *corev1.PodStatus, t corev1.PodConditionType, ok bool, now m
 	s.Conditions = append(s.Conditions, corev1.PodCondition{Type: t, Status: status, LastTransitionTime: now})
 }
 
-var probeClient = &http.Client{Timeout: time.Second}
+// readinessURL is the URL of the container's readinessProbe (httpGet path, port by
+// number or by the container port's name, scheme), else the engine's ReadyPath, else
+// /health, on the pod's IP and port.
+func readinessURL(r *podRun, c corev1.Container, eng Engine) string {
+	scheme, port, path := "http", r.port, eng.ReadyPath
+	if p := c.ReadinessProbe; p != nil && p.HTTPGet != nil {
+		if p.HTTPGet.Path != "" {
+			path = p.HTTPGet.Path
+		}
+		if p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+			scheme = "https"
+		}
+		if n := containerPort(c, p.HTTPGet.Port); n > 0 {
+			port = n
+		}
+	}
+	if path == "" {
+		path = "/health"
+	}
+	return fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(r.ip, strconv.Itoa(port)), path)
+}
+
+// containerPort resolves a port of c given by number or by name; 0 if a name is unknown.
+func containerPort(c corev1.Container, p intstr.IntOrString) int {
+	if p.Type == intstr.Int {
+		return p.IntValue()
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort)
+		}
+	}
+	return 0
+}
+
+// probeClient probes as the kubelet does: an HTTPS probe does not verify the
+// server's certificate.
+var probeClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{
+	DisableKeepAlives: true,
+	TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet's HTTPS probes skip verification too
+}}
 
 func httpOK(ctx context.Context, url string) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -6,18 +6,21 @@ import (
 	"sync"
 )
 
-// forwarder accepts TCP connections on a pod's address and relays them to an engine that
-// can only listen on a port of all interfaces (llm-d-inference-sim binds ":port"), standing
-// in for the pod network namespace that would give each such engine its own port space.
+// forwarder accepts TCP connections on an address and relays each to the address its to
+// function picks: a pod's address to an engine that can only listen on a port of all
+// interfaces (llm-d-inference-sim binds ":port"), standing in for the pod network
+// namespace that would give each such engine its own port space; or a Service's
+// ClusterIP and port to one of its Ready pods, as kube-proxy would (services.go).
 type forwarder struct {
-	l    net.Listener
-	to   string
+	l net.Listener
+	// to picks the address each new connection is relayed to.
+	to   func() (string, error)
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	conn map[net.Conn]struct{}
 }
 
-func newForwarder(listen, to string) (*forwarder, error) {
+func newForwarder(listen string, to func() (string, error)) (*forwarder, error) {
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
@@ -55,7 +58,11 @@ func (f *forwarder) track(c net.Conn, add bool) {
 
 func (f *forwarder) relay(in net.Conn) {
 	defer in.Close()
-	out, err := net.Dial("tcp", f.to)
+	to, err := f.to()
+	if err != nil {
+		return
+	}
+	out, err := net.Dial("tcp", to)
 	if err != nil {
 		return
 	}

@@ -83,7 +83,7 @@ func panels(spec chartSpec) []panel {
 			{"engines (sum)", "#9467bd", func(p point) float64 { return p.Queue }, false},
 			{"gateway", "#8c564b", func(p point) float64 { return p.GatewayQueue }, false},
 		}},
-		{title: "TTFT p95 (s, requests started in the last 30 s)", ref: math.NaN(), series: []series{
+		{title: "TTFT p95 (s, first tokens in the last 30 s)", ref: math.NaN(), series: []series{
 			{"TTFT p95", "#17becf", func(p point) float64 { return p.TTFTp95 }, false},
 		}},
 	}
@@ -101,7 +101,7 @@ func writeChart(path string, spec chartSpec, start time.Time, points []point) er
 }
 
 // chart geometry, in SVG pixels.
-const chartW, chartLeft, chartRight, panelH, panelGap, chartTop = 900.0, 70.0, 20.0, 120.0, 45.0, 70.0
+const chartW, chartLeft, chartRight, panelH, panelGap, chartTop = 900.0, 70.0, 20.0, 120.0, 45.0, 95.0
 
 // canvas maps the timeline's seconds to x.
 type canvas struct {
@@ -142,14 +142,16 @@ func renderChart(spec chartSpec, start time.Time, points []point) (string, error
 	return c.b.String(), nil
 }
 
-// phases shades the phases across every panel and names them once at the top.
+// phases shades the phases across every panel and names them once at the top, one
+// row per phase so that a short phase's name never runs into the next one's.
 func (c *canvas) phases(phases []phase, h float64) {
 	for _, ph := range phases {
-		x0, x1 := c.xs(ph.from.Seconds()), c.xs(ph.to.Seconds())
-		if ph.shade {
-			fmt.Fprintf(&c.b, `<rect class="phase" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fdf1dc"/>`+"\n", x0, chartTop-12, x1-x0, h-chartTop)
+		if x0, x1 := c.xs(ph.from.Seconds()), c.xs(ph.to.Seconds()); ph.shade {
+			fmt.Fprintf(&c.b, `<rect class="phase" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fdf1dc"/>`+"\n", x0, chartTop-55, x1-x0, h-chartTop+55)
 		}
-		fmt.Fprintf(&c.b, `<text class="phase-name" x="%.1f" y="%.0f" fill="#8a6d3b">%s</text>`+"\n", x0+4, chartTop-18, esc(ph.name))
+	}
+	for i, ph := range phases {
+		fmt.Fprintf(&c.b, `<text class="phase-name" x="%.1f" y="%.0f" fill="#8a6d3b">%s</text>`+"\n", c.xs(ph.from.Seconds())+4, chartTop-43+13*float64(i%2), esc(ph.name))
 	}
 }
 

@@ -81,7 +81,7 @@ func (o *options) deployFromZero(ctx context.Context, s *stack.Stack) (labels.Se
 		return nil, "", err
 	}
 	sel := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels)
-	hpa := demoHPA("vllm", zeroPolicy, dep.Spec.Selector.MatchLabels, autoscalingv2.AverageValueMetricType, 0, int32(o.maxReplicas), zeroBehavior)
+	hpa := demoHPA("vllm", zeroPolicy, dep.Spec.Selector.MatchLabels, autoscalingv2.AverageValueMetricType, 0, int32(o.maxReplicas))
 	if _, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
 		return nil, "", err
 	}

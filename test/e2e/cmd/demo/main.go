@@ -234,7 +234,7 @@ func (o *options) deploy(ctx context.Context, s *stack.Stack) (labels.Selector, 
 	if _, err := c.AppsV1().Deployments(s.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	hpa := demoHPA("vllm", "llm_saturation", dep.Spec.Selector.MatchLabels, autoscalingv2.ValueMetricType, 1, int32(o.maxReplicas), burstBehavior)
+	hpa := demoHPA("vllm", "llm_saturation", dep.Spec.Selector.MatchLabels, autoscalingv2.ValueMetricType, 1, int32(o.maxReplicas))
 	if _, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}

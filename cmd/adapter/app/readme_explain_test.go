@@ -1,0 +1,177 @@
+package app
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The README sections whose `adapter explain` commands TestReadmeExplainCommands runs.
+const (
+	explainSection           = "`adapter explain`: evaluate /metrics offline"
+	prometheusSourceSection  = "Prometheus, Thanos or Mimir as the source"
+	readmePolicyConfigHeader = "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"
+)
+
+// readmeExplainFiles are the files the README's explain commands name, each a copy
+// of a real capture: an engine under load (4 waiting, saturation 0.8 at the
+// default set points), an idle vLLM V1 engine (saturation 0), hazard NC-04's
+// endpoint picker holding 380 requests for qwen3-32b-pool, and a real Prometheus
+// answer to a range selector over two emulated vLLM pods.
+var readmeExplainFiles = map[string]string{
+	"pod-a.prom":  "testdata/samples/llm-d-inference-sim_v0.10.2_load.prom",
+	"pod-b.prom":  "testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom",
+	"a.prom":      "testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom",
+	"a-1.prom":    "testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom",
+	"a-2.prom":    "testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom",
+	"a-3.prom":    "testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom",
+	"b.prom":      "testdata/samples/llm-d-inference-sim_v0.10.2_load.prom",
+	"epp.prom":    "testdata/hazards/NC-04-epp.prom",
+	"answer.json": "testdata/prometheus/vllm-emulator_range.json",
+}
+
+// readmePolicies returns a policies.yaml made of the README's own PolicyConfig
+// blocks: the three workload policies (chat-saturation among them, the block
+// pkg/config checks as config.Example) and the gateway input's example
+// (qwen-demand).
+func readmePolicies(t *testing.T, md string) string {
+	t.Helper()
+	var workload, gateway string
+	for _, block := range strings.Split(md, "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.HasPrefix(block, readmePolicyConfigHeader) {
+			continue
+		}
+		switch {
+		case strings.Contains(block, "\n- name: batch-demand\n"):
+			workload = block
+		case strings.Contains(block, "\n- name: qwen-demand\n"):
+			gateway = strings.TrimPrefix(block, readmePolicyConfigHeader)
+		}
+	}
+	if workload == "" || gateway == "" {
+		t.Fatal("README: no PolicyConfig block with the workload policies (batch-demand), or none with qwen-demand")
+	}
+	return workload + gateway
+}
+
+// TestReadmeExplainCommands runs every `adapter explain` command of the README's
+// explain section and its Prometheus paste example as written, through the root
+// command, in a directory holding the files they name (readmeExplainFiles, and
+// policies.yaml from the README's own policy blocks), and checks what each
+// prints: the pods it names, the policy, and the value these captures give.
+func TestReadmeExplainCommands(t *testing.T) {
+	md := readmeText(t)
+	cmds := append(readmeAdapterCommands(t, explainSection), readmeAdapterCommands(t, prometheusSourceSection)...)
+	files := map[string][]byte{"policies.yaml": []byte(readmePolicies(t, md))}
+	for name, src := range readmeExplainFiles {
+		b, err := os.ReadFile(filepath.Join(repoRoot, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	dir := inReadmeDir(t)
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checks := readmeExplainChecks()
+	for _, c := range cmds {
+		if c.Args[0] != "explain" {
+			t.Errorf("README line %d: %s: want only explain commands here", c.Block.Line, c.Line)
+			continue
+		}
+		check, ok := checks[c.Line]
+		if !ok {
+			t.Errorf("README line %d: %s: no check for this command in readmeExplainChecks", c.Block.Line, c.Line)
+			continue
+		}
+		delete(checks, c.Line)
+		out, errOut, err := runRoot(c.Args...)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", c.Line, err, errOut)
+			continue
+		}
+		if msg := check(out); msg != "" {
+			t.Errorf("%s: %s; it printed:\n%s", c.Line, msg, out)
+		}
+	}
+	for line := range checks {
+		t.Errorf("readmeExplainChecks has %q, which is no README command", line)
+	}
+}
+
+// readmeExplainChecks returns, for each README explain command as written, what
+// its output must show with readmeExplainFiles: "" when it does, else what is wrong.
+func readmeExplainChecks() map[string]func(out string) string {
+	pool := func(want ExplainPool, sources ...string) func(string) string {
+		return func(out string) string {
+			var ex Explanation
+			if err := json.Unmarshal([]byte(out), &ex); err != nil {
+				return "no JSON: " + err.Error()
+			}
+			var got []string
+			for _, p := range ex.Pods {
+				got = append(got, p.Source)
+			}
+			switch p := ex.Pool; {
+			case strings.Join(got, " ") != strings.Join(sources, " "):
+				return "pods " + strings.Join(got, " ") + ", want " + strings.Join(sources, " ")
+			case p.Policy != want.Policy || p.Pods != want.Pods || p.Value == nil || math.Abs(*p.Value-*want.Value) > 1e-9:
+				return "the pool is not " + want.Policy + " = " + jsonString(want.Value)
+			case (want.GatewayQueue == nil) != (p.GatewayQueue == nil) || want.GatewayQueue != nil && *p.GatewayQueue != *want.GatewayQueue:
+				return "gateway queue " + jsonString(p.GatewayQueue) + ", want " + jsonString(want.GatewayQueue)
+			}
+			return ""
+		}
+	}
+	table := func(lines ...string) func(string) string {
+		return func(out string) string {
+			for _, l := range lines {
+				if !strings.Contains(out, l) {
+					return "the table lacks " + l
+				}
+			}
+			return ""
+		}
+	}
+	f := func(v float64) *float64 { return &v }
+	return map[string]func(string) string{
+		// The loaded engine at 4 waiting / 5 = 0.8 beside an idle one: the mean.
+		"adapter explain pod-a.prom pod-b.prom": pool(ExplainPool{Policy: "llm_saturation", Pods: 2, Value: f(0.4)}, "pod-a.prom", "pod-b.prom"),
+		// 4 waiting / 25.
+		"adapter explain --queue-depth-set-point 25 pod-a.prom": pool(ExplainPool{Policy: "llm_saturation", Pods: 1, Value: f(0.16)}, "pod-a.prom"),
+		// One pod of three scrapes.
+		"adapter explain --interval 15s a-1.prom,a-2.prom,a-3.prom": func(out string) string {
+			if msg := pool(ExplainPool{Policy: "llm_saturation", Pods: 1, Value: f(0)}, "a-1.prom,a-2.prom,a-3.prom")(out); msg != "" {
+				return msg
+			}
+			if !strings.Contains(out, `"scrapes": 3`) {
+				return "not three scrapes"
+			}
+			return ""
+		},
+		// b.prom's 4 waiting at chat-saturation's set point 4, and its TTFT guardrail at the SLO.
+		"adapter explain --config policies.yaml --policy chat-saturation -o table a-1.prom,a-2.prom b.prom": table(
+			"queueDepth 4/4=1*", "pool ttft: 1.5s / SLO 1.5s = 1", "pool chat-saturation = 1 over 2 pods (0 unknown)"),
+		// 0 + 0.8 replicas from the engines, 380 held / 5 = 76 from the gateway.
+		"adapter explain --config policies.yaml --policy qwen-demand --gateway epp.prom a.prom b.prom": pool(
+			ExplainPool{Policy: "qwen-demand", Pods: 2, Value: f(76.8), GatewayQueue: f(380)}, "a.prom", "b.prom"),
+		"adapter explain --config policies.yaml --policy qwen-demand --gateway epp.prom": pool(
+			ExplainPool{Policy: "qwen-demand", Pods: 0, Value: f(76), GatewayQueue: f(380)}),
+		// The two emulated pods Prometheus scraped, at their newest readings (18 and 36 waiting / 5).
+		"adapter explain --prometheus-response answer.json -o table": table(
+			"llm/vllm-0  vllm-v1  ok     18", "llm/vllm-1  vllm-v1  ok     36", "pool llm_saturation = 5.4 over 2 pods (0 unknown)"),
+	}
+}
+
+// jsonString formats an optional value as the JSON output does.
+func jsonString(v *float64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
