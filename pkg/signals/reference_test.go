@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 )
@@ -45,7 +46,7 @@ func (e *Extractor) noteFlowFamilies(om bool, body []byte, b *scanBuffers) {
 			continue
 		}
 		p.Labels(&lset)
-		if name := lset.Get(labels.MetricName); !e.index.read[name] {
+		if name := lset.Get(model.MetricNameLabel); !e.index.read[name] {
 			e.noteFlowFamily([]byte(name), b)
 		}
 	}
