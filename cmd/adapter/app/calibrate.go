@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -159,24 +158,10 @@ func (o *CalibrateOptions) Run(ctx context.Context, out, progress io.Writer) err
 	if err := rep.WriteTable(out); err != nil {
 		return err
 	}
-	write := func(path string, fn func(io.Writer) error) error {
-		if path == "" {
-			return nil
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		return f.Close()
-	}
-	if err := write(o.JSON, rep.WriteJSON); err != nil {
+	if err := writeFile(o.JSON, rep.WriteJSON); err != nil {
 		return err
 	}
-	return write(o.ProfileOut, rep.WriteProfile)
+	return writeFile(o.ProfileOut, rep.WriteProfile)
 }
 
 // NewCalibrateCommand returns `adapter calibrate`; it stops when ctx is done.

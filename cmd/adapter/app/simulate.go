@@ -235,24 +235,10 @@ func (o *SimulateOptions) Run(out, progress io.Writer) error {
 	if err := rep.WriteTable(out); err != nil {
 		return err
 	}
-	write := func(path string, fn func(io.Writer) error) error {
-		if path == "" {
-			return nil
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		return f.Close()
-	}
-	if err := write(o.JSON, rep.WriteJSON); err != nil {
+	if err := writeFile(o.JSON, rep.WriteJSON); err != nil {
 		return err
 	}
-	return write(o.SVG, rep.WriteSVG)
+	return writeFile(o.SVG, rep.WriteSVG)
 }
 
 // NewSimulateCommand returns `adapter simulate`.
@@ -281,4 +267,22 @@ The same flags and --seed give the same output.`),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// writeFile writes a report to path with fn; an empty path writes nothing.
+// Errors: the file cannot be created, fn fails ("writing PATH: …"), or closing
+// it fails.
+func writeFile(path string, fn func(io.Writer) error) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
 }
