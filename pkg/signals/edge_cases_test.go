@@ -53,7 +53,7 @@ func TestIdleKVInvalidWaiting(t *testing.T) {
 // TestGatewayMatchLabelAbsent: the endpoint picker's queue series carry
 // no inference_pool label at all (upstream GIE's flow_control_queue_size is
 // labelled fairness_id and priority only, PR #1714), 50 requests held, and the
-// input matches {inference_pool: qwen}. GatewayQueue answers (0, ok): the HPA
+// input matches {inference_pool: qwen}. Queue answered 0 with no error: the HPA
 // is served "nothing waits" and a pool at zero never wakes. A match label that
 // no series of the metric carries is a configuration that cannot match, not an
 // empty queue: it must be "no data" (ok false), as a missing metric is.
@@ -64,8 +64,8 @@ func TestGatewayMatchLabelAbsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q, ok := g.GatewayQueue(&r); ok {
-		t.Errorf("no series has the label inference_pool, 50 held: GatewayQueue = (%g, true), want ok false (unknown, never a silent 0)", q)
+	if q, err := g.Queue(&r); err == nil {
+		t.Errorf("no series has the label inference_pool, 50 held: Queue = %g with no error, want an error (unknown, never a silent 0)", q)
 	}
 }
 
@@ -85,8 +85,8 @@ func TestGatewayDuplicateMonitors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q, ok := g.GatewayQueue(&r); !ok || q != 380 {
-		t.Errorf("one series from two monitors: GatewayQueue = %g %v, want 380 (duplicates count once, as engines' do)", q, ok)
+	if q, err := g.Queue(&r); err != nil || q != 380 {
+		t.Errorf("one series from two monitors: Queue = %g %v, want 380 (duplicates count once, as engines' do)", q, err)
 	}
 }
 

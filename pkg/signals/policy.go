@@ -326,12 +326,6 @@ type GatewayInput struct {
 // fairness_id, priority and model names (hazard NC-04).
 const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 
-// GatewayQueue is Queue with its error reduced to ok.
-func (g *GatewayInput) GatewayQueue(readings ...*Reading) (queue float64, ok bool) {
-	q, err := g.Queue(readings...)
-	return q, err == nil
-}
-
 // Queue returns the waiting requests of the gateway series that a gateway
 // input selects: the sum over the series of its metric whose labels match,
 // over the readings given (one per gateway pod). A reading whose series exist

@@ -438,17 +438,17 @@ func TestGatewayDemand(t *testing.T) {
 		t.Fatalf("EPP body: %v %+v", err, epp)
 	}
 	pol := c.Lookup("gw-demand")
-	q, ok := pol.Gateway.GatewayQueue(&epp)
-	if !ok || q != 380 {
-		t.Fatalf("gateway queue %g %v, want 380", q, ok)
+	q, err := pol.Gateway.Queue(&epp)
+	if err != nil || q != 380 {
+		t.Fatalf("gateway queue %g %v, want 380", q, err)
 	}
 	// Another pool's series are not this pool's.
 	other := GatewayInput{Metric: DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "other"}}
-	if q, ok := other.GatewayQueue(&epp); !ok || q != 0 {
-		t.Errorf("another pool's queue = %g %v, want 0 (series exist, none match)", q, ok)
+	if q, err := other.Queue(&epp); err != nil || q != 0 {
+		t.Errorf("another pool's queue = %g %v, want 0 (series exist, none match)", q, err)
 	}
 	// No series of the metric at all is no data, never 0.
-	if _, ok := pol.Gateway.GatewayQueue(read(t, vllm(1, 1, 0.1), t0)); ok {
+	if _, err := pol.Gateway.Queue(read(t, vllm(1, 1, 0.1), t0)); err == nil {
 		t.Error("a body without the gateway metric gave a queue")
 	}
 	pods := []*History{

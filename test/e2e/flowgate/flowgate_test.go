@@ -82,8 +82,8 @@ func TestGateHoldsThenDispatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := signals.GatewayInput{Metric: signals.DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "pool-a"}}
-	if q, ok := in.GatewayQueue(&r); !ok || q != n {
-		t.Fatalf("queue read by the adapter = %g %v, want %d\n%s", q, ok, n, body)
+	if q, err := in.Queue(&r); err != nil || q != n {
+		t.Fatalf("queue read by the adapter = %g %v, want %d\n%s", q, err, n, body)
 	}
 
 	mu.Lock()
