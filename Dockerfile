@@ -1,5 +1,9 @@
-# saturation-adapter image: `make image IMAGE=<registry>/saturation-adapter:<tag>`, which
-# passes VERSION, GIT_COMMIT, GIT_TREE_STATE and BUILD_DATE (the build context has no .git).
+# saturation-adapter images, one per binary that runs in a cluster:
+#   adapter (the default target): the API server, `docker build --target adapter`
+#   drain: the engine pods' preStop helper, `docker build --target drain`
+# `make image` builds both (IMAGE and DRAIN_IMAGE), passing VERSION, GIT_COMMIT,
+# GIT_TREE_STATE and BUILD_DATE (the build context has no .git). The lab tool never runs
+# in a cluster and has no image.
 #
 # Base images are pinned by digest: a tag can be re-pushed, a digest cannot, so the same
 # Dockerfile builds the same image. The tag beside each digest says what it is. These
@@ -21,15 +25,18 @@ WORKDIR /src
 # Modules first: this layer is reused until go.mod or go.sum change.
 COPY go.mod go.sum ./
 RUN go mod download
-# Then only the sources the binary is built from (see .dockerignore).
+# Then only the sources the binaries are built from (see .dockerignore; hack's
+# TestDockerfileBuilds builds from exactly these paths).
 COPY cmd/ cmd/
 COPY pkg/ pkg/
+COPY internal/ internal/
 # The version, as `make build` stamps it (see VERSION_LDFLAGS in the Makefile).
 ARG VERSION=v0.0.0-0-gunknown
 ARG GIT_COMMIT=unknown
 ARG GIT_TREE_STATE=unknown
 ARG BUILD_DATE=1970-01-01T00:00:00Z
 RUN major="${VERSION#v}"; major="${major%%.*}"; minor="${VERSION#v*.}"; minor="${minor%%.*}"; \
+    for bin in adapter drain; do \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w \
       -X k8s.io/component-base/version.gitVersion=${VERSION} \
       -X k8s.io/component-base/version.gitCommit=${GIT_COMMIT} \
@@ -37,10 +44,29 @@ RUN major="${VERSION#v}"; major="${major%%.*}"; minor="${VERSION#v*.}"; minor="$
       -X k8s.io/component-base/version.buildDate=${BUILD_DATE} \
       -X k8s.io/component-base/version.gitMajor=${major} \
       -X k8s.io/component-base/version.gitMinor=${minor}" \
-    -o /out/adapter ./cmd/adapter
+    -o /out/$bin ./cmd/$bin || exit 1; done
 
-# Static, shell-less, non-root base: CA certificates, tzdata and /etc/passwd only.
-FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
+# The drain image: the preStop helper alone (about 10 MB), copied into engine pods by
+# an initContainer running `drain install DIR`.
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab AS drain
+ARG VERSION=v0.0.0-0-gunknown
+ARG GIT_COMMIT=unknown
+ARG BUILD_DATE=1970-01-01T00:00:00Z
+ARG SOURCE=https://github.com/saturation-adapter/saturation-adapter
+LABEL org.opencontainers.image.title="saturation-adapter-drain" \
+      org.opencontainers.image.description="preStop helper that waits until an LLM engine has nothing running or waiting" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${GIT_COMMIT}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/drain /drain
+USER 65532:65532
+ENTRYPOINT ["/drain"]
+
+# The adapter image (the default target, last). Static, shell-less, non-root base: CA
+# certificates, tzdata and /etc/passwd only.
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab AS adapter
 ARG VERSION=v0.0.0-0-gunknown
 ARG GIT_COMMIT=unknown
 ARG BUILD_DATE=1970-01-01T00:00:00Z

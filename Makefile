@@ -5,6 +5,7 @@ BIN := bin
 # Build outputs that are slow to make (control-plane binaries) live in an ignored folder.
 CACHE := $(CURDIR)/.cache
 IMAGE ?= saturation-adapter:dev
+DRAIN_IMAGE ?= saturation-adapter-drain:dev
 
 .PHONY: all build test test-unit test-e2e bench verify demo image manifests clean e2e-tools \
 	chart-lint release tools kustomize helm version-ldflags
@@ -35,9 +36,13 @@ VERSION_LDFLAGS = -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitC
 version-ldflags:
 	@echo '$(VERSION_LDFLAGS)'
 
+# The three binaries, one per job: adapter (the API server and explain), lab
+# (simulate, calibrate, emulator) and drain (the engine pods' preStop hook, kept
+# small because every engine pod gets a copy).
+BINARIES := adapter lab drain
 build:
-	$(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/adapter ./cmd/adapter
-	$(GO) build -trimpath -o $(BIN)/emulator ./cmd/emulator
+	@for b in $(BINARIES); do echo "$(GO) build -o $(BIN)/$$b ./cmd/$$b"; \
+		$(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/$$b ./cmd/$$b || exit 1; done
 
 test: test-unit test-e2e
 
@@ -106,7 +111,7 @@ $(E2E_TOOLS)/.stamp-sim: $(E2E_TOOLS)/.stamp-k8s
 		github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
 	@touch $@
 
-# `build` makes bin/adapter and bin/emulator, which the tests run as real processes.
+# `build` makes bin/adapter, bin/lab and bin/drain, which the tests run as real processes.
 # TestInstall runs helm too (the README's Helm install and the chart's dry-runs).
 test-e2e: e2e-tools build tools
 	cd test/e2e && $(E2E_GO_ENV) $(TEST_TOOLS_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
@@ -116,7 +121,7 @@ demo: e2e-tools build
 	cd test/e2e && $(E2E_GO_ENV) $(CURDIR)/$(BIN)/e2e-demo $(DEMO_FLAGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./lab/...
 
 # The load test (hack/benchscale): loopback engines serving the real vLLM dump,
 # scraped every 2 s by the assembled adapter while 500 External metric requests per
@@ -211,10 +216,13 @@ verify-manifests: tools
 chart-lint: $(HELM)
 	$(HELM) lint --strict $(CHART)
 
-# Build args become the version ldflags and the image's OCI labels (see Dockerfile).
+# Build args become the version ldflags and the images' OCI labels (see Dockerfile):
+# the adapter as $(IMAGE), the drain helper as $(DRAIN_IMAGE).
+DOCKER_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) \
+	--build-arg GIT_TREE_STATE=$(GIT_TREE_STATE) --build-arg BUILD_DATE=$(BUILD_DATE)
 image:
-	docker build -t $(IMAGE) --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) \
-		--build-arg GIT_TREE_STATE=$(GIT_TREE_STATE) --build-arg BUILD_DATE=$(BUILD_DATE) .
+	docker build --target adapter -t $(IMAGE) $(DOCKER_BUILD_ARGS) .
+	docker build --target drain -t $(DRAIN_IMAGE) $(DOCKER_BUILD_ARGS) .
 
 # `make release VERSION=v1.2.3 [IMAGE_REPO=registry.example.com/saturation-adapter]`
 # writes to $(RELEASE_DIR):

@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 )
@@ -63,67 +65,87 @@ func dockerfileInstructions(t *testing.T) [][2]string {
 	return out
 }
 
-// TestDockerfile checks what the image promises: every base image pinned by digest
-// beside its tag, a distroless nonroot final stage running as a non-root user with an
-// exec-form entrypoint, the OCI labels, and the version ldflags from build args.
+// TestDockerfile checks what the images promise: every base image pinned by digest
+// beside its tag; a distroless nonroot stage per image (adapter, the default target
+// and so the last stage, and drain), each running its binary as a non-root user with
+// an exec-form entrypoint and the OCI labels; and the version ldflags from build args.
 func TestDockerfile(t *testing.T) {
 	ins := dockerfileInstructions(t)
 	pinned := regexp.MustCompile(`^(--platform=\S+ )?[a-z0-9./-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}( AS \S+)?$`)
-	var froms []string
-	lastFrom := 0
-	for i, in := range ins {
+	type stage struct {
+		from string
+		ins  [][2]string
+	}
+	stages := map[string]*stage{}
+	var order []string
+	var cur *stage
+	for _, in := range ins {
 		if in[0] == "FROM" {
-			froms = append(froms, in[1])
-			lastFrom = i
 			if !pinned.MatchString(in[1]) {
 				t.Errorf("FROM %s: want <image>:<tag>@sha256:<digest>", in[1])
 			}
+			name := in[1]
+			if _, as, ok := strings.Cut(in[1], " AS "); ok {
+				name = as
+			}
+			cur = &stage{from: in[1]}
+			stages[name] = cur
+			order = append(order, name)
+			continue
+		}
+		if cur != nil {
+			cur.ins = append(cur.ins, in)
 		}
 	}
-	if len(froms) < 2 {
-		t.Fatalf("FROM lines %q: want a build stage and a final stage", froms)
+	if len(order) == 0 || order[len(order)-1] != "adapter" {
+		t.Fatalf("stages %q: want the adapter stage last, the default target", order)
 	}
-	if final := froms[len(froms)-1]; !strings.HasPrefix(final, "gcr.io/distroless/static-debian12:nonroot@") {
-		t.Errorf("final stage FROM %s: want gcr.io/distroless/static-debian12:nonroot", final)
-	}
-
-	final := ins[lastFrom:]
-	var user, entrypoint string
-	labels := map[string]string{}
-	labelPair := regexp.MustCompile(`([a-z.]+)="([^"]*)"`)
-	for _, in := range final {
-		switch in[0] {
-		case "USER":
-			user = in[1]
-		case "ENTRYPOINT":
-			entrypoint = in[1]
-		case "LABEL":
-			for _, m := range labelPair.FindAllStringSubmatch(in[1], -1) {
-				labels[m[1]] = m[2]
+	for _, image := range []struct{ stage, title string }{{"adapter", "saturation-adapter"}, {"drain", "saturation-adapter-drain"}} {
+		st := stages[image.stage]
+		if st == nil {
+			t.Errorf("no stage %q", image.stage)
+			continue
+		}
+		if !strings.HasPrefix(st.from, "gcr.io/distroless/static-debian12:nonroot@") {
+			t.Errorf("stage %s FROM %s: want gcr.io/distroless/static-debian12:nonroot", image.stage, st.from)
+		}
+		var user, entrypoint string
+		labels := map[string]string{}
+		labelPair := regexp.MustCompile(`([a-z.]+)="([^"]*)"`)
+		for _, in := range st.ins {
+			switch in[0] {
+			case "USER":
+				user = in[1]
+			case "ENTRYPOINT":
+				entrypoint = in[1]
+			case "LABEL":
+				for _, m := range labelPair.FindAllStringSubmatch(in[1], -1) {
+					labels[m[1]] = m[2]
+				}
 			}
 		}
-	}
-	if uid, _, _ := strings.Cut(user, ":"); uid == "" || uid == "0" || uid == "root" {
-		t.Errorf("final stage USER %q: want a non-root user", user)
-	}
-	var argv []string
-	if err := json.Unmarshal([]byte(entrypoint), &argv); err != nil || len(argv) == 0 {
-		t.Errorf("ENTRYPOINT %s: want exec form (a JSON array): %v", entrypoint, err)
-	}
-	wantLabels := map[string]string{
-		"org.opencontainers.image.title":       "saturation-adapter",
-		"org.opencontainers.image.source":      "${SOURCE}",
-		"org.opencontainers.image.version":     "${VERSION}",
-		"org.opencontainers.image.revision":    "${GIT_COMMIT}",
-		"org.opencontainers.image.created":     "${BUILD_DATE}",
-		"org.opencontainers.image.licenses":    "Apache-2.0",
-		"org.opencontainers.image.description": labels["org.opencontainers.image.description"],
-	}
-	if labels["org.opencontainers.image.description"] == "" {
-		t.Error("no org.opencontainers.image.description label")
-	}
-	if diff := cmp.Diff(wantLabels, labels); diff != "" {
-		t.Errorf("OCI labels (-want +got):\n%s", diff)
+		if uid, _, _ := strings.Cut(user, ":"); uid == "" || uid == "0" || uid == "root" {
+			t.Errorf("stage %s USER %q: want a non-root user", image.stage, user)
+		}
+		var argv []string
+		if err := json.Unmarshal([]byte(entrypoint), &argv); err != nil || len(argv) != 1 || argv[0] != "/"+image.stage {
+			t.Errorf("stage %s ENTRYPOINT %s: want the exec form [\"/%s\"] (%v)", image.stage, entrypoint, image.stage, err)
+		}
+		wantLabels := map[string]string{
+			"org.opencontainers.image.title":       image.title,
+			"org.opencontainers.image.source":      "${SOURCE}",
+			"org.opencontainers.image.version":     "${VERSION}",
+			"org.opencontainers.image.revision":    "${GIT_COMMIT}",
+			"org.opencontainers.image.created":     "${BUILD_DATE}",
+			"org.opencontainers.image.licenses":    "Apache-2.0",
+			"org.opencontainers.image.description": labels["org.opencontainers.image.description"],
+		}
+		if labels["org.opencontainers.image.description"] == "" {
+			t.Errorf("stage %s: no org.opencontainers.image.description label", image.stage)
+		}
+		if diff := cmp.Diff(wantLabels, labels); diff != "" {
+			t.Errorf("stage %s OCI labels (-want +got):\n%s", image.stage, diff)
+		}
 	}
 
 	// The build stage stamps what `make build` stamps, from the build args `make image`
@@ -293,5 +315,123 @@ func untar(t *testing.T, path string) map[string][]byte {
 			t.Fatal(err)
 		}
 		files[h.Name] = b
+	}
+}
+
+// dockerContext returns the files of the checkout that `docker build .` sends as
+// its build context: every file git knows (tracked, or untracked and not
+// ignored), less what .dockerignore excludes, read with the matcher Docker itself
+// uses (github.com/moby/patternmatcher).
+func dockerContext(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, name := range strings.Split(strings.TrimSpace(string(run(t, "..", "git", "ls-files", "--cached", "--others", "--exclude-standard"))), "\n") {
+		if _, err := os.Lstat(filepath.Join("..", name)); err != nil {
+			continue // deleted in the working tree
+		}
+		excluded, err := pm.MatchesOrParentMatches(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !excluded {
+			files = append(files, name)
+		}
+	}
+	return files
+}
+
+// TestDockerfileBuilds builds the images' binaries from exactly what the
+// Dockerfile copies out of the build context that .dockerignore lets through, as
+// `docker build` would (no container engine needed): each COPY of the build stage
+// is done into a temporary directory, then the build stage's `go build` of each
+// binary runs there. A package the binaries import but the Dockerfile or
+// .dockerignore leaves out fails this test.
+func TestDockerfileBuilds(t *testing.T) {
+	ctxFiles := dockerContext(t)
+	ins := dockerfileInstructions(t)
+	dir := t.TempDir()
+	var bins []string
+	for _, in := range ins {
+		if in[0] == "FROM" && len(bins) > 0 {
+			break // the build stage ends at the next FROM
+		}
+		switch in[0] {
+		case "COPY":
+			if strings.HasPrefix(in[1], "--from=") {
+				continue
+			}
+			args := strings.Fields(in[1])
+			srcs, dst := args[:len(args)-1], args[len(args)-1]
+			for _, src := range srcs {
+				src = strings.TrimSuffix(src, "/")
+				n := 0
+				for _, f := range ctxFiles {
+					var target string
+					if f == src { // a file: into dst, a directory when dst ends in /
+						target = filepath.Join(dir, dst)
+						if strings.HasSuffix(dst, "/") {
+							target = filepath.Join(dir, dst, filepath.Base(f))
+						}
+					} else if rest, under := strings.CutPrefix(f, src+"/"); under { // a directory's contents into dst
+						target = filepath.Join(dir, dst, rest)
+					} else {
+						continue
+					}
+					copyFile(t, filepath.Join("..", f), target)
+					n++
+				}
+				if n == 0 {
+					t.Errorf("COPY %s: nothing in the build context matches (.dockerignore excludes it?)", src)
+				}
+			}
+		case "RUN":
+			if m := regexp.MustCompile(`for bin in ([a-z ]+); do`).FindStringSubmatch(in[1]); m != nil && strings.Contains(in[1], "./cmd/$bin") {
+				bins = strings.Fields(m[1])
+			}
+		}
+	}
+	if !slices.Equal(bins, []string{"adapter", "drain"}) {
+		t.Fatalf("the build stage builds %q, want [adapter drain]", bins)
+	}
+	for _, b := range bins {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(t.TempDir(), b), "./cmd/"+b)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("go build ./cmd/%s from the Dockerfile's paths: %v\n%s", b, err, out)
+		}
+	}
+	// Nothing but what the binaries need: the lab and the tests stay out.
+	for _, f := range ctxFiles {
+		if strings.HasPrefix(f, "lab/") || strings.HasPrefix(f, "test/") || strings.HasSuffix(f, "_test.go") {
+			t.Errorf("the build context holds %s", f)
+		}
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,7 +1,11 @@
 package layering
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,49 +13,263 @@ import (
 
 const module = "github.com/saturation-adapter/saturation-adapter/"
 
-// allowed lists, for each package, the project packages it may depend on
-// (directly or not). A package missing from the map may depend on nothing of
-// the project.
+// The two wings. The server wing turns engines' /metrics (or Prometheus series)
+// into External metric values; the lab wing simulates fleets, calibrates engines
+// and emulates vLLM. pkg/signals is the only core they share; neither imports the
+// other.
+var (
+	core   = []string{"pkg/signals"}
+	server = []string{"pkg/scrape", "pkg/podselect", "pkg/prometheus", "pkg/provider", "pkg/config",
+		"pkg/advisor", "pkg/apiservice", "pkg/servingcert"}
+	lab = []string{"lab/trace", "lab/hpa", "lab/emulator", "lab/emulator/server", "lab/simulate", "lab/calibrate"}
+)
+
+func join(sets ...[]string) []string { return slices.Concat(sets...) }
+
+// allowed lists, for every package of the module, the project packages it may
+// depend on, directly or not. The server wing is in the order of the data flow,
+// pods → scrape or Prometheus → signals → pool → provider → HPA: a package may
+// depend only on what comes before it. A package missing from this map fails
+// TestEveryPackageHasALayer: adding one means deciding where it sits.
 var allowed = map[string][]string{
-	"pkg/signals":   {},
-	"pkg/trace":     {},
-	"pkg/emulator":  {"pkg/trace"},
-	"pkg/scrape":    {"pkg/signals", "internal/excerpt"},
-	"pkg/podselect": {"pkg/scrape", "pkg/signals", "internal/excerpt"},
-	"pkg/provider":  {"pkg/podselect", "pkg/scrape", "pkg/signals", "internal/excerpt"},
+	// Core: bytes in, numbers out.
+	"pkg/signals": {},
+
+	// Server wing.
+	"pkg/apiservice":  {},
+	"pkg/servingcert": {"pkg/apiservice"},
+	"pkg/config":      {"pkg/signals"},
+	"pkg/scrape":      {"pkg/signals", "internal/excerpt"},
+	"pkg/podselect":   {"pkg/scrape", "pkg/signals", "internal/excerpt"},
 	// A source beside pkg/scrape: it reads Prometheus, never the provider.
 	"pkg/prometheus": {"pkg/podselect", "pkg/scrape", "pkg/signals", "internal/excerpt"},
-	"pkg/hpa":        {},
-	"pkg/simulate":   {"pkg/emulator", "pkg/hpa", "pkg/signals", "pkg/trace"},
+	"pkg/provider":   {"pkg/podselect", "pkg/scrape", "pkg/signals", "internal/excerpt"},
+	// Watches HPAs beside the provider; it reads policies, never the provider.
+	"pkg/advisor": {"pkg/signals"},
+
+	// The drain binary's package: the engine's own /metrics, read as signals.
+	"pkg/drain": {"pkg/signals"},
+
+	// Lab wing.
+	"lab/trace":           {},
+	"lab/hpa":             {},
+	"lab/emulator":        {"lab/trace"},
+	"lab/emulator/server": {"lab/emulator", "lab/trace"},
+	"lab/simulate":        {"lab/emulator", "lab/hpa", "lab/trace", "pkg/signals"},
+	"lab/calibrate":       {"lab/emulator", "lab/hpa", "lab/simulate", "lab/trace", "pkg/signals"},
+
+	// Commands: each binary takes its own wing. The adapter keeps the drain
+	// command as a deprecated alias for one release (cmd/drain/app).
+	"cmd/internal/setpoints": {"pkg/signals"},
+	"cmd/drain/app":          {"pkg/drain", "pkg/signals"},
+	"cmd/drain":              {"cmd/drain/app", "pkg/drain", "pkg/signals"},
+	"cmd/adapter/app":        join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain"}),
+	"cmd/adapter":            join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain", "cmd/adapter/app"}),
+	"cmd/lab/app":            join(core, lab, []string{"cmd/internal/setpoints"}),
+	"cmd/lab":                join(core, lab, []string{"cmd/internal/setpoints", "cmd/lab/app"}),
+
+	// Support: helpers with no project dependency, test-only packages, tools.
+	"internal/excerpt":     {},
+	"internal/shdoc":       {},
+	"internal/logstyle":    {},
+	"internal/metricdocs":  {},
+	"internal/layering":    {},
+	"internal/doctest":     {"internal/shdoc"},
+	"internal/testfixture": {"lab/emulator", "lab/emulator/server", "lab/trace"},
+	"hack":                 {},
+	"hack/benchscale": join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain",
+		"cmd/adapter/app"}),
+	"manifests": {},
 }
 
-func TestNoPackageReachesBackwards(t *testing.T) {
-	for pkg, ok := range allowed {
-		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+pkg).Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
+// wings are the groups that must never depend on each other, with the reason
+// a violation is reported under.
+var wings = []struct {
+	name    string
+	members func(pkg string) bool
+	forbid  []string
+	reason  string
+}{
+	{"server wing", func(p string) bool { return slices.Contains(server, p) || strings.HasPrefix(p, "cmd/adapter") },
+		lab, "the server wing must not import the lab wing"},
+	{"lab wing", func(p string) bool { return strings.HasPrefix(p, "lab/") || strings.HasPrefix(p, "cmd/lab") },
+		server, "the lab wing must not import the server wing"},
+	{"drain binary", func(p string) bool { return strings.HasPrefix(p, "cmd/drain") || p == "pkg/drain" },
+		join(server, lab), "the drain binary is copied into every engine pod: it takes pkg/signals and nothing else"},
+}
+
+// graph maps each package of the module (relative to the module path) to the
+// module's packages it depends on, directly or not.
+type graph map[string][]string
+
+// loadGraph runs go list on patterns (from the module's root) with an optional
+// overlay file and returns the dependency graph of the packages it lists.
+func loadGraph(t *testing.T, overlay string, patterns ...string) graph {
+	t.Helper()
+	args := []string{"list", "-e", "-json=ImportPath,Deps,Error"}
+	if overlay != "" {
+		args = append(args, "-overlay", overlay)
+	}
+	cmd := exec.Command("go", append(args, patterns...)...)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	g := graph{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Deps       []string
+			Error      *struct{ Err string }
 		}
-		for _, dep := range strings.Fields(string(out)) {
-			rel, ours := strings.CutPrefix(dep, module)
-			if !ours || rel == pkg {
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Error != nil {
+			t.Fatalf("go list %s: %s", p.ImportPath, p.Error.Err)
+		}
+		rel, ours := strings.CutPrefix(p.ImportPath, module)
+		if !ours {
+			continue
+		}
+		var deps []string
+		for _, d := range p.Deps {
+			if r, ok := strings.CutPrefix(d, module); ok {
+				deps = append(deps, r)
+			}
+		}
+		g[rel] = deps
+	}
+	return g
+}
+
+// violations returns every edge of g that its rules forbid, and every package
+// that has no rule, one line each, sorted.
+func violations(g graph) []string {
+	var out []string
+	for pkg, deps := range g {
+		ok, known := allowed[pkg]
+		if !known {
+			out = append(out, fmt.Sprintf("%s has no layer: add it to allowed in internal/layering with what it may depend on", pkg))
+			continue
+		}
+		for _, dep := range deps {
+			if !slices.Contains(ok, dep) {
+				out = append(out, fmt.Sprintf("%s depends on %s, which it must not (allowed: %v)", pkg, dep, ok))
+			}
+		}
+		for _, w := range wings {
+			if !w.members(pkg) {
 				continue
 			}
-			if !slices.Contains(ok, rel) {
-				t.Errorf("%s depends on %s, which it must not (allowed: %v)", pkg, rel, ok)
+			for _, dep := range deps {
+				if slices.Contains(w.forbid, dep) {
+					out = append(out, fmt.Sprintf("%s depends on %s: %s", pkg, dep, w.reason))
+				}
 			}
 		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestNoPackageReachesBackwards checks every package of the module, found by go
+// list (not a list kept by hand), against its layer and the wings rule.
+func TestNoPackageReachesBackwards(t *testing.T) {
+	g := loadGraph(t, "", "./...")
+	if len(g) < len(allowed)/2 {
+		t.Fatalf("go list found %d packages, fewer than half of the %d with a layer", len(g), len(allowed))
+	}
+	for _, v := range violations(g) {
+		t.Error(v)
+	}
+	for pkg := range allowed {
+		if _, ok := g[pkg]; !ok {
+			t.Errorf("allowed names %s, which is no package of the module any more", pkg)
+		}
+	}
+}
+
+// TestCatchesBackwardImports adds imports that break the layering to the real
+// tree through go list's -overlay (no file of the checkout changes) and expects
+// each to be reported: a server package reaching up the data flow, a lab package
+// reaching into the server wing, the drain binary growing a server dependency,
+// and a new package nobody placed.
+func TestCatchesBackwardImports(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, file, pkg, imports, want string
+	}{
+		{"server reaches up the flow", "pkg/advisor/zz_backward.go", "advisor", "pkg/provider",
+			"advisor depends on pkg/provider, which it must not"},
+		{"lab reaches into the server", "lab/simulate/zz_backward.go", "simulate", "pkg/scrape",
+			"lab/simulate depends on pkg/scrape: the lab wing must not import the server wing"},
+		{"server reaches into the lab", "pkg/provider/zz_backward.go", "provider", "lab/hpa",
+			"pkg/provider depends on lab/hpa: the server wing must not import the lab wing"},
+		{"drain grows", "pkg/drain/zz_backward.go", "drain", "pkg/config",
+			"pkg/drain depends on pkg/config: the drain binary is copied into every engine pod"},
+		{"a package nobody placed", "pkg/newthing/x.go", "newthing", "pkg/signals",
+			"pkg/newthing has no layer"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "x.go")
+			code := fmt.Sprintf("package %s\n\nimport _ %q\n", tc.pkg, module+tc.imports)
+			if err := os.WriteFile(src, []byte(code), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, tc.file): src}})
+			ov := filepath.Join(dir, "overlay.json")
+			if err := os.WriteFile(ov, overlay, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			g := loadGraph(t, ov, "./...", "./"+filepath.Dir(tc.file))
+			got := violations(g)
+			found := slices.ContainsFunc(got, func(v string) bool { return strings.Contains(v, tc.want) })
+			if !found {
+				t.Errorf("violations = %q\nwant one containing %q", got, tc.want)
+			}
+		})
 	}
 }
 
 // pkg/signals is what a signal is: bytes in, numbers out, no Kubernetes.
 func TestSignalsHasNoKubernetes(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"pkg/signals").Output()
-	if err != nil {
-		t.Fatal(err)
+	noKubernetes(t, module+"pkg/signals")
+}
+
+// The drain binary is copied into every engine pod: no Kubernetes client or API
+// server code may creep in (they are what makes the adapter binary ~80 MB).
+func TestDrainHasNoKubernetesClient(t *testing.T) {
+	for _, dep := range deps(t, module+"cmd/drain") {
+		for _, heavy := range []string{"k8s.io/client-go/", "k8s.io/apiserver/", "sigs.k8s.io/custom-metrics-apiserver/", "k8s.io/api/"} {
+			if strings.HasPrefix(dep, heavy) {
+				t.Errorf("cmd/drain depends on %s", dep)
+			}
+		}
 	}
-	for _, dep := range strings.Fields(string(out)) {
+}
+
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func noKubernetes(t *testing.T, pkg string) {
+	t.Helper()
+	for _, dep := range deps(t, pkg) {
 		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") {
-			t.Errorf("pkg/signals depends on %s", dep)
+			t.Errorf("%s depends on %s", strings.TrimPrefix(pkg, module), dep)
 		}
 	}
 }

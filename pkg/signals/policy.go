@@ -217,7 +217,7 @@ type SetPoints struct {
 // a pod is saturated at max(queue/5, kv/0.8) >= 1) and of llm-d's
 // workload-variant-autoscaler (saturated at KV >= 0.80 or queue >= 5). They are
 // starting points: measure each model's and GPU's saturation point with a
-// stepped load test (adapter calibrate). Every default of the adapter and of
+// stepped load test (lab calibrate). Every default of the adapter and of
 // explain comes from here.
 func DefaultSetPoints() SetPoints {
 	return SetPoints{QueueDepth: 5, KVCacheUsage: 0.8}

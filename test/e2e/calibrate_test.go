@@ -14,13 +14,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/calibrate"
-	"github.com/saturation-adapter/saturation-adapter/pkg/simulate"
+	"github.com/saturation-adapter/saturation-adapter/lab/calibrate"
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/controlplane"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
-// TestCalibrateInferenceSim runs `adapter calibrate` (the built binary, as a user
+// TestCalibrateInferenceSim runs `lab calibrate` (the built binary, as a user
 // runs it) against llm-d-inference-sim v0.10.2, a third-party vLLM simulator with
 // its own HTTP server, streaming and metrics: batches of 4, 100 ms to the first
 // token, 20 ms per token, so about 4 / (0.1 s + 19 × 0.02 s) ≈ 8 requests/s. The
@@ -64,14 +64,14 @@ func TestCalibrateInferenceSim(t *testing.T) {
 	}
 
 	jsonPath, profilePath := filepath.Join(dir, "calibration.json"), filepath.Join(dir, "profile.yaml")
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "adapter"), "calibrate", "--url", url,
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "lab"), "calibrate", "--url", url,
 		"--rates", "2,4,6,8,10,12,14", "--step-length", "4s", "--warmup-requests", "5",
 		"--prompt-tokens", "100", "--output-tokens", "20", "--ttft-slo", "1s", "--metrics-interval", "250ms",
 		"--progress-interval", "0", "--json", jsonPath, "--profile-out", profilePath)
 	out, err := cmd.CombinedOutput()
-	t.Logf("adapter calibrate:\n%s", out)
+	t.Logf("lab calibrate:\n%s", out)
 	if err != nil {
-		t.Fatalf("adapter calibrate: %v", err)
+		t.Fatalf("lab calibrate: %v", err)
 	}
 	data, err := os.ReadFile(jsonPath)
 	if err != nil {

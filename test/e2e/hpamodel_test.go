@@ -26,11 +26,11 @@ import (
 	externalmetrics "k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
 	"k8s.io/utils/ptr"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/hpa"
+	"github.com/saturation-adapter/saturation-adapter/lab/hpa"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
-// The HPA model (pkg/hpa) against the real controller: kube-controller-manager
+// The HPA model (lab/hpa) against the real controller: kube-controller-manager
 // v1.37.2 reconciles two HPAs whose External metrics come from a scripted stand-in
 // for the adapter, and the model is fed the same values at the same reconciles.
 
@@ -269,7 +269,7 @@ func modelTrajectory(t *testing.T, h *autoscalingv2.HorizontalPodAutoscaler, opt
 }
 
 // TestHPAModelAgreesWithController feeds the same scripted metric timelines to
-// the real HPA controller and to pkg/hpa's model and compares the replica counts
+// the real HPA controller and to lab/hpa's model and compares the replica counts
 // reconcile by reconcile.
 //
 // Three HPAs run side by side, on Deployments of stub engines that are Ready at

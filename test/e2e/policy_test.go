@@ -37,7 +37,7 @@ policies:
 // load needs. 4,000-token prompts arriving at 1.1 requests/s (a Poisson process) are admitted
 // at the next step, so one replica's queue stays at 0–4 (under the set point of 5) and its
 // KV near 1 %, while the steps carrying their prefills make its p90 time to first token about
-// 8 s; at half the rate per replica it is about 2.3 s (pkg/emulator on its virtual clock,
+// 8 s; at half the rate per replica it is about 2.3 s (lab/emulator on its virtual clock,
 // two minutes of the same load).
 var prefillBoundArgs = []string{
 	"--max-num-seqs=64", "--max-num-batched-tokens=16384", "--num-gpu-blocks=40000", "--max-model-len=16384",

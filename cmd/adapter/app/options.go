@@ -8,7 +8,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	cmoptions "sigs.k8s.io/custom-metrics-apiserver/pkg/cmd/options"
 
+	"github.com/saturation-adapter/saturation-adapter/cmd/internal/setpoints"
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
@@ -200,10 +200,9 @@ func (o PrometheusOptions) Validate() []error {
 // keeps its last good value, the policy configuration file and the engine-state
 // window.
 type ScoringOptions struct {
-	QueueDepthSetPoint   float64
-	KVCacheUsageSetPoint float64
-	UnknownSaturation    float64
-	UnknownPodHold       time.Duration
+	// SetPoints are the set-point flags the lab tool shares.
+	SetPoints      setpoints.Flags
+	UnknownPodHold time.Duration
 	// ConfigFile is the policy configuration (--config); none when empty.
 	ConfigFile string
 	// StateWindow is the span over which engine states are judged.
@@ -214,17 +213,14 @@ type ScoringOptions struct {
 // signals.DefaultUnknownSaturation, signals.DefaultHoldLastGood and
 // signals.DefaultStateWindow.
 func NewScoringOptions() ScoringOptions {
-	d := signals.DefaultSetPoints()
-	return ScoringOptions{QueueDepthSetPoint: d.QueueDepth, KVCacheUsageSetPoint: d.KVCacheUsage,
-		UnknownSaturation: signals.DefaultUnknownSaturation, UnknownPodHold: signals.DefaultHoldLastGood,
-		StateWindow: signals.DefaultStateWindow}
+	return ScoringOptions{SetPoints: setpoints.New(), UnknownPodHold: signals.DefaultHoldLastGood, StateWindow: signals.DefaultStateWindow}
 }
 
-// AddFlags adds the scoring flags; explain and the server share them:
-// AddSetPointFlags and the policy flags (--config, --unknown-pod-hold,
+// AddFlags adds the scoring flags; explain and the server share them: the set
+// points (setpoints.Flags) and the policy flags (--config, --unknown-pod-hold,
 // --engine-state-window).
 func (o *ScoringOptions) AddFlags(fs *pflag.FlagSet) {
-	o.AddSetPointFlags(fs)
+	o.SetPoints.AddFlags(fs)
 	fs.DurationVar(&o.UnknownPodHold, "unknown-pod-hold", o.UnknownPodHold,
 		"How long a pod that stopped answering keeps counting at its last good value when that is higher than the unknown-pod value, so a partial outage never scales a pool down; 0 turns it off.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
@@ -233,38 +229,9 @@ func (o *ScoringOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long an engine must make no progress (no token, nothing finished) while requests wait before it is judged wedged or frozen; at least 3 scrapes must fall in it.")
 }
 
-// AddSetPointFlags adds the set points of the built-in policies and the
-// unknown-pod saturation (simulate takes these only). The names before the
-// set-point rename (--queue-depth-target, --kv-cache-usage-target) stay as
-// deprecated aliases.
-func (o *ScoringOptions) AddSetPointFlags(fs *pflag.FlagSet) {
-	fs.Float64Var(&o.QueueDepthSetPoint, "queue-depth-set-point", o.QueueDepthSetPoint,
-		"Waiting requests per pod (at least 0.001) at which a pod counts as saturated (saturation 1.0). Default from the Gateway API inference extension's saturation detector.")
-	fs.Float64Var(&o.KVCacheUsageSetPoint, "kv-cache-usage-set-point", o.KVCacheUsageSetPoint,
-		"KV-cache usage ratio, in [0.001, 1], at which a pod counts as saturated (saturation 1.0).")
-	fs.Float64Var(&o.UnknownSaturation, "unknown-pod-saturation", o.UnknownSaturation,
-		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid) or whose engine cannot serve (wedged, frozen, sleeping). 1.0 treats it as at its set point.")
-	for old, now := range map[string]string{"queue-depth-target": "queue-depth-set-point", "kv-cache-usage-target": "kv-cache-usage-set-point"} {
-		f := *fs.Lookup(now)
-		f.Name, f.Shorthand = old, ""
-		f.Deprecated = "use --" + now
-		f.Hidden = true
-		fs.AddFlag(&f)
-	}
-}
-
 // Validate returns one error per bad scoring flag, naming the flag and its value.
 func (o *ScoringOptions) Validate() []error {
-	var errs []error
-	if !(o.QueueDepthSetPoint >= signals.MinSetPoint) || math.IsInf(o.QueueDepthSetPoint, 0) {
-		errs = append(errs, fmt.Errorf("--queue-depth-set-point=%g: must be a finite number >= %g", o.QueueDepthSetPoint, signals.MinSetPoint))
-	}
-	if !(o.KVCacheUsageSetPoint >= signals.MinSetPoint) || o.KVCacheUsageSetPoint > 1 {
-		errs = append(errs, fmt.Errorf("--kv-cache-usage-set-point=%g: must be in [%g, 1]", o.KVCacheUsageSetPoint, signals.MinSetPoint))
-	}
-	if !(o.UnknownSaturation >= 0) || math.IsInf(o.UnknownSaturation, 0) {
-		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be a finite number >= 0", o.UnknownSaturation))
-	}
+	errs := o.SetPoints.Validate()
 	if o.UnknownPodHold < 0 {
 		errs = append(errs, fmt.Errorf("--unknown-pod-hold=%s: must be >= 0", o.UnknownPodHold))
 	}
@@ -288,7 +255,7 @@ func (o *ScoringOptions) Validate() []error {
 
 // Builtin returns the built-in policies with these set points.
 func (o *ScoringOptions) Builtin() []signals.Policy {
-	return signals.BuiltinPolicies(signals.SetPoints{QueueDepth: o.QueueDepthSetPoint, KVCacheUsage: o.KVCacheUsageSetPoint}, o.UnknownSaturation, o.UnknownPodHold)
+	return signals.BuiltinPolicies(o.SetPoints.SetPoints, o.SetPoints.UnknownSaturation, o.UnknownPodHold)
 }
 
 // Catalog returns the metric catalog: the built-in policies and those of the

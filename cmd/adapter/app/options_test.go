@@ -27,9 +27,9 @@ func TestValidateNamesFlagAndValue(t *testing.T) {
 		{"bad port and scheme together", func(o *Options) { o.Scrape.Port = 0; o.Scrape.Scheme = "ftp" },
 			[]string{"--scrape-port=0", `--scrape-scheme="ftp"`}},
 		{"relative path", func(o *Options) { o.Scrape.Path = "metrics" }, []string{`--scrape-path="metrics"`}},
-		{"zero queue set point", func(o *Options) { o.Scoring.QueueDepthSetPoint = 0 }, []string{"--queue-depth-set-point=0"}},
-		{"KV set point above 1", func(o *Options) { o.Scoring.KVCacheUsageSetPoint = 80 }, []string{"--kv-cache-usage-set-point=80"}},
-		{"negative unknown saturation", func(o *Options) { o.Scoring.UnknownSaturation = -1 }, []string{"--unknown-pod-saturation=-1"}},
+		{"zero queue set point", func(o *Options) { o.Scoring.SetPoints.SetPoints.QueueDepth = 0 }, []string{"--queue-depth-set-point=0"}},
+		{"KV set point above 1", func(o *Options) { o.Scoring.SetPoints.SetPoints.KVCacheUsage = 80 }, []string{"--kv-cache-usage-set-point=80"}},
+		{"negative unknown saturation", func(o *Options) { o.Scoring.SetPoints.UnknownSaturation = -1 }, []string{"--unknown-pod-saturation=-1"}},
 		{"client rate", func(o *Options) { o.ClientQPS = 0 }, []string{"--client-qps=0"}},
 		{"max age below interval", func(o *Options) { o.Scrape.MaxSampleAge = time.Second }, []string{"--max-sample-age=1s"}},
 		{"body limit", func(o *Options) { o.Scrape.MaxBodyBytes = 0 }, []string{"--scrape-max-body-bytes=0"}},
@@ -120,7 +120,7 @@ func TestDeprecatedSetPointFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--queue-depth-target=25", "--kv-cache-usage-target=0.9"}); err != nil {
 		t.Fatal(err)
 	}
-	if o.Scoring.QueueDepthSetPoint != 25 || o.Scoring.KVCacheUsageSetPoint != 0.9 {
+	if o.Scoring.SetPoints.SetPoints.QueueDepth != 25 || o.Scoring.SetPoints.SetPoints.KVCacheUsage != 0.9 {
 		t.Errorf("set points %+v, want 25 and 0.9 from the deprecated flags", o.Scoring)
 	}
 	if f := fs.Lookup("queue-depth-target"); f == nil || !strings.Contains(f.Deprecated, "--queue-depth-set-point") {

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
+
 	"encoding/json"
 	"math"
 	"os"
@@ -74,7 +76,7 @@ func TestReadmeExplainCommands(t *testing.T) {
 		}
 		files[name] = b
 	}
-	dir := inReadmeDir(t)
+	dir := doctest.InCheckoutDir(t, repoRoot)
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)

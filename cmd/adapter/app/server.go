@@ -40,9 +40,9 @@ import (
 )
 
 // NewCommand returns the adapter command: it serves the External metrics API
-// until ctx is done; its explain subcommand evaluates /metrics files offline,
-// drain is an engine's preStop hook, simulate compares autoscaling policies on
-// a trace and calibrate finds an engine's set points with a stepped load test.
+// until ctx is done; its explain subcommand evaluates /metrics files offline.
+// drain, simulate and calibrate moved to the drain and lab binaries; the
+// adapter keeps them for one release as deprecated, hidden commands (movedCommands).
 func NewCommand(ctx context.Context) *cobra.Command {
 	o := NewOptions()
 	fss := o.Flags()
@@ -98,14 +98,12 @@ values such as llm_saturation and llm_demand_replicas to autoscaling/v2 HPAs.`,
 			defaultHelp(c, args)
 			return
 		}
-		fmt.Fprintf(c.OutOrStdout(), "%s\n\nUsage:\n  %s\n  %s explain POD...\n  %s drain [flags]\n  %s simulate --trace FILE [flags]\n  %s calibrate --url URL [flags]\n",
-			c.Long, c.UseLine(), c.CommandPath(), c.CommandPath(), c.CommandPath(), c.CommandPath())
+		fmt.Fprintf(c.OutOrStdout(), "%s\n\nUsage:\n  %s\n  %s explain POD... [flags]\n",
+			c.Long, c.UseLine(), c.CommandPath())
 		cliflag.PrintSections(c.OutOrStdout(), fss, cols)
 	})
 	cmd.AddCommand(newExplainCommand())
-	cmd.AddCommand(newDrainCommand())
-	cmd.AddCommand(NewSimulateCommand())
-	cmd.AddCommand(NewCalibrateCommand(ctx))
+	cmd.AddCommand(movedCommands()...)
 	return cmd
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
+	"github.com/saturation-adapter/saturation-adapter/lab/trace"
 )
 
 // The trace ships in the repository's data/ (test/e2e/loadgen → ../../..).

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
+	"github.com/saturation-adapter/saturation-adapter/lab/trace"
 )
 
 // Request is one request to send: when (offset from the start of the run) and its size in
@@ -16,7 +16,7 @@ type Request struct {
 }
 
 // FromTrace turns a request-arrival trace (read by the adapter's own
-// pkg/trace reader, which validates every row) into requests whose At is the
+// lab/trace reader, which validates every row) into requests whose At is the
 // offset from the trace's first arrival.
 func FromTrace(t trace.Trace) []Request {
 	out := make([]Request, len(t.Requests))

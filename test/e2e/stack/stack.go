@@ -31,7 +31,7 @@ import (
 
 // Images the node agent knows how to run.
 const (
-	// EmulatorImage runs our engine emulator (cmd/emulator).
+	// EmulatorImage runs our engine emulator (lab emulator).
 	EmulatorImage = "saturation-adapter/emulator"
 	// SimImage runs github.com/llm-d/llm-d-inference-sim.
 	SimImage = "llm-d/llm-d-inference-sim"
@@ -45,7 +45,7 @@ const (
 // Options configure a Stack.
 type Options struct {
 	// ToolsDir holds the control-plane binaries and llm-d-inference-sim
-	// (E2E_TOOLS_DIR); BinDir holds adapter and emulator (E2E_BIN_DIR).
+	// (E2E_TOOLS_DIR); BinDir holds adapter and lab (E2E_BIN_DIR).
 	ToolsDir, BinDir string
 	// Dir is the working directory; it must exist.
 	Dir string
@@ -159,8 +159,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	engines := map[string]nodeagent.Engine{
 		EmulatorImage: {
-			Binary: filepath.Join(o.BinDir, "emulator"),
-			Args:   append([]string{"--bind-address=$(POD_IP)", "--port=$(PORT)", "--served-model-name=" + Model}, o.EmulatorArgs...),
+			Binary: filepath.Join(o.BinDir, "lab"),
+			Args:   append([]string{"emulator", "--bind-address=$(POD_IP)", "--port=$(PORT)", "--served-model-name=" + Model}, o.EmulatorArgs...),
 		},
 		SimImage: {
 			Binary:        filepath.Join(o.ToolsDir, "llm-d-inference-sim"),

@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/trace"
+	"github.com/saturation-adapter/saturation-adapter/lab/trace"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/flowgate"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/loadgen"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
@@ -202,7 +202,7 @@ func (o *options) defaults() error {
 	return os.MkdirAll(o.out, 0o755)
 }
 
-// load reads the trace (with the adapter's pkg/trace reader) and shapes the
+// load reads the trace (with the adapter's lab/trace reader) and shapes the
 // replay: a calm start at real speed, then the next part of the trace
 // compressed, output lengths scaled.
 func (o *options) load() ([]loadgen.Request, error) {

@@ -1,0 +1,274 @@
+package app
+
+import (
+	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
+
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/utils/clock"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/calibrate"
+	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
+	emulatorserver "github.com/saturation-adapter/saturation-adapter/lab/emulator/server"
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
+)
+
+// runCalibrate runs `lab calibrate` with args through the root command,
+// as a user does, and returns its standard output and error.
+func runCalibrate(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	ctx := context.Background()
+	cmd := NewCommand(ctx)
+	var out, errOut bytes.Buffer
+	cmd.SetArgs(append([]string{"calibrate"}, args...))
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+// calibrationEngine is the emulated engine TestCalibrateRecoversEmulatorCapacity
+// measures: a batch of at most 8 requests and steps of tens of milliseconds, long
+// enough that the real clock's timer latency (well under a millisecond) is a few
+// percent of a step at most.
+func calibrationEngine() emulator.Config {
+	c := emulator.DefaultConfig()
+	c.MaxNumSeqs = 8
+	c.NumBlocks = 2000
+	c.MaxModelLen = 4096
+	c.StepTime = emulator.StepTimeModel{Base: 20 * time.Millisecond, PerSeq: 5 * time.Millisecond, PerPrefillToken: 50 * time.Microsecond}
+	return c
+}
+
+// capacity is the most requests per second an engine of shape c completes with
+// requests of prompt and output tokens, all prompts fitting one step's token
+// budget and the KV cache holding a full batch (lab/emulator's step model).
+//
+// Derivation: at capacity the batch is full, every step schedules B =
+// MaxNumSeqs requests. A request is scheduled in O steps (its prefill step, which
+// samples its first token, and O-1 decode steps) and its prompt's P tokens are
+// prefill tokens once. Over a time T at throughput λ the engine runs λT·O/B steps
+// (each pays Base), λT·O request-steps (each pays PerSeq) and λT·P prefill tokens
+// (each pays PerPrefillToken), and they fill T:
+//
+//	T = λT (O·Base/B + O·PerSeq + P·PerPrefillToken),  so  λ = 1 / (O·Base/B + O·PerSeq + P·PerPrefillToken).
+//
+// Below it the fluid model gives a step time τ = Base / (1 − λ(O·PerSeq +
+// P·PerPrefillToken)) and a batch b = λ·O·τ, which reaches B exactly at this λ.
+func capacity(c emulator.Config, prompt, output int) float64 {
+	o, p := float64(output), float64(prompt)
+	perRequest := o*c.StepTime.Base.Seconds()/float64(c.MaxNumSeqs) + o*c.StepTime.PerSeq.Seconds() + p*c.StepTime.PerPrefillToken.Seconds()
+	return 1 / perRequest
+}
+
+// TestCalibrateRecoversEmulatorCapacity runs `lab calibrate` against the
+// emulator (lab/emulator/server on loopback, real clock) and checks that the
+// saturation point, the measured capacity and the capacity of the fitted profile
+// are each within 10 % of the capacity the engine's configuration gives
+// (capacity above: 6.25 requests/s for 200 prompt and 20 output tokens).
+func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40 s real-time load test")
+	}
+	engine := calibrationEngine()
+	srv, err := emulatorserver.New(emulatorserver.Config{
+		Engine: engine, Engines: 1, ModelName: "calibration-model", Dialect: emulator.DialectV1,
+		CharsPerToken: 4, Fault: emulatorserver.FaultNone, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv.Start(ctx)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { cancel(); hs.Close() })
+
+	const prompt, output = 200, 20
+	want := capacity(engine, prompt, output)
+	dir := t.TempDir()
+	jsonPath, profilePath := filepath.Join(dir, "calibration.json"), filepath.Join(dir, "profile.yaml")
+	// Steps of 0.5 requests/s (8 % of the capacity) from 64 % to 128 % of it.
+	table, progress, err := runCalibrate(t, "--url", hs.URL, "--rates", "4,4.5,5,5.5,6,6.5,7,7.5,8", "--step-length", "5s",
+		"--warmup-requests", "5", "--prompt-tokens", "200", "--output-tokens", "20", "--ttft-slo", "1s",
+		"--metrics-interval", "250ms", "--progress-interval", "2s", "--json", jsonPath, "--profile-out", profilePath)
+	if err != nil {
+		t.Fatalf("calibrate: %v\n%s", err, progress)
+	}
+	t.Logf("configured capacity %.3g req/s\n%s", want, table)
+	if !strings.Contains(progress, "step 1/9: 4 req/s for 5s") || !strings.Contains(progress, "warm-up done") {
+		t.Errorf("progress does not show the steps:\n%s", progress)
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep calibrate.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	within := func(name string, got float64) {
+		t.Helper()
+		if got < 0.9*want || got > 1.1*want {
+			t.Errorf("%s = %.3g req/s, want within 10 %% of the configured capacity %.3g", name, got, want)
+		}
+	}
+	if rep.Saturation == nil || !rep.Saturation.Reached {
+		t.Fatalf("saturation %+v, want a saturation point with a failing step above it", rep.Saturation)
+	}
+	within("saturation point", rep.Saturation.RateRequestsPerSecond)
+	within("measured capacity", rep.CapacityRequestsPerSecond)
+
+	cfg, err := simulate.LoadProfile(profilePath)
+	if err != nil {
+		t.Fatalf("the written profile does not load: %v", err)
+	}
+	if cfg.MaxNumSeqs != engine.MaxNumSeqs || cfg.MaxModelLen != engine.MaxModelLen {
+		t.Errorf("profile maxNumSeqs %d, maxModelLen %d; want the engine's %d and %d", cfg.MaxNumSeqs, cfg.MaxModelLen, engine.MaxNumSeqs, engine.MaxModelLen)
+	}
+	within("the fitted profile's capacity", capacity(cfg, prompt, output))
+	if rep.ProfileCheck == nil || rep.ProfileCheck.SaturationRateRequestsPerSecond == nil {
+		t.Errorf("profile check %+v, want the profile's own saturation point", rep.ProfileCheck)
+	}
+
+	sp := rep.Recommended
+	if sp == nil || sp.KVCacheUsage == nil || *sp.KVCacheUsage > rep.Saturation.KVCacheUsage.Mean || sp.QueueDepth < 1 {
+		t.Fatalf("recommended %+v, want a KV set point at most the KV usage at saturation (%v) and a queue set point >= 1", sp, rep.Saturation.KVCacheUsage)
+	}
+	if !strings.Contains(table, "recommended set points") || !strings.Contains(table, sp.Flags) {
+		t.Errorf("table does not give the recommended flags %q:\n%s", sp.Flags, table)
+	}
+}
+
+// TestCalibrateFlagErrors: bad flags are reported together, each with its value.
+func TestCalibrateFlagErrors(t *testing.T) {
+	_, _, err := runCalibrate(t, "--rates", "4,2", "--steps", "3", "--ttft-quantile", "1.5", "--arrivals", "bursty",
+		"--headroom", "0", "--max-requests", "5", "--warmup-requests", "10")
+	for _, want := range []string{"--url is required", "--rates excludes --steps", "rates must increase: 2 follows 4",
+		"TTFT quantile must be in (0, 1], got 1.5", `arrivals "bursty"`, "headroom must be in (0, 1], got 0",
+		"max requests 5 leaves none for the steps after 10 warm-up requests"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v, want it to contain %q", err, want)
+		}
+	}
+	_, _, err = runCalibrate(t, "--url", "http://127.0.0.1:1", "--trace", "testdata/none.csv")
+	if err == nil || !strings.Contains(err.Error(), "--trace") || !strings.Contains(err.Error(), "none.csv") {
+		t.Errorf("error = %v, want the missing trace named", err)
+	}
+	_, _, err = runCalibrate(t, "--url", "ftp://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "want an http or https URL") {
+		t.Errorf("error = %v, want the URL's scheme rejected", err)
+	}
+}
+
+// TestReadmeCalibrateFlags: the README's flag table for `lab calibrate`
+// names every flag of the command (and no other), with the command's defaults.
+func TestReadmeCalibrateFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "## `lab calibrate`")
+	if start < 0 {
+		t.Fatal("no lab calibrate section in the README")
+	}
+	section := text[start:]
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
+		section = section[:end+1]
+	}
+	tableAt := strings.Index(section, "| flag | default | meaning |")
+	if tableAt < 0 {
+		t.Fatal("no flag table in the README's lab calibrate section")
+	}
+	flagRE := regexp.MustCompile("`--([a-z0-9-]+)`")
+	flags := NewCalibrateCommand(context.Background()).Flags()
+	documented := map[string]bool{}
+	for _, line := range strings.Split(section[tableAt:], "\n")[2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) != 3 {
+			t.Fatalf("README flag row %q: want 3 cells", line)
+		}
+		for _, m := range flagRE.FindAllStringSubmatch(cells[0]+" "+cells[2], -1) {
+			documented[m[1]] = true
+		}
+		names := flagRE.FindAllStringSubmatch(cells[0], -1)
+		defaults := strings.Split(cells[1], ", ")
+		if len(defaults) != len(names) {
+			if len(names) > 1 && len(defaults) > 1 {
+				t.Errorf("README row %q: %d flags, %d defaults", cells[0], len(names), len(defaults))
+			}
+			continue
+		}
+		for i, m := range names {
+			f := flags.Lookup(m[1])
+			if f == nil || !strings.HasPrefix(defaults[i], "`") {
+				continue
+			}
+			if d := strings.Trim(defaults[i], "`"); !sameDefault(d, f.DefValue) {
+				t.Errorf("README: --%s defaults to %s, the command to %q", m[1], defaults[i], f.DefValue)
+			}
+		}
+	}
+	flags.VisitAll(func(f *pflag.Flag) {
+		if !documented[f.Name] {
+			t.Errorf("--%s is not in the README's calibrate flag table", f.Name)
+		}
+		delete(documented, f.Name)
+	})
+	for name := range documented {
+		t.Errorf("the README's calibrate flag table has --%s, which the command lacks", name)
+	}
+}
+
+// setPointSection is the README section whose `lab simulate` commands
+// TestReadmeSetPointTables runs.
+const setPointSection = "Choose your set points: calibrate → simulate → HPA"
+
+// TestReadmeSetPointTables runs every `lab simulate` command of the README's
+// "Choose your set points" section as written, from a directory like the
+// checkout's root, and checks that each prints the table shown under its block,
+// so the comparison there is what the commands give. Whole-hour replays at
+// several times the traces' rates take about a minute of CPU, many minutes under
+// -race, so the race-enabled `make test-unit` skips it and runs it again without
+// -race; by hand: `go test ./cmd/adapter/app -run TestReadmeSetPointTables`.
+func TestReadmeSetPointTables(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("whole-hour replays are slow under -race or -short; run: go test ./cmd/adapter/app -run TestReadmeSetPointTables")
+	}
+	md := labDocText(t)
+	cmds := labDocCommands(t, setPointSection)
+	doctest.InCheckoutDir(t, repoRoot)
+	perBlock := map[int]int{}
+	for _, c := range cmds {
+		if c.Args[0] != "simulate" {
+			t.Errorf("README line %d: %s: want only simulate commands here", c.Block.Line, c.Line)
+			continue
+		}
+		if perBlock[c.Block.Line]++; perBlock[c.Block.Line] > 1 {
+			t.Fatalf("README line %d: two commands in one block: whose table follows it?", c.Block.Line)
+		}
+		out, progress, err := runRoot(c.Args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.Line, err, progress)
+		}
+		if table := doctest.Output(t, md, c.Block); out != table {
+			t.Errorf("README table for %s:\n%s\nsimulate prints:\n%s", c.Line, table, out)
+		}
+	}
+	if len(cmds) < 4 {
+		t.Errorf("%d simulate commands in the set-point section, want the runs on both traces", len(cmds))
+	}
+}

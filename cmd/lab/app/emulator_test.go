@@ -1,0 +1,67 @@
+package app
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
+)
+
+// fastEngine steps in about a millisecond so that serving tests finish quickly
+// on the real clock.
+func fastEngine() emulator.Config {
+	c := emulator.DefaultConfig()
+	c.MaxModelLen = 8192
+	c.StepTime = emulator.StepTimeModel{Base: time.Millisecond, PerSeq: 10 * time.Microsecond, PerPrefillToken: time.Microsecond}
+	return c
+}
+
+func TestEmulatorOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*EmulatorOptions)
+		wantErr string
+	}{
+		{"defaults", func(*EmulatorOptions) {}, ""},
+		{"loopback alias", func(o *EmulatorOptions) { o.BindAddress = "127.0.3.7"; o.Port = 0 }, ""},
+		{"bad address", func(o *EmulatorOptions) { o.BindAddress = "localhost" }, "--bind-address"},
+		{"bad port", func(o *EmulatorOptions) { o.Port = 70000 }, "--port"},
+		{"no engines", func(o *EmulatorOptions) { o.Engines = 0 }, "--data-parallel-size"},
+		{"bad dialect", func(o *EmulatorOptions) { o.MetricsDialect = "v9" }, "--metrics-dialect"},
+		{"v0 with two engines", func(o *EmulatorOptions) { o.MetricsDialect = "v0"; o.Engines = 2 }, "v0"},
+		{"bad fault", func(o *EmulatorOptions) { o.Fault = "explode" }, "--fault"},
+		{"bad engine", func(o *EmulatorOptions) { o.Engine.BlockSize = 0 }, "block-size"},
+		{"bad chars per token", func(o *EmulatorOptions) { o.CharsPerToken = 0 }, "--chars-per-token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewEmulatorOptions()
+			tt.mutate(o)
+			err := o.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Errorf("Validate() = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("Validate() = %v, want an error about %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestEmulatorOptionsRunServesOnLoopback(t *testing.T) {
+	o := NewEmulatorOptions()
+	o.BindAddress, o.Port = "127.0.0.1", 0
+	o.Engine = fastEngine()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- o.Run(ctx) }()
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run() = %v after cancel, want nil", err)
+	}
+}

@@ -1,0 +1,47 @@
+// Package app is the lab tool's commands: simulate (policies compared on a
+// trace, lab/simulate), calibrate (a stepped load test against one engine,
+// lab/calibrate) and emulator (emulated vLLM engines over HTTP, lab/emulator).
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/version"
+)
+
+// Name is the lab tool's name in its --version output.
+const Name = "saturation-lab"
+
+// NewCommand returns the lab command and its subcommands; long-running ones
+// stop when ctx is done.
+func NewCommand(ctx context.Context) *cobra.Command {
+	var printVersion bool
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Compare autoscaling policies offline, calibrate an engine, emulate vLLM",
+		Long: `lab is saturation-adapter's lab tool. It never runs in a cluster:
+
+  lab simulate   replay a request trace against a simulated fleet under several
+                 autoscaling policies (the HPA on the adapter's metrics, KEDA-style
+                 queue triggers, GPU utilization, an oracle) and compare them
+  lab calibrate  run a stepped load test against one live engine, find its
+                 saturation point and recommend the adapter's set points
+  lab emulator   serve emulated vLLM engines (completions, /metrics, faults) for
+                 tests and demos`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printVersion {
+				v := version.Get()
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (commit %s, built %s, %s %s)\n", Name, v.GitVersion, v.GitCommit, v.BuildDate, v.GoVersion, v.Platform)
+				return err
+			}
+			return cmd.Help()
+		},
+	}
+	cmd.Flags().BoolVar(&printVersion, "version", false, "Print the version and exit.")
+	cmd.AddCommand(NewSimulateCommand(), NewCalibrateCommand(ctx), NewEmulatorCommand(ctx))
+	return cmd
+}

@@ -1,0 +1,86 @@
+// Package calibrate runs a stepped load test against one live inference engine
+// (an OpenAI-compatible server such as vLLM) and turns what it observes into the
+// adapter's set points and an engine profile for `lab simulate` (issue 11,
+// part 2). It is the core of `lab calibrate`.
+//
+// # The test
+//
+// The method is the one the production guides describe (for example AWS's EKS
+// guide for vLLM, quoted in the project's domain notes: "warm up with 100
+// requests, then 10 → 70 RPS in 60 s steps; the saturation point is where the
+// queue leaves ~0"):
+//
+//  1. Warm-up: Config.Warmup requests sent one at a time. They warm the engine
+//     (first-request compilation, CUDA graphs) and, alone on an idle engine,
+//     measure the idle time to first token and inter-token latency that the
+//     profile fit needs.
+//  2. Steps: for each rate of Config.Rates, requests arrive at that rate for
+//     Config.StepDuration (evenly spaced, or a Poisson process with
+//     Config.Arrivals), back to back, each a streaming POST /v1/completions
+//     whose time to first token (TTFT) and token timings are measured by the
+//     client. Meanwhile the engine's /metrics is read every Config.MetricsInterval
+//     with the adapter's own signal code (pkg/signals): queue depth, running
+//     requests, KV-cache usage, preemptions.
+//  3. A step passes when the mean queue depth over its second half is at most
+//     Config.MaxQueue ("near 0"), the Config.TTFTQuantile (p95) of its requests'
+//     TTFT is within Config.TTFTSLO, and no request failed. The test stops
+//     Config.StepsPastSaturation steps after the first failing one, or at
+//     Config.MaxRequests requests in all, whichever comes first.
+//
+// The saturation point is the highest rate of the passing steps below the first
+// failing one. What the engine shows there (queue depth, KV-cache usage, running
+// requests) is reported, with the measured capacity: the most requests per second
+// the engine completed in any step.
+//
+// # Set points
+//
+// The adapter's per-pod saturation is max(queue / queue set point, KV usage / KV
+// set point) and an HPA on llm_saturation (Value 1) keeps it near 1, acting only
+// once it leaves its tolerance band (10 % by default). The recommendation aims
+// each pod at Config.Headroom × the saturation rate; the default 0.9 ≈ 1 / 1.1
+// lets the HPA scale up before a pod passes the saturation point:
+//
+//   - KV-cache usage set point: the KV usage measured at that rate, interpolated
+//     linearly between the steps and the idle engine (KV usage rises with load
+//     well before a queue forms, so this term is what holds the fleet at the
+//     target rate), to 2 decimals (3 below 0.1);
+//   - queue depth set point: twice the mean queue the test counts as near 0
+//     (Config.MaxQueue), at least 1. Below saturation the queue is noise
+//     (requests that arrived during the engine's current step); above it, it
+//     grows without bound. The set point sits above the noise, so that noise
+//     alone does not reach 1, and no higher, because a new pod takes a cold
+//     start to arrive: a queue term that waits for a long queue scales up after
+//     the SLO is lost.
+//
+// These are starting points: `lab simulate` with the fitted profile and
+// the user's trace shows what they cost and keep, and what its neighbours do.
+//
+// # Profile
+//
+// The fit is for lab/emulator's step-time model (Base + PerSeq × scheduled
+// requests + PerPrefillToken × prefill tokens), from client timings and the
+// engine's gauges:
+//
+//   - alone on an idle engine, a decode step is Base + PerSeq (the warm-up's
+//     inter-token latency) and the prefill step adds PerPrefillToken × prompt
+//     tokens (TTFT − inter-token latency, fitted over the warm-up requests);
+//   - under load the mean inter-token latency τ of a step is Base + b × PerSeq +
+//     x × PerPrefillToken with b the mean running requests and x the prefill
+//     tokens per engine step (prompt tokens completed per second × τ); with
+//     PerPrefillToken known, Base and PerSeq are a least-squares line over the
+//     steps and the idle point;
+//   - maxNumSeqs is the most running requests seen while requests were waiting,
+//     when the batch sat at that count (a full batch); when the token budget or
+//     the KV cache stopped admissions first it is only a lower bound, and the
+//     emulator's default is written if larger; numGPUBlocks and blockSize come
+//     from vllm:cache_config_info
+//     when the engine exports it and are otherwise estimated from KV usage against
+//     the tokens the running requests hold, maxModelLen from /v1/models.
+//
+// The profile is then checked: the same arrivals are replayed on lab/emulator's
+// simulator with the fitted profile, judged by the same rules, and the report
+// gives the saturation rate the profile predicts beside the measured one.
+//
+// Traffic goes only to Config.URL and Config.MetricsURL. Point them at one pod
+// (for example through kubectl port-forward): the test measures one engine.
+package calibrate

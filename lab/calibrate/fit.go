@@ -1,0 +1,278 @@
+package calibrate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
+)
+
+// Fit is how the engine profile was obtained: the measurements behind each field.
+type Fit struct {
+	// IdleTTFTSeconds and IdleInterTokenLatencySeconds are the warm-up's medians:
+	// a request alone on an idle engine.
+	IdleTTFTSeconds              float64 `json:"idleTTFTSeconds"`
+	IdleInterTokenLatencySeconds float64 `json:"idleInterTokenLatencySeconds"`
+	// Points are the (mean running requests, step time net of prefill, seconds)
+	// pairs the line Base + PerSeq × running was fitted to: the idle point first,
+	// then one per step.
+	Points [][2]float64 `json:"points"`
+	// MaxNumSeqsFrom, KVCacheFrom and MaxModelLenFrom say where those fields came
+	// from ("observed", "cache_config_info", "estimated", "/v1/models",
+	// "default").
+	MaxNumSeqsFrom  string `json:"maxNumSeqsFrom"`
+	KVCacheFrom     string `json:"kvCacheFrom"`
+	MaxModelLenFrom string `json:"maxModelLenFrom"`
+}
+
+// median returns the median of vs (the mean of the middle two for an even
+// count); 0 for none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// lineFit is an ordinary least-squares line y = a + b x; with fewer than two
+// distinct x it returns the mean of y and slope 0.
+func lineFit(pts [][2]float64) (a, b float64) {
+	n := float64(len(pts))
+	var sx, sy, sxx, sxy float64
+	for _, p := range pts {
+		sx += p[0]
+		sy += p[1]
+		sxx += p[0] * p[0]
+		sxy += p[0] * p[1]
+	}
+	den := n*sxx - sx*sx
+	if n == 0 {
+		return 0, 0
+	}
+	if math.Abs(den) < 1e-12*math.Max(1, n*sxx) {
+		return sy / n, 0
+	}
+	b = (n*sxy - sx*sy) / den
+	return (sy - b*sx) / n, b
+}
+
+// fitProfile fits the engine configuration (see the package documentation) from
+// the warm-up records, the steps and the samples. It returns the configuration,
+// how each part was obtained and notes on what could not be observed.
+func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string) {
+	cfg := emulator.DefaultConfig()
+	var (
+		fit   Fit
+		notes []string
+	)
+	// Idle step times from the warm-up; the first request is left out when there
+	// are others (compilation, connection set-up).
+	var itls, prefillPerToken, idleTTFT []float64
+	var warm []*record
+	for _, rec := range r.records {
+		if rec.step < 0 && rec.err == nil && rec.first >= 0 {
+			warm = append(warm, rec)
+		}
+	}
+	if len(warm) > 1 {
+		warm = warm[1:]
+	}
+	for _, rec := range warm {
+		if rec.tokens >= 2 && rec.last > rec.first {
+			itls = append(itls, (rec.last-rec.first).Seconds()/float64(rec.tokens-1))
+		}
+		d, _ := rec.ttft()
+		idleTTFT = append(idleTTFT, d.Seconds())
+	}
+	itl1 := median(itls)
+	for _, rec := range warm {
+		d, _ := rec.ttft()
+		if rec.prompt > 0 {
+			prefillPerToken = append(prefillPerToken, math.Max(0, d.Seconds()-itl1)/float64(rec.prompt))
+		}
+	}
+	perPrefill := median(prefillPerToken)
+	fit.IdleTTFTSeconds, fit.IdleInterTokenLatencySeconds = round(median(idleTTFT)), round(itl1)
+	if len(itls) == 0 {
+		notes = append(notes, "no warm-up request generated two tokens: the idle inter-token latency is unknown (use an output of 2 tokens or more)")
+	}
+
+	// Loaded steps: net step time against mean running requests.
+	pts := [][2]float64{}
+	if itl1 > 0 {
+		pts = append(pts, [2]float64{1, itl1})
+	}
+	for _, s := range steps {
+		if s.InterTokenLatencySeconds == nil || s.Running == nil || s.Running.Mean <= 0 {
+			continue
+		}
+		tau := *s.InterTokenLatencySeconds
+		x := s.PrefillTokensPerSecond * tau // prefill tokens per engine step
+		pts = append(pts, [2]float64{round(s.Running.Mean), round(tau - x*perPrefill)})
+	}
+	fit.Points = pts
+	base, perSeq := lineFit(pts)
+	if perSeq < 0 {
+		notes = append(notes, fmt.Sprintf("step time fell as the batch grew (slope %.3gs per request): perSeq set to 0", perSeq))
+		perSeq = 0
+		var sy float64
+		for _, p := range pts {
+			sy += p[1]
+		}
+		if len(pts) > 0 {
+			base = sy / float64(len(pts))
+		}
+	}
+	if base < 0 {
+		// Through the origin instead.
+		var sxy, sxx float64
+		for _, p := range pts {
+			sxy += p[0] * p[1]
+			sxx += p[0] * p[0]
+		}
+		base, perSeq = 0, math.Max(0, sxy/math.Max(sxx, 1e-12))
+	}
+	cfg.StepTime = emulator.StepTimeModel{
+		Base:            roundDuration(base),
+		PerSeq:          roundDuration(perSeq),
+		PerPrefillToken: roundDuration(perPrefill),
+	}
+	if cfg.StepTime.Duration(1, 0) <= 0 {
+		cfg.StepTime.Base = time.Microsecond
+		notes = append(notes, "no step time could be measured: base set to 1us")
+	}
+
+	// The batch limit: the most running requests while some were waiting, if
+	// the batch sat at it (in a quarter of those readings, and at least 3). A
+	// queue also forms below the limit when the token budget (long prompts) or
+	// the KV cache stops admissions; then the limit is not observed.
+	var waitingRunning []float64
+	var maxRunning, kvAtMax float64
+	for _, s := range r.samples {
+		if s.running == nil {
+			continue
+		}
+		maxRunning = math.Max(maxRunning, *s.running)
+		if s.queue != nil && *s.queue > 0 {
+			waitingRunning = append(waitingRunning, *s.running)
+		}
+	}
+	peak, atPeak := 0.0, 0
+	for _, v := range waitingRunning {
+		peak = math.Max(peak, v)
+	}
+	for _, v := range waitingRunning {
+		if v == peak {
+			atPeak++
+		}
+	}
+	for _, s := range r.samples {
+		if s.running != nil && *s.running == peak && s.queue != nil && *s.queue > 0 && s.kv != nil {
+			kvAtMax = math.Max(kvAtMax, *s.kv)
+		}
+	}
+	plateau := peak >= 1 && atPeak >= max(3, len(waitingRunning)/4)
+	switch {
+	case plateau && kvAtMax < 0.95:
+		cfg.MaxNumSeqs = int(peak)
+		fit.MaxNumSeqsFrom = "observed"
+	case peak >= 1 || maxRunning >= 1:
+		seen := int(math.Max(peak, maxRunning))
+		cfg.MaxNumSeqs = max(cfg.MaxNumSeqs, seen)
+		fit.MaxNumSeqsFrom = "lower bound"
+		why := "no reading had requests waiting"
+		switch {
+		case plateau:
+			why = fmt.Sprintf("requests waited with %.0f running and the KV cache %.0f %% used: the KV cache limited the batch", peak, 100*kvAtMax)
+		case peak >= 1:
+			why = fmt.Sprintf("requests waited while the batch varied (up to %.0f running): the token budget or the KV cache limited admissions, not the batch", peak)
+		}
+		notes = append(notes, fmt.Sprintf("%s, so maxNumSeqs is not observed: at least %d, %d written (set it to your --max-num-seqs)", why, seen, cfg.MaxNumSeqs))
+	default:
+		fit.MaxNumSeqsFrom = "default"
+		notes = append(notes, "the engine reports no running requests: maxNumSeqs is the emulator's default")
+	}
+
+	// The KV cache.
+	switch {
+	case r.cache != nil:
+		cfg.BlockSize, cfg.NumBlocks = r.cache.blockSize, r.cache.numGPUBlocks
+		fit.KVCacheFrom = "cache_config_info"
+	default:
+		if n, ok := r.estimateBlocks(steps, cfg.BlockSize); ok {
+			cfg.NumBlocks = n
+			fit.KVCacheFrom = "estimated"
+			notes = append(notes, fmt.Sprintf("no vllm:cache_config_info: numGPUBlocks %d estimated from KV usage and the tokens the running requests hold, at the emulator's block size %d", n, cfg.BlockSize))
+		} else {
+			fit.KVCacheFrom = "default"
+			notes = append(notes, "no vllm:cache_config_info and no KV-cache usage: numGPUBlocks and blockSize are the emulator's defaults")
+		}
+	}
+	kvTokens := (cfg.NumBlocks - 1) * cfg.BlockSize
+	switch {
+	case r.maxModelLen > 0 && r.maxModelLen <= kvTokens:
+		cfg.MaxModelLen = r.maxModelLen
+		fit.MaxModelLenFrom = "/v1/models"
+	case r.maxModelLen > 0:
+		cfg.MaxModelLen = kvTokens
+		fit.MaxModelLenFrom = "KV cache"
+		notes = append(notes, fmt.Sprintf("max_model_len %d is more than the KV cache holds (%d tokens): maxModelLen set to %d", r.maxModelLen, kvTokens, kvTokens))
+	default:
+		cfg.MaxModelLen = min(cfg.MaxModelLen, kvTokens)
+		fit.MaxModelLenFrom = "default"
+	}
+	notes = append(notes, fmt.Sprintf("maxNumBatchedTokens cannot be observed from outside: the emulator's default %d is kept (set it to your --max-num-batched-tokens)", cfg.MaxNumBatchedTokens))
+	return cfg, fit, notes
+}
+
+// estimateBlocks estimates num_gpu_blocks from the steps' mean KV usage and
+// running requests: a running request holds its prompt and, on average, half its
+// output, rounded up to blocks (half a block on average), plus the reserved null
+// block: used ≈ running × ((prompt + output/2) / blockSize + 1/2) + 1 and
+// usage = used / numGPUBlocks (lab/emulator's accounting, after vLLM V1's
+// BlockPool). It fits numGPUBlocks by least squares through the origin.
+func (r *runner) estimateBlocks(steps []StepReport, blockSize int) (int, bool) {
+	var prompt, output float64
+	n := 0
+	for _, rec := range r.records {
+		if rec.step >= 0 && rec.err == nil {
+			prompt += float64(rec.prompt)
+			output += float64(rec.tokens)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	perReq := (prompt/float64(n)+output/float64(n)/2)/float64(blockSize) + 0.5
+	var suk, skk float64
+	for _, s := range steps {
+		if s.KVCacheUsage == nil || s.Running == nil || s.KVCacheUsage.Mean < 0.01 {
+			continue
+		}
+		used := s.Running.Mean*perReq + 1
+		suk += used * s.KVCacheUsage.Mean
+		skk += s.KVCacheUsage.Mean * s.KVCacheUsage.Mean
+	}
+	if skk == 0 {
+		return 0, false
+	}
+	return max(2, int(math.Round(suk/skk))), true
+}
+
+// roundDuration rounds seconds to a duration of 4 significant digits (at
+// least 1 ns when positive).
+func roundDuration(sec float64) time.Duration {
+	if sec <= 0 {
+		return 0
+	}
+	return max(time.Nanosecond, time.Duration(math.Round(round(sec)*float64(time.Second))))
+}

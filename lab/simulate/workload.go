@@ -1,0 +1,132 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/trace"
+)
+
+// Request is one request of a workload.
+type Request struct {
+	// At is the arrival time at the gateway, from the start of the simulation.
+	At time.Duration
+	// PromptTokens and OutputTokens are the request's sizes; the engine generates
+	// exactly OutputTokens tokens (the trace's GeneratedTokens).
+	PromptTokens, OutputTokens int
+}
+
+// Workload is the arrivals a simulation replays, sorted by arrival time.
+type Workload struct {
+	// Requests are the arrivals in time order.
+	Requests []Request
+	// Duration is the length of the traffic window: costs are counted over
+	// [0, Duration]. At least the last arrival.
+	Duration time.Duration
+}
+
+// WorkloadOptions shape a trace into a workload.
+type WorkloadOptions struct {
+	// Start and Length select the rows whose offset from the trace's first row is
+	// in [Start, Start+Length), in trace time; Length 0 means to the end.
+	Start, Length time.Duration
+	// TimeScale multiplies every arrival offset: 0.5 replays the window twice as
+	// fast, in half the time. Must be > 0.
+	TimeScale float64
+	// RateScale multiplies the request rate while keeping the time shape: each row
+	// becomes floor(RateScale) requests, plus one more with probability
+	// frac(RateScale); every copy after the first arrives a uniformly random delay
+	// in [0, CopyJitter) after the row. Must be > 0.
+	RateScale float64
+	// CopyJitter spreads the copies of one row (default 1 s of scaled time).
+	CopyJitter time.Duration
+	// Seed drives the copies' draws and delays.
+	Seed uint64
+}
+
+// DefaultWorkloadOptions returns the whole trace as it was recorded.
+func DefaultWorkloadOptions() WorkloadOptions {
+	return WorkloadOptions{TimeScale: 1, RateScale: 1, CopyJitter: time.Second}
+}
+
+// Validate reports every invalid option at once.
+func (o WorkloadOptions) Validate() error {
+	var errs []error
+	if o.Start < 0 || o.Length < 0 {
+		errs = append(errs, fmt.Errorf("trace window start and length must be >= 0, got %v and %v", o.Start, o.Length))
+	}
+	if !(o.TimeScale > 0) || math.IsInf(o.TimeScale, 0) {
+		errs = append(errs, fmt.Errorf("time scale must be a finite number > 0, got %g", o.TimeScale))
+	}
+	if !(o.RateScale > 0) || o.RateScale > 1000 {
+		errs = append(errs, fmt.Errorf("rate scale must be in (0, 1000], got %g", o.RateScale))
+	}
+	if o.CopyJitter < 0 {
+		errs = append(errs, fmt.Errorf("copy jitter must be >= 0, got %v", o.CopyJitter))
+	}
+	return errors.Join(errs...)
+}
+
+// NewWorkload turns the rows of tr into a workload. It fails on invalid options
+// and on a window without requests.
+func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
+	if err := o.Validate(); err != nil {
+		return Workload{}, err
+	}
+	rows := slices.Clone(tr.Requests)
+	slices.SortStableFunc(rows, func(a, b trace.Request) int {
+		switch {
+		case a.Offset < b.Offset:
+			return -1
+		case a.Offset > b.Offset:
+			return 1
+		}
+		return 0
+	})
+	end := time.Duration(math.MaxInt64)
+	if o.Length > 0 {
+		end = o.Start + o.Length
+	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * o.TimeScale)) }
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	whole, frac := math.Modf(o.RateScale)
+	var w Workload
+	for _, r := range rows {
+		if r.Offset < o.Start || r.Offset >= end {
+			continue
+		}
+		at := scale(r.Offset - o.Start)
+		copies := int(whole)
+		if frac > 0 && rng.Float64() < frac {
+			copies++
+		}
+		for c := range copies {
+			a := at
+			if c > 0 && o.CopyJitter > 0 {
+				a += time.Duration(rng.Int64N(int64(o.CopyJitter)))
+			}
+			w.Requests = append(w.Requests, Request{At: a, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens})
+		}
+	}
+	if len(w.Requests) == 0 {
+		return Workload{}, fmt.Errorf("no request in the trace window [%v, %v) of a trace lasting %v", o.Start, end, tr.Duration())
+	}
+	slices.SortStableFunc(w.Requests, func(a, b Request) int {
+		switch {
+		case a.At < b.At:
+			return -1
+		case a.At > b.At:
+			return 1
+		}
+		return 0
+	})
+	w.Duration = w.Requests[len(w.Requests)-1].At
+	if o.Length > 0 {
+		w.Duration = max(w.Duration, scale(o.Length))
+	}
+	return w, nil
+}
