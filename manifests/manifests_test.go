@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 const (
@@ -454,9 +454,9 @@ func TestExamples(t *testing.T) {
 		file, name, metric string
 		target             autoscalingv2.MetricTarget
 	}{
-		{"hpa-saturation.yaml", "vllm-saturation", signals.MetricSaturation,
+		{"hpa-saturation.yaml", "vllm-saturation", policy.MetricSaturation,
 			autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: &one}},
-		{"hpa-demand-replicas.yaml", "vllm-demand-replicas", signals.MetricDemandReplicas,
+		{"hpa-demand-replicas.yaml", "vllm-demand-replicas", policy.MetricDemandReplicas,
 			autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: &one}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

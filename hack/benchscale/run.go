@@ -23,9 +23,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"k8s.io/metrics/pkg/apis/external_metrics/v1beta1"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Config is one run of the load test.
@@ -78,7 +78,7 @@ func defaultConfig() Config {
 
 // everyTermPolicy is a policy with every term kind, so the extractor reads the
 // latency histograms and each History keeps its readings for the longest
-// window (5 m, thinned to signals.DefaultMaxReadings) with three window
+// window (5 m, thinned to history.DefaultMaxReadings) with three window
 // aggregates (1 m, 2 m, 5 m).
 const everyTermPolicy = `apiVersion: saturation-adapter.io/v1alpha1
 kind: PolicyConfig
@@ -220,7 +220,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 // policy set, with its policy file and client CA written into dir, and the
 // driver's client certificate.
 func newSpec(c Config, dir string) (spec, tls.Certificate, error) {
-	sp := spec{ClientCA: filepath.Join(dir, "client-ca.crt"), Dir: dir, Interval: c.Interval, Metric: signals.MetricSaturation}
+	sp := spec{ClientCA: filepath.Join(dir, "client-ca.crt"), Dir: dir, Interval: c.Interval, Metric: policy.MetricSaturation}
 	cert, err := newClientPKI(sp.ClientCA)
 	if err != nil {
 		return sp, cert, err
@@ -498,13 +498,13 @@ func (d *driver) url(p pool) string {
 
 // historyFill is how long the adapter must scrape before each History holds
 // as many readings as it will keep: the readings of the longest window its
-// policies read, at most signals.DefaultMaxReadings.
+// policies read, at most history.DefaultMaxReadings.
 func (d *driver) historyFill() time.Duration {
-	window := signals.DefaultStateWindow
+	window := history.DefaultStateWindow
 	if d.cfg.Terms == "every" {
 		window = 5 * time.Minute
 	}
-	n := min(signals.DefaultMaxReadings, int(window/d.cfg.Interval)+1)
+	n := min(history.DefaultMaxReadings, int(window/d.cfg.Interval)+1)
 	return time.Duration(n+2) * d.cfg.Interval
 }
 

@@ -15,10 +15,12 @@ const module = "github.com/saturation-adapter/saturation-adapter/"
 
 // The two wings. The server wing turns engines' /metrics (or Prometheus series)
 // into External metric values; the lab wing simulates fleets, calibrates engines
-// and emulates vLLM. pkg/signals is the only core they share; neither imports the
-// other.
+// and emulates vLLM. The core they share is what a signal is: pkg/signals
+// (bytes → readings), pkg/history (readings over time → windows and engine
+// facts) and pkg/policy (the metric catalog, per-pod evaluation and pooling).
+// Neither wing imports the other.
 var (
-	core   = []string{"pkg/signals"}
+	core   = []string{"pkg/signals", "pkg/history", "pkg/policy"}
 	server = []string{"pkg/scrape", "pkg/podselect", "pkg/prometheus", "pkg/provider", "pkg/config",
 		"pkg/advisor", "pkg/apiservice", "pkg/servingcert"}
 	lab = []string{"lab/trace", "lab/hpa", "lab/emulator", "lab/emulator/server", "lab/simulate", "lab/calibrate"}
@@ -32,20 +34,22 @@ func join(sets ...[]string) []string { return slices.Concat(sets...) }
 // depend only on what comes before it. A package missing from this map fails
 // TestEveryPackageHasALayer: adding one means deciding where it sits.
 var allowed = map[string][]string{
-	// Core: bytes in, numbers out.
+	// Core: bytes in, numbers out, in the order of the data flow.
 	"pkg/signals": {},
+	"pkg/history": {"pkg/signals"},
+	"pkg/policy":  {"pkg/signals", "pkg/history"},
 
 	// Server wing.
 	"pkg/apiservice":  {},
 	"pkg/servingcert": {"pkg/apiservice"},
-	"pkg/config":      {"pkg/signals"},
-	"pkg/scrape":      {"pkg/signals", "internal/excerpt"},
-	"pkg/podselect":   {"pkg/scrape", "pkg/signals", "internal/excerpt"},
+	"pkg/config":      core,
+	"pkg/scrape":      {"pkg/signals", "pkg/history", "internal/excerpt"},
+	"pkg/podselect":   {"pkg/scrape", "pkg/signals", "pkg/history", "internal/excerpt"},
 	// A source beside pkg/scrape: it reads Prometheus, never the provider.
-	"pkg/prometheus": {"pkg/podselect", "pkg/scrape", "pkg/signals", "internal/excerpt"},
-	"pkg/provider":   {"pkg/podselect", "pkg/scrape", "pkg/signals", "internal/excerpt"},
+	"pkg/prometheus": join(core, []string{"pkg/podselect", "pkg/scrape", "internal/excerpt"}),
+	"pkg/provider":   join(core, []string{"pkg/podselect", "pkg/scrape", "internal/excerpt"}),
 	// Watches HPAs beside the provider; it reads policies, never the provider.
-	"pkg/advisor": {"pkg/signals"},
+	"pkg/advisor": core,
 
 	// The drain binary's package: the engine's own /metrics, read as signals.
 	"pkg/drain": {"pkg/signals"},
@@ -55,12 +59,12 @@ var allowed = map[string][]string{
 	"lab/hpa":             {},
 	"lab/emulator":        {"lab/trace"},
 	"lab/emulator/server": {"lab/emulator", "lab/trace"},
-	"lab/simulate":        {"lab/emulator", "lab/hpa", "lab/trace", "pkg/signals"},
-	"lab/calibrate":       {"lab/emulator", "lab/hpa", "lab/simulate", "lab/trace", "pkg/signals"},
+	"lab/simulate":        join(core, []string{"lab/emulator", "lab/hpa", "lab/trace"}),
+	"lab/calibrate":       join(core, []string{"lab/emulator", "lab/hpa", "lab/simulate", "lab/trace"}),
 
 	// Commands: each binary takes its own wing. The adapter keeps the drain
 	// command as a deprecated alias for one release (cmd/drain/app).
-	"cmd/internal/setpoints": {"pkg/signals"},
+	"cmd/internal/setpoints": core,
 	"cmd/drain/app":          {"pkg/drain", "pkg/signals"},
 	"cmd/drain":              {"cmd/drain/app", "pkg/drain", "pkg/signals"},
 	"cmd/adapter/app":        join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain"}),
@@ -69,14 +73,15 @@ var allowed = map[string][]string{
 	"cmd/lab":                join(core, lab, []string{"cmd/internal/setpoints", "cmd/lab/app"}),
 
 	// Support: helpers with no project dependency, test-only packages, tools.
-	"internal/excerpt":     {},
-	"internal/shdoc":       {},
-	"internal/logstyle":    {},
-	"internal/metricdocs":  {},
-	"internal/layering":    {},
-	"internal/doctest":     {"internal/shdoc"},
-	"internal/testfixture": {"lab/emulator", "lab/emulator/server", "lab/trace"},
-	"hack":                 {},
+	"internal/excerpt":              {},
+	"internal/shdoc":                {},
+	"internal/logstyle":             {},
+	"internal/metricdocs":           {},
+	"internal/layering":             {},
+	"internal/doctest":              {"internal/shdoc"},
+	"internal/testfixture":          {},
+	"internal/testfixture/emulated": {"lab/emulator", "lab/emulator/server", "lab/trace"},
+	"hack":                          {},
 	"hack/benchscale": join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain",
 		"cmd/adapter/app"}),
 	"manifests": {},
@@ -213,6 +218,8 @@ func TestCatchesBackwardImports(t *testing.T) {
 			"pkg/provider depends on lab/hpa: the server wing must not import the lab wing"},
 		{"drain grows", "pkg/drain/zz_backward.go", "drain", "pkg/config",
 			"pkg/drain depends on pkg/config: the drain binary is copied into every engine pod"},
+		{"scrape reaches up to policy", "pkg/scrape/zz_backward.go", "scrape", "pkg/policy",
+			"pkg/scrape depends on pkg/policy, which it must not"},
 		{"a package nobody placed", "pkg/newthing/x.go", "newthing", "pkg/signals",
 			"pkg/newthing has no layer"},
 	}
@@ -239,9 +246,11 @@ func TestCatchesBackwardImports(t *testing.T) {
 	}
 }
 
-// pkg/signals is what a signal is: bytes in, numbers out, no Kubernetes.
-func TestSignalsHasNoKubernetes(t *testing.T) {
-	noKubernetes(t, module+"pkg/signals")
+// The core is what a signal is: bytes in, numbers out, no Kubernetes.
+func TestCoreHasNoKubernetes(t *testing.T) {
+	for _, pkg := range core {
+		noKubernetes(t, module+pkg)
+	}
 }
 
 // The drain binary is copied into every engine pod: no Kubernetes client or API

@@ -95,3 +95,29 @@ func (s *Scripted) Count() int {
 	defer s.mu.Unlock()
 	return s.gets
 }
+
+// Bodies returns every captured /metrics body of testdata/samples and
+// testdata/hazards (*.prom), by file name, for tests and fuzz seeds that must
+// hold for all of them.
+func Bodies(t testing.TB) map[string][]byte {
+	t.Helper()
+	root := Root(t)
+	out := map[string][]byte{}
+	for _, dir := range []string{"samples", "hazards"} {
+		files, err := filepath.Glob(filepath.Join(root, "testdata", dir, "*.prom"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[filepath.Base(p)] = b
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no .prom file under testdata/samples and testdata/hazards")
+	}
+	return out
+}

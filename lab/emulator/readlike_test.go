@@ -15,6 +15,7 @@ import (
 
 	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
 	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -76,7 +77,7 @@ func TestMetricsReadLikeRealDump(t *testing.T) {
 	if !ok || q != float64(snap.Waiting) || snap.Waiting == 0 {
 		t.Errorf("queue depth = %v (%v), want the engine's %d (> 0)", q, ok, snap.Waiting)
 	}
-	if sp := signals.DefaultSetPoints(); q <= sp.QueueDepth {
+	if sp := policy.DefaultSetPoints(); q <= sp.QueueDepth {
 		t.Errorf("queue depth %v is within the default set point %v: the burst did not saturate the engine", q, sp.QueueDepth)
 	}
 }

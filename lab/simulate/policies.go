@@ -25,7 +25,7 @@ type HPATargets struct {
 }
 
 // DefaultHPATargets returns the adapter's default set points (queue 5, KV 0.8;
-// signals.DefaultSetPoints) and 80 % GPU utilization.
+// policy.DefaultSetPoints) and 80 % GPU utilization.
 func DefaultHPATargets() HPATargets {
 	q, kv := adapterSetPoints()
 	return HPATargets{QueueDepth: q, KVCacheUsage: kv, GPUUtilization: 80}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -37,29 +39,29 @@ type MetricSource interface {
 	Metrics(perPod bool) []string
 }
 
-// The metric names of the adapter's built-in catalog (signals.BuiltinCatalog).
+// The metric names of the adapter's built-in catalog (policy.BuiltinCatalog).
 const (
 	// MetricSaturation is the pool's mean per-pod saturation (target type Value).
-	MetricSaturation = signals.MetricSaturation
+	MetricSaturation = policy.MetricSaturation
 	// MetricDemandReplicas is the sum of per-pod saturations (target type AverageValue).
-	MetricDemandReplicas = signals.MetricDemandReplicas
+	MetricDemandReplicas = policy.MetricDemandReplicas
 	// MetricQueueDepth is the pool's total of waiting requests.
-	MetricQueueDepth = signals.MetricQueueDepth
+	MetricQueueDepth = policy.MetricQueueDepth
 	// MetricRunning is the pool's total of running requests.
-	MetricRunning = signals.MetricRunning
+	MetricRunning = policy.MetricRunning
 	// MetricKVCacheUsage is the pool's mean KV-cache usage ratio.
-	MetricKVCacheUsage = signals.MetricKVCacheUsage
+	MetricKVCacheUsage = policy.MetricKVCacheUsage
 )
 
 // NewAdapterSource returns a factory of MetricSources that compute exactly what
-// the adapter serves with its built-in catalog (signals.BuiltinCatalog):
+// the adapter serves with its built-in catalog (policy.BuiltinCatalog):
 // extraction (signals.Extractor), per-pod scores max(queue / queueDepthSetPoint,
-// kv / kvCacheUsageSetPoint) and pooling (signals.PoolBuilder), pods without a
+// kv / kvCacheUsageSetPoint) and pooling (policy.PoolBuilder), pods without a
 // fresh reading counted at unknownSaturation. It fails where the catalog does
-// (set points signals.SetPoints.Validate rejects, a negative or infinite unknown
+// (set points policy.SetPoints.Validate rejects, a negative or infinite unknown
 // saturation).
 func NewAdapterSource(queueDepthSetPoint, kvCacheUsageSetPoint, unknownSaturation float64) (func() MetricSource, error) {
-	c, err := signals.BuiltinCatalog(signals.SetPoints{QueueDepth: queueDepthSetPoint, KVCacheUsage: kvCacheUsageSetPoint}, unknownSaturation)
+	c, err := policy.BuiltinCatalog(policy.SetPoints{QueueDepth: queueDepthSetPoint, KVCacheUsage: kvCacheUsageSetPoint}, unknownSaturation)
 	if err != nil {
 		return nil, err
 	}
@@ -69,27 +71,27 @@ func NewAdapterSource(queueDepthSetPoint, kvCacheUsageSetPoint, unknownSaturatio
 // CatalogSource returns a factory of MetricSources that serve the policies of a
 // signals catalog: each External metric is its policy's pool value, each per-pod
 // metric its policy's per-pod value. This is where a new catalog plugs in.
-func CatalogSource(c *signals.Catalog) func() MetricSource {
+func CatalogSource(c *policy.Catalog) func() MetricSource {
 	ex := signals.NewExtractor() // immutable, shared by the sources
 	return func() MetricSource {
-		return &adapterSource{ex: ex, catalog: c, pods: map[int]*signals.History{}}
+		return &adapterSource{ex: ex, catalog: c, pods: map[int]*history.History{}}
 	}
 }
 
 // defaultAdapterSource is NewAdapterSource with the adapter's defaults
-// (signals.DefaultSetPoints, signals.DefaultUnknownSaturation).
+// (policy.DefaultSetPoints, policy.DefaultUnknownSaturation).
 func defaultAdapterSource() func() MetricSource {
-	sp := signals.DefaultSetPoints()
-	f, err := NewAdapterSource(sp.QueueDepth, sp.KVCacheUsage, signals.DefaultUnknownSaturation)
+	sp := policy.DefaultSetPoints()
+	f, err := NewAdapterSource(sp.QueueDepth, sp.KVCacheUsage, policy.DefaultUnknownSaturation)
 	if err != nil {
 		return func() MetricSource { return failingSource{err} }
 	}
 	return f
 }
 
-// adapterSetPoints returns the adapter's default set points (signals.DefaultSetPoints).
+// adapterSetPoints returns the adapter's default set points (policy.DefaultSetPoints).
 func adapterSetPoints() (queueDepth, kvCacheUsage float64) {
-	sp := signals.DefaultSetPoints()
+	sp := policy.DefaultSetPoints()
 	return sp.QueueDepth, sp.KVCacheUsage
 }
 
@@ -105,8 +107,8 @@ func (f failingSource) Metrics(bool) []string                        { return ni
 
 type adapterSource struct {
 	ex      *signals.Extractor
-	catalog *signals.Catalog
-	pods    map[int]*signals.History
+	catalog *policy.Catalog
+	pods    map[int]*history.History
 	// seq orders the readings: the simulation decides freshness itself (the
 	// fresh pods of External), so readings carry a sequence, not a clock.
 	seq int64
@@ -127,7 +129,7 @@ func (s *adapterSource) Scrape(pod int, body []byte) error {
 	}
 	s.seq++
 	r.Time = sourceEpoch.Add(time.Duration(s.seq) * time.Millisecond)
-	s.pods[pod] = s.pods[pod].Append(&r, signals.HistoryOptions{Needs: s.catalog.Needs()})
+	s.pods[pod] = s.pods[pod].Append(&r, history.HistoryOptions{Needs: s.catalog.Needs()})
 	return nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -46,7 +47,7 @@ func Reasons() []Reason { return []Reason{ReasonNoZeroCapableInput, ReasonValueT
 
 // Catalogs gives the metric catalog in force.
 type Catalogs interface {
-	Catalog() *signals.Catalog
+	Catalog() *policy.Catalog
 }
 
 // metricsNamespace prefixes every metric of the adapter.
@@ -184,7 +185,7 @@ func (a *Advisor) upsert(obj any) {
 }
 
 // checkZero warns about minReplicas 0 when no metric of the HPA can wake it.
-func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *signals.Catalog) {
+func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *policy.Catalog) {
 	bad := info.min == 0 && !info.others && len(info.metrics) > 0
 	var names []string
 	for _, m := range info.metrics {
@@ -202,7 +203,7 @@ func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *si
 // Answered is called with each External answer's pool: for the HPAs reading that
 // (namespace, metric, selector) with a Value target, demand with no Ready pod is a
 // warning (the HPA computes 0 replicas from it while it has replicas).
-func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, pool signals.Pool) {
+func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, pool policy.Pool) {
 	metric, sel := strings.ToLower(metric), selector.String()
 	bad := pool.Pods == 0 && pool.Value != nil && *pool.Value > 0
 	a.mu.Lock()
@@ -277,7 +278,7 @@ const (
 // logged once, and the gauge counts the series.
 func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
 	catalog := a.catalogs.Catalog()
-	var inputs []*signals.GatewayInput
+	var inputs []*policy.GatewayInput
 	for _, p := range catalog.Policies() {
 		if p.Gateway != nil {
 			inputs = append(inputs, p.Gateway)
@@ -293,7 +294,7 @@ func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
 			key := s.Metric + describeAll(s.Labels)
-			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *signals.GatewayInput) bool { return g.Metric == s.Metric && s.Matches(g.Match) }) {
+			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *policy.GatewayInput) bool { return g.Metric == s.Metric && s.Matches(g.Match) }) {
 				delete(a.unmatched, key)
 				continue
 			}

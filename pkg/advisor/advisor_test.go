@@ -14,18 +14,19 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/metricdocs"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
-type staticCatalog struct{ c *signals.Catalog }
+type staticCatalog struct{ c *policy.Catalog }
 
-func (s staticCatalog) Catalog() *signals.Catalog { return s.c }
+func (s staticCatalog) Catalog() *policy.Catalog { return s.c }
 
-func catalog(t *testing.T) *signals.Catalog {
+func catalog(t *testing.T) *policy.Catalog {
 	t.Helper()
-	c, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
-		signals.Policy{Name: "gw-demand", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(),
-			Gateway: &signals.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "pool-a"}}})...)
+	c, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(),
+			Gateway: &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "pool-a"}}})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,13 +115,13 @@ func TestValueTargetWithoutReadyPods(t *testing.T) {
 	h.OnAdd(hpa("average", 1, 3, "gw-demand", autoscalingv2.AverageValueMetricType), false)
 	events(rec)
 	v := 12.0
-	a.Answered("llm", "gw-demand", labels.SelectorFromSet(labels.Set{"app": "vllm"}), signals.Pool{Pods: 0, Value: &v})
+	a.Answered("llm", "gw-demand", labels.SelectorFromSet(labels.Set{"app": "vllm"}), policy.Pool{Pods: 0, Value: &v})
 	got := events(rec)
 	if len(got) != 1 || !strings.Contains(got[0], "Warning ValueTargetNoReadyPods gw-demand has demand 12 but no Ready pod") {
 		t.Errorf("events %q, want one ValueTargetNoReadyPods warning for the Value HPA", got)
 	}
 	// Ready pods again: no warning, and no repeat.
-	a.Answered("llm", "gw-demand", labels.SelectorFromSet(labels.Set{"app": "vllm"}), signals.Pool{Pods: 2, Value: &v})
+	a.Answered("llm", "gw-demand", labels.SelectorFromSet(labels.Set{"app": "vllm"}), policy.Pool{Pods: 2, Value: &v})
 	if got := events(rec); len(got) != 0 {
 		t.Errorf("events %q with Ready pods", got)
 	}

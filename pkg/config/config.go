@@ -23,6 +23,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -38,7 +39,7 @@ type File struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	// RoleLabel is the pod label whose value a policy's role selects
-	// (signals.DefaultRoleLabel when empty).
+	// (policy.DefaultRoleLabel when empty).
 	RoleLabel string `json:"roleLabel,omitempty"`
 	// Policies are served beside the built-in catalog, under their own names.
 	Policies []Policy `json:"policies"`
@@ -76,10 +77,10 @@ type Policy struct {
 	// Role restricts the pool to pods whose role label has this value.
 	Role string `json:"role,omitempty"`
 	// UnknownPodSaturation is the saturation of a pod without fresh data or in
-	// a state that cannot serve (default signals.DefaultUnknownSaturation).
+	// a state that cannot serve (default policy.DefaultUnknownSaturation).
 	UnknownPodSaturation *float64 `json:"unknownPodSaturation,omitempty"`
 	// HoldLastGood is how long a pod that stopped answering counts at its last
-	// good value when higher (default signals.DefaultHoldLastGood; "0s" turns it
+	// good value when higher (default policy.DefaultHoldLastGood; "0s" turns it
 	// off).
 	HoldLastGood *Duration `json:"holdLastGood,omitempty"`
 	// QueueCap is the engines' admission cap on waiting + running requests
@@ -221,7 +222,7 @@ func (p *Prometheus) validate(path *field.Path) field.ErrorList {
 
 // Catalog returns the catalog of the built-in policies followed by the file's
 // (a nil file adds none). Errors name the field path and value.
-func (f *File) Catalog(builtin []signals.Policy) (*signals.Catalog, error) {
+func (f *File) Catalog(builtin []policy.Policy) (*policy.Catalog, error) {
 	var role string
 	if f != nil {
 		role = f.RoleLabel
@@ -230,7 +231,7 @@ func (f *File) Catalog(builtin []signals.Policy) (*signals.Catalog, error) {
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	c, err := signals.NewCatalog(append(append([]signals.Policy(nil), builtin...), ps...)...)
+	c, err := policy.NewCatalog(append(append([]policy.Policy(nil), builtin...), ps...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +239,7 @@ func (f *File) Catalog(builtin []signals.Policy) (*signals.Catalog, error) {
 }
 
 // policies converts and validates the file's policies; builtin names are taken.
-func (f *File) policies(builtin []signals.Policy) ([]signals.Policy, field.ErrorList) {
+func (f *File) policies(builtin []policy.Policy) ([]policy.Policy, field.ErrorList) {
 	if f == nil {
 		return nil, nil
 	}
@@ -258,7 +259,7 @@ func (f *File) policies(builtin []signals.Policy) ([]signals.Policy, field.Error
 	for _, b := range builtin {
 		taken[b.Name] = "a built-in metric"
 	}
-	var out []signals.Policy
+	var out []policy.Policy
 	for i, p := range f.Policies {
 		path := field.NewPath("policies").Index(i)
 		sp, perrs := p.convert(path)
@@ -275,15 +276,15 @@ func (f *File) policies(builtin []signals.Policy) ([]signals.Policy, field.Error
 	return out, errs
 }
 
-// convert turns one file policy into a signals.Policy, validating each field.
-func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
+// convert turns one file policy into a policy.Policy, validating each field.
+func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 	var errs field.ErrorList
-	if !signals.ValidName(p.Name) {
+	if !policy.ValidName(p.Name) {
 		errs = append(errs, field.Invalid(path.Child("name"), p.Name,
 			"must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters (the HPA lower-cases metric names)"))
 	}
-	sp := signals.Policy{Name: p.Name, Kind: signals.Kind(p.Kind), Model: p.Model, Role: p.Role,
-		UnknownSaturation: signals.DefaultUnknownSaturation, HoldLastGood: signals.DefaultHoldLastGood, QueueCap: p.QueueCap}
+	sp := policy.Policy{Name: p.Name, Kind: policy.Kind(p.Kind), Model: p.Model, Role: p.Role,
+		UnknownSaturation: policy.DefaultUnknownSaturation, HoldLastGood: policy.DefaultHoldLastGood, QueueCap: p.QueueCap}
 	if p.UnknownPodSaturation != nil {
 		sp.UnknownSaturation = *p.UnknownPodSaturation
 	}
@@ -291,11 +292,11 @@ func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
 		sp.HoldLastGood = p.HoldLastGood.Duration
 	}
 	switch sp.Kind {
-	case signals.KindMean, signals.KindDemand:
+	case policy.KindMean, policy.KindDemand:
 		if p.Signal != "" {
 			errs = append(errs, field.Forbidden(path.Child("signal"), "only signal policies name a signal"))
 		}
-	case signals.KindSignal:
+	case policy.KindSignal:
 		servable := []string{"queueDepth", "running", "kvCacheUsage", "queueDeferred"}
 		s, _ := signals.ParseSignal(p.Signal)
 		if !slices.Contains(servable, p.Signal) {
@@ -330,7 +331,7 @@ func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
 		if g.BearerTokenFile != "" && !filepath.IsAbs(g.BearerTokenFile) {
 			errs = append(errs, field.Invalid(gp.Child("bearerTokenFile"), g.BearerTokenFile, "must be an absolute path"))
 		}
-		sp.Gateway = &signals.GatewayInput{Namespace: g.Namespace, Selector: g.Selector, Port: g.Port, Path: g.Path,
+		sp.Gateway = &policy.GatewayInput{Namespace: g.Namespace, Selector: g.Selector, Port: g.Port, Path: g.Path,
 			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint, BearerTokenFile: g.BearerTokenFile}
 	}
 	if len(errs) > 0 {
@@ -342,13 +343,13 @@ func (p *Policy) convert(path *field.Path) (signals.Policy, field.ErrorList) {
 	return sp, errs
 }
 
-// convert turns one file term into a signals.Term, validating its fields.
-func (t *Term) convert(path *field.Path) (signals.Term, field.ErrorList) {
+// convert turns one file term into a policy.Term, validating its fields.
+func (t *Term) convert(path *field.Path) (policy.Term, field.ErrorList) {
 	var errs field.ErrorList
-	st := signals.Term{Kind: signals.TermKind(t.Kind), Quantile: t.Quantile, MaxRatio: t.MaxRatio, MaxNumSeqs: t.MaxNumSeqs}
+	st := policy.Term{Kind: policy.TermKind(t.Kind), Quantile: t.Quantile, MaxRatio: t.MaxRatio, MaxNumSeqs: t.MaxNumSeqs}
 	if !knownTerm(st.Kind) {
-		kinds := make([]string, 0, len(signals.TermKinds()))
-		for _, k := range signals.TermKinds() {
+		kinds := make([]string, 0, len(policy.TermKinds()))
+		for _, k := range policy.TermKinds() {
 			kinds = append(kinds, string(k))
 		}
 		return st, append(errs, field.NotSupported(path.Child("kind"), t.Kind, kinds))
@@ -375,10 +376,10 @@ func (t *Term) convert(path *field.Path) (signals.Term, field.ErrorList) {
 		switch {
 		case t.SetPoint != nil:
 			st.SetPoint = *t.SetPoint
-		case st.Kind == signals.TermQueueDepth:
-			st.SetPoint = signals.DefaultSetPoints().QueueDepth
-		case st.Kind == signals.TermKVCacheUsage:
-			st.SetPoint = signals.DefaultSetPoints().KVCacheUsage
+		case st.Kind == policy.TermQueueDepth:
+			st.SetPoint = policy.DefaultSetPoints().QueueDepth
+		case st.Kind == policy.TermKVCacheUsage:
+			st.SetPoint = policy.DefaultSetPoints().KVCacheUsage
 		default:
 			errs = append(errs, field.Required(path.Child("setPoint"), fmt.Sprintf("the %s value at saturation 1.0", st.Kind)))
 		}
@@ -388,10 +389,10 @@ func (t *Term) convert(path *field.Path) (signals.Term, field.ErrorList) {
 	}
 	d := st
 	if d.Kind.IsLatency() && d.Quantile == 0 {
-		d.Quantile = signals.DefaultQuantile
+		d.Quantile = policy.DefaultQuantile
 	}
-	if (d.Kind == signals.TermPreemptionRate || d.Kind.IsLatency()) && d.Window == 0 {
-		d.Window = signals.DefaultTermWindow
+	if (d.Kind == policy.TermPreemptionRate || d.Kind.IsLatency()) && d.Window == 0 {
+		d.Window = policy.DefaultTermWindow
 	}
 	if err := d.Validate(); err != nil {
 		name := err.Field
@@ -403,7 +404,7 @@ func (t *Term) convert(path *field.Path) (signals.Term, field.ErrorList) {
 	return st, errs
 }
 
-func knownTerm(k signals.TermKind) bool { return slices.Contains(signals.TermKinds(), k) }
+func knownTerm(k policy.TermKind) bool { return slices.Contains(policy.TermKinds(), k) }
 
 // Example returns a commented example file, the one the README shows: a chat
 // policy with a tight TTFT guardrail, a batch policy that tolerates a deep

@@ -11,11 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
-func builtin() []signals.Policy {
-	return signals.BuiltinPolicies(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation, signals.DefaultHoldLastGood)
+func builtin() []policy.Policy {
+	return policy.BuiltinPolicies(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation, policy.DefaultHoldLastGood)
 }
 
 // The example the README shows parses into the three workload policies, with
@@ -29,16 +30,16 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"chat-saturation", "batch-demand", "long-context-saturation", signals.MetricSaturation} {
+	for _, name := range []string{"chat-saturation", "batch-demand", "long-context-saturation", policy.MetricSaturation} {
 		if c.Lookup(name) == nil {
 			t.Errorf("catalog has no %s: %v", name, c.Names())
 		}
 	}
 	chat := c.Lookup("chat-saturation")
-	if len(chat.Terms) != 3 || chat.Terms[2].Kind != signals.TermTTFT || chat.Terms[2].SetPoint != 1.5 || chat.Terms[2].Quantile != 0.95 {
+	if len(chat.Terms) != 3 || chat.Terms[2].Kind != policy.TermTTFT || chat.Terms[2].SetPoint != 1.5 || chat.Terms[2].Quantile != 0.95 {
 		t.Errorf("chat terms %+v", chat.Terms)
 	}
-	if chat.UnknownSaturation != 1 || chat.HoldLastGood != signals.DefaultHoldLastGood {
+	if chat.UnknownSaturation != 1 || chat.HoldLastGood != policy.DefaultHoldLastGood {
 		t.Errorf("chat defaults: unknown %g hold %s", chat.UnknownSaturation, chat.HoldLastGood)
 	}
 	if !c.Needs().Histograms {
@@ -99,7 +100,7 @@ func TestParseErrors(t *testing.T) {
 // A configured policy may not take a built-in name.
 func TestBuiltinNamesTaken(t *testing.T) {
 	f := &File{APIVersion: APIVersion, Kind: Kind, Policies: []Policy{{Name: "x", Kind: "mean", Terms: []Term{{Kind: "queueDepth"}}}}}
-	b := append(builtin(), signals.Policy{Name: "x", Kind: signals.KindSignal, Signal: signals.Running})
+	b := append(builtin(), policy.Policy{Name: "x", Kind: policy.KindSignal, Signal: signals.Running})
 	if _, err := f.Catalog(b); err == nil || !strings.Contains(err.Error(), "already a built-in metric") {
 		t.Errorf("error %v, want the built-in name refused", err)
 	}
@@ -134,7 +135,7 @@ func TestLoaderReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	var changes []string
-	l.OnChange(func(c *signals.Catalog) { changes = append(changes, strings.Join(c.Names(), ",")) })
+	l.OnChange(func(c *policy.Catalog) { changes = append(changes, strings.Join(c.Names(), ",")) })
 	if l.Catalog().Lookup("a") == nil || testutil.ToFloat64(m.Policies) != 6 {
 		t.Fatalf("first catalog %v", l.Catalog().Names())
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // FuzzParse: any file is either rejected with a message or gives a catalog
@@ -27,7 +27,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, p := range c.Policies()[len(builtin()):] {
-			if !signals.ValidName(p.Name) {
+			if !policy.ValidName(p.Name) {
 				t.Fatalf("accepted policy name %q", p.Name)
 			}
 		}

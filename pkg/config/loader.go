@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // DefaultReloadInterval is how often the file is checked for changes: a
@@ -64,25 +63,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // the file at Path. It is safe for concurrent use.
 type Loader struct {
 	path    string
-	builtin []signals.Policy
+	builtin []policy.Policy
 	clock   clock.WithTicker
 	metrics *Metrics
 
-	cur  atomic.Pointer[signals.Catalog]
+	cur  atomic.Pointer[policy.Catalog]
 	prom atomic.Pointer[Prometheus]
 
 	mu       sync.Mutex
 	hash     [sha256.Size]byte
 	lastErr  error
 	failedAt time.Time
-	onChange []func(*signals.Catalog)
+	onChange []func(*policy.Catalog)
 }
 
 // NewLoader returns a Loader serving builtin and, when path is not empty, the
 // policies of that file, which it reads now. A file that cannot be read or is
 // invalid is an error naming the path and every bad field: the adapter does not
 // start on it.
-func NewLoader(path string, builtin []signals.Policy, clk clock.WithTicker, metrics *Metrics) (*Loader, error) {
+func NewLoader(path string, builtin []policy.Policy, clk clock.WithTicker, metrics *Metrics) (*Loader, error) {
 	l := &Loader{path: path, builtin: builtin, clock: clk, metrics: metrics}
 	if path == "" {
 		c, err := (*File)(nil).Catalog(builtin)
@@ -99,7 +98,7 @@ func NewLoader(path string, builtin []signals.Policy, clk clock.WithTicker, metr
 }
 
 // Catalog returns the catalog in force.
-func (l *Loader) Catalog() *signals.Catalog { return l.cur.Load() }
+func (l *Loader) Catalog() *policy.Catalog { return l.cur.Load() }
 
 // Prometheus returns the prometheus section of the file in force (the zero
 // value without one). It changes with the catalog: read it in an OnChange
@@ -113,13 +112,13 @@ func (l *Loader) Prometheus() Prometheus {
 
 // OnChange registers f to be called with each new catalog after a reload
 // changed it (not for the first one).
-func (l *Loader) OnChange(f func(*signals.Catalog)) {
+func (l *Loader) OnChange(f func(*policy.Catalog)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.onChange = append(l.onChange, f)
 }
 
-func (l *Loader) set(c *signals.Catalog) {
+func (l *Loader) set(c *policy.Catalog) {
 	l.cur.Store(c)
 	l.metrics.LastReloadSuccessful.Set(1)
 	l.metrics.LastReloadSuccessTime.Set(float64(l.clock.Now().Unix()))
@@ -129,7 +128,7 @@ func (l *Loader) set(c *signals.Catalog) {
 	}
 }
 
-func warnings(c *signals.Catalog) []string {
+func warnings(c *policy.Catalog) []string {
 	var out []string
 	for _, p := range c.Policies() {
 		out = append(out, p.Warnings()...)

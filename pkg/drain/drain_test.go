@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture/emulated"
 )
 
 // runDrain runs Drain on a fake clock, stepping it by the interval whenever
@@ -136,9 +137,9 @@ func TestDrainValidate(t *testing.T) {
 // Against the emulated vLLM engine with requests in flight, drain returns only
 // once every response has reached its client.
 func TestDrainEmulatorWaitsForInFlightRequests(t *testing.T) {
-	srv, url := testfixture.StartEmulator(t, testfixture.FastEngine())
+	srv, url := emulated.StartEmulator(t, emulated.FastEngine())
 	const n = 8
-	finished, wait := testfixture.InFlight(t, srv, url, n)
+	finished, wait := emulated.InFlight(t, srv, url, n)
 	defer wait()
 	var out bytes.Buffer
 	o := Options{URL: url + "/metrics", Interval: 100 * time.Millisecond, Timeout: 2 * time.Minute}

@@ -15,6 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -62,7 +63,7 @@ func BenchmarkNamespaceRefresh1000Pods(b *testing.B) {
 		}
 		return http.StatusOK, emptyVector
 	})
-	catalog, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation)
+	catalog, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
 	if err != nil {
 		b.Fatal(err)
 	}

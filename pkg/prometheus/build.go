@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -65,10 +66,10 @@ func byPod(out map[types.NamespacedName]*podData, ss []series, l Labels, namespa
 // buildOptions say how a pod's answer becomes a History.
 type buildOptions struct {
 	extractor *signals.Extractor
-	history   signals.HistoryOptions
+	history   history.HistoryOptions
 	// keys are the window aggregates to build (Needs.Windows and the lost
 	// demand's window per model).
-	keys []signals.WindowKey
+	keys []history.WindowKey
 	// interval is Prometheus's scrape interval: a series whose newest sample is
 	// more than 1.5 intervals older than the pod's newest has ended (a re-created
 	// pod's predecessor, a removed monitor), as a staleness marker would say.
@@ -80,7 +81,7 @@ type buildOptions struct {
 }
 
 // newBuildOptions returns the options for an extractor, with its gauges indexed.
-func newBuildOptions(e *signals.Extractor, h signals.HistoryOptions, keys []signals.WindowKey, interval time.Duration) buildOptions {
+func newBuildOptions(e *signals.Extractor, h history.HistoryOptions, keys []history.WindowKey, interval time.Duration) buildOptions {
 	o := buildOptions{extractor: e, history: h, keys: keys, interval: interval, gauge: map[string]bool{}}
 	for _, f := range e.Families() {
 		if f.Kind == signals.FamilyGauge {
@@ -100,7 +101,7 @@ var errNoSeries = errors.New("no engine series in Prometheus")
 // window aggregates. Errors: errNoSeries, or the extractor's
 // (signals.ErrNoEngineMetrics when the pod's series hold no queue depth or KV
 // usage).
-func build(d *podData, o buildOptions) (*signals.History, error) {
+func build(d *podData, o buildOptions) (*history.History, error) {
 	if d == nil || len(d.series) == 0 {
 		return nil, errNoSeries
 	}
@@ -129,12 +130,12 @@ func build(d *podData, o buildOptions) (*signals.History, error) {
 	// Engine states: the readings of each scrape within the state window,
 	// judged by the History's own rules.
 	readings := scrapes(live, o.extractor)
-	var facts []signals.EngineFacts
+	var facts []history.EngineFacts
 	if len(readings) > 0 {
-		facts = signals.NewHistory(signals.HistoryOptions{StateWindow: o.history.StateWindow, MaxReadings: o.history.MaxReadings}, readings...).Facts()
+		facts = history.NewHistory(history.HistoryOptions{StateWindow: o.history.StateWindow, MaxReadings: o.history.MaxReadings}, readings...).Facts()
 	}
 
-	var windows []signals.WindowAggregate
+	var windows []history.Window
 	for _, k := range o.keys {
 		inc, ok := d.windows[k.Window]
 		if !ok {
@@ -152,9 +153,9 @@ func build(d *podData, o buildOptions) (*signals.History, error) {
 		if err != nil {
 			continue
 		}
-		windows = append(windows, signals.WindowAggregateOf(k, k.Window, &ri))
+		windows = append(windows, history.WindowOf(k, k.Window, &ri))
 	}
-	return signals.NewSnapshot(&r, windows, facts, o.history), nil
+	return history.NewSnapshot(&r, windows, facts, o.history), nil
 }
 
 // scrapes groups series' samples by timestamp, one Prometheus scrape each,

@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -50,7 +52,7 @@ func TestDecode(t *testing.T) {
 // checkHistory asserts what any history built from any answer must hold:
 // every value present finite, non-negative and in range, and a pool value
 // that can be served.
-func checkHistory(t *testing.T, h *signals.History) {
+func checkHistory(t *testing.T, h *history.History) {
 	t.Helper()
 	r := h.Latest()
 	for _, p := range []*float64{r.QueueDepthPtr(), r.RunningPtr(), r.KVCacheUsagePtr(), r.PreemptionsPtr(), r.KVCacheUsageMax} {
@@ -61,9 +63,9 @@ func checkHistory(t *testing.T, h *signals.History) {
 	if p := r.KVCacheUsagePtr(); p != nil && *p > 1 {
 		t.Fatalf("KV usage %g", *p)
 	}
-	c, err := signals.NewCatalog(signals.Policy{Name: "p", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: []signals.Term{
-		{Kind: signals.TermQueueDepth, SetPoint: 5}, {Kind: signals.TermPreemptionRate, SetPoint: 1, Window: time.Minute},
-		{Kind: signals.TermTTFT, SetPoint: 1, Quantile: 0.9, Window: time.Minute},
+	c, err := policy.NewCatalog(policy.Policy{Name: "p", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: []policy.Term{
+		{Kind: policy.TermQueueDepth, SetPoint: 5}, {Kind: policy.TermPreemptionRate, SetPoint: 1, Window: time.Minute},
+		{Kind: policy.TermTTFT, SetPoint: 1, Quantile: 0.9, Window: time.Minute},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +104,7 @@ func FuzzDecode(f *testing.F) {
 		pods := map[types.NamespacedName]*podData{}
 		byPod(pods, seriesOf(v), DefaultLabels(), "", "", 0)
 		byPod(pods, seriesOf(v), DefaultLabels(), "", "", time.Minute)
-		o := newBuildOptions(e, signals.HistoryOptions{}, []signals.WindowKey{{Window: time.Minute}}, 15*time.Second)
+		o := newBuildOptions(e, history.HistoryOptions{}, []history.WindowKey{{Window: time.Minute}}, 15*time.Second)
 		o.now = time.Unix(1767225600, 0)
 		for _, d := range pods {
 			h, err := build(d, o)

@@ -22,7 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
@@ -88,7 +90,7 @@ func TestSameAnswersAsDirect(t *testing.T) {
 	viaProm := newFixture(t, prom, fixtureOptions{}, pods...)
 	direct := newDirectFixture(t, engines, pods)
 
-	metrics := []string{signals.MetricSaturation, signals.MetricDemandReplicas, signals.MetricQueueDepth, signals.MetricRunning, signals.MetricKVCacheUsage}
+	metrics := []string{policy.MetricSaturation, policy.MetricDemandReplicas, policy.MetricQueueDepth, policy.MetricRunning, policy.MetricKVCacheUsage}
 	selectors := []string{"app=x"}
 	for i := range files {
 		selectors = append(selectors, fmt.Sprintf("file=%d", i))
@@ -133,7 +135,7 @@ func newDirectFixture(t *testing.T, engines map[string]*httptest.Server, pods []
 		objs = append(objs, o)
 	}
 	clk := clocktesting.NewFakeClock(t0)
-	catalog, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation)
+	catalog, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +162,7 @@ func newDirectFixture(t *testing.T, engines map[string]*httptest.Server, pods []
 		t.Fatal(err)
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
-		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{}), History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
+		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{}), History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	prov := provider.New(provider.Options{MaxAge: 45 * time.Second}, provider.StaticCatalog{C: catalog}, sel, provider.Scraped(sc, 2*time.Second), clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), clock: clk, reg: reg, catalog: catalog}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestGatewaySeriesAge(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: []string{signals.DefaultGatewayQueueMetric}})
-	o := newBuildOptions(e, signals.HistoryOptions{StateWindow: 45 * time.Second}, nil, 15*time.Second)
+	o := newBuildOptions(e, history.HistoryOptions{StateWindow: 45 * time.Second}, nil, 15*time.Second)
 	o.now = now
 	last := now.Add(-40 * time.Second)
 	pts := []point{{t: last.Add(-15 * time.Second), v: 30}, {t: last, v: 30}}

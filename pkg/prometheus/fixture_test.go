@@ -33,8 +33,8 @@ import (
 	promconfig "github.com/prometheus/common/config"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 var _ provider.Readings = (*Source)(nil)
@@ -193,11 +193,11 @@ type fixture struct {
 	source  *Source
 	clock   *clocktesting.FakeClock
 	reg     *prometheus.Registry
-	catalog *signals.Catalog
+	catalog *policy.Catalog
 }
 
 type fixtureOptions struct {
-	catalog *signals.Catalog
+	catalog *policy.Catalog
 	queries Queries
 	opts    Options
 	objects []runtime.Object
@@ -215,7 +215,7 @@ func newFixture(t testing.TB, prom *fakeProm, fo fixtureOptions, pods ...pod) *f
 	catalog := fo.catalog
 	if catalog == nil {
 		var err error
-		if catalog, err = signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation); err != nil {
+		if catalog, err = policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/common/model"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // A policy's gateway input reads the same through Prometheus as scraped: the
@@ -17,9 +16,9 @@ import (
 // families (hazard NC-04's body: 352 + 28 held for qwen3-32b-pool), added to
 // the engines' demand, and alone at zero pods.
 func TestGatewayInput(t *testing.T) {
-	gw := &signals.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
-	catalog, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
-		signals.Policy{Name: "gw-demand", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(), Gateway: gw})...)
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
 	if err != nil {
 		t.Fatal(err)
 	}

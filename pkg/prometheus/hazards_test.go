@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // The Prometheus hazards (testdata/hazards BC-01, BC-02, BC-03, BC-05) as the
@@ -30,13 +30,13 @@ func TestHazards(t *testing.T) {
 		{
 			name:   "BC-01: a NaN sample without pod labels is never served",
 			answer: ok(map[string]string{"series": hazard(t, "BC-01.json")}),
-			pods:   pods[:1], metric: signals.MetricSaturation, code: http.StatusServiceUnavailable,
+			pods:   pods[:1], metric: policy.MetricSaturation, code: http.StatusServiceUnavailable,
 			msg: []string{"none has fresh data", "vllm-pod-a: no engine series in Prometheus for this pod"},
 		},
 		{
 			name:   "BC-01: nor as a raw signal",
 			answer: ok(map[string]string{"series": hazard(t, "BC-01.json")}),
-			pods:   pods[:1], metric: signals.MetricQueueDepth, code: http.StatusServiceUnavailable,
+			pods:   pods[:1], metric: policy.MetricQueueDepth, code: http.StatusServiceUnavailable,
 			msg: []string{"vllm-pod-a: no engine series in Prometheus"},
 		},
 		{
@@ -50,7 +50,7 @@ func TestHazards(t *testing.T) {
 				}
 				return http.StatusOK, emptyVector
 			},
-			pods: pods, metric: signals.MetricSaturation,
+			pods: pods, metric: policy.MetricSaturation,
 			// a: 0.42 / 0.8 = 0.525; b has no valid term: unknown, 1.0. Mean 0.7625.
 			want: "763m", labels: map[string]string{"pods": "2", "pods_unknown": "1"},
 		},
@@ -63,23 +63,23 @@ func TestHazards(t *testing.T) {
 				}
 				return http.StatusOK, emptyVector
 			},
-			pods: pods, metric: signals.MetricKVCacheUsage, want: "420m",
+			pods: pods, metric: policy.MetricKVCacheUsage, want: "420m",
 		},
 		{
 			name:   "BC-03: an empty vector is no data, never 0",
 			answer: ok(map[string]string{"series": hazard(t, "BC-03.json")}),
-			pods:   pods, metric: signals.MetricQueueDepth, code: http.StatusServiceUnavailable,
+			pods:   pods, metric: policy.MetricQueueDepth, code: http.StatusServiceUnavailable,
 			msg: []string{"2 Ready pods match, none has fresh data", "vllm-pod-a: no engine series in Prometheus", "vllm-pod-b: no engine series"},
 		},
 		{
 			name:   "BC-05: three monitors' copies of one series count once",
 			answer: ok(map[string]string{"series": hazard(t, "BC-05.json")}),
-			pods:   pods[:1], metric: signals.MetricQueueDepth, want: "12",
+			pods:   pods[:1], metric: policy.MetricQueueDepth, want: "12",
 		},
 		{
 			name:   "BC-05: saturation from the deduplicated queue",
 			answer: ok(map[string]string{"series": hazard(t, "BC-05.json")}),
-			pods:   pods[:1], metric: signals.MetricSaturation, want: "2400m",
+			pods:   pods[:1], metric: policy.MetricSaturation, want: "2400m",
 		},
 	}
 	for _, tt := range tests {

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // The load the issue names: 200 HPAs polling every 15 s (at their own phases,
@@ -87,7 +86,7 @@ func TestLoad200HPAs(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range work {
-					r := f.get(t, fmt.Sprintf("team-%d", i%namespaces), signals.MetricSaturation, fmt.Sprintf("app=svc-%03d", i))
+					r := f.get(t, fmt.Sprintf("team-%d", i%namespaces), policy.MetricSaturation, fmt.Sprintf("app=svc-%03d", i))
 					mu.Lock()
 					if r.code != http.StatusOK || r.list.Items[0].Value.String() != "600m" {
 						failures = append(failures, fmt.Sprintf("HPA %d: HTTP %d %s", i, r.code, r.status.Message))

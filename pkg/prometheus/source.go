@@ -1,7 +1,7 @@
 // Package prometheus is the adapter's second signal source: instead of
 // scraping engines, it reads their series from Prometheus (or Thanos Query,
 // Mimir, VictoriaMetrics: the Prometheus HTTP API) and builds, per pod, the
-// same signals.History a scrape would, so pooling, terms, validity rules and
+// same history.History a scrape would, so pooling, terms, validity rules and
 // engine states are pkg/signals' alone and do not fork.
 //
 // Per namespace and cache period it runs one range query of the engine series
@@ -30,7 +30,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -96,7 +98,7 @@ type Source struct {
 	// a pod whose series vanish keeps its last good reading (stale, then held
 	// as in direct mode) rather than becoming a pod never seen.
 	memMu  sync.Mutex
-	memory map[types.UID]*signals.History
+	memory map[types.UID]*history.History
 }
 
 // generation is what one catalog and Queries make: the plan and how answers
@@ -123,20 +125,20 @@ type entry struct {
 }
 
 type builtPod struct {
-	h   *signals.History
+	h   *history.History
 	err error
 }
 
 // New returns a Source querying api, for the catalog's needs and the Queries.
 // Errors name a bad selector of q.
-func New(opts Options, api v1.API, catalog *signals.Catalog, q Queries, clk clock.PassiveClock, metrics *Metrics) (*Source, error) {
+func New(opts Options, api v1.API, catalog *policy.Catalog, q Queries, clk clock.PassiveClock, metrics *Metrics) (*Source, error) {
 	if opts.Labels == (Labels{}) {
 		opts.Labels = DefaultLabels()
 	}
 	if opts.StateWindow <= 0 {
-		opts.StateWindow = signals.DefaultStateWindow
+		opts.StateWindow = history.DefaultStateWindow
 	}
-	s := &Source{opts: opts, api: api, clock: clk, metrics: metrics, cache: map[string]*entry{}, memory: map[types.UID]*signals.History{}}
+	s := &Source{opts: opts, api: api, clock: clk, metrics: metrics, cache: map[string]*entry{}, memory: map[types.UID]*history.History{}}
 	if err := s.SetCatalog(catalog, q); err != nil {
 		return nil, err
 	}
@@ -146,7 +148,7 @@ func New(opts Options, api v1.API, catalog *signals.Catalog, q Queries, clk cloc
 // SetCatalog makes the source read what catalog's policies need, where q says
 // (a configuration reload); answers cached under the previous ones are not
 // served again. Errors name a bad selector of q and change nothing.
-func (s *Source) SetCatalog(catalog *signals.Catalog, q Queries) error {
+func (s *Source) SetCatalog(catalog *policy.Catalog, q Queries) error {
 	g, err := s.newGeneration(catalog, q)
 	if err != nil {
 		return err
@@ -155,7 +157,7 @@ func (s *Source) SetCatalog(catalog *signals.Catalog, q Queries) error {
 	return nil
 }
 
-func (s *Source) newGeneration(catalog *signals.Catalog, q Queries) (*generation, error) {
+func (s *Source) newGeneration(catalog *policy.Catalog, q Queries) (*generation, error) {
 	needs := catalog.Needs()
 	extract := s.opts.Extract
 	extract.Histograms = needs.Histograms
@@ -187,17 +189,17 @@ func (s *Source) newGeneration(catalog *signals.Catalog, q Queries) (*generation
 		}
 	}
 	// Windows: every rate and latency term's, with the histograms its latency
-	// terms read, and the clipped state's lost demand (signals.DefaultTermWindow)
+	// terms read, and the clipped state's lost demand (policy.DefaultTermWindow)
 	// for each policy's model.
 	keys := slices.Clone(needs.Windows)
 	retain := s.opts.MaxAge
 	histos := map[time.Duration]map[signals.Histo]bool{}
 	for _, pol := range catalog.Policies() {
 		retain = max(retain, pol.HoldLastGood+s.opts.MaxAge)
-		if pol.Kind == signals.KindSignal {
+		if pol.Kind == policy.KindSignal {
 			continue
 		}
-		if k := (signals.WindowKey{Window: signals.DefaultTermWindow, Model: pol.Model}); !slices.Contains(keys, k) {
+		if k := (history.WindowKey{Window: policy.DefaultTermWindow, Model: pol.Model}); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 		for _, t := range pol.Terms {
@@ -215,7 +217,7 @@ func (s *Source) newGeneration(catalog *signals.Catalog, q Queries) (*generation
 		}
 	}
 	slices.SortFunc(p.windows, func(a, b window) int { return int(a.d - b.d) })
-	hopts := signals.HistoryOptions{Needs: needs, StateWindow: s.opts.StateWindow}
+	hopts := history.HistoryOptions{Needs: needs, StateWindow: s.opts.StateWindow}
 	return &generation{id: s.gens.Add(1), plan: p, build: newBuildOptions(e, hopts, keys, s.opts.ScrapeInterval), retain: retain}, nil
 }
 
@@ -227,16 +229,16 @@ func (s *Source) newGeneration(catalog *signals.Catalog, q Queries) (*generation
 // The error, when Prometheus does not answer (down, slow, erroring, a bad
 // answer), says why in at most a few hundred bytes; the request then fails and
 // the HPA holds.
-func (s *Source) Histories(ctx context.Context, namespace string, members []podselect.Member) (func(*podselect.Member) (*signals.History, string), error) {
+func (s *Source) Histories(ctx context.Context, namespace string, members []podselect.Member) (func(*podselect.Member) (*history.History, string), error) {
 	if !slices.ContainsFunc(members, func(m podselect.Member) bool { return m.Counted }) {
-		return func(*podselect.Member) (*signals.History, string) { return nil, "not Ready" }, nil
+		return func(*podselect.Member) (*history.History, string) { return nil, "not Ready" }, nil
 	}
 	e, err := s.entry(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
 	now := s.clock.Now()
-	return func(m *podselect.Member) (*signals.History, string) {
+	return func(m *podselect.Member) (*history.History, string) {
 		b := e.get(m.Pod)
 		if b.h != nil {
 			s.remember(m.UID, b.h)
@@ -252,19 +254,19 @@ func (s *Source) Histories(ctx context.Context, namespace string, members []pods
 	}, nil
 }
 
-func (s *Source) observeAge(now time.Time, h *signals.History) {
+func (s *Source) observeAge(now time.Time, h *history.History) {
 	if r := h.Latest(); r != nil {
 		s.metrics.DataAge.Observe(max(0, now.Sub(r.At()).Seconds()))
 	}
 }
 
-func (s *Source) remember(uid types.UID, h *signals.History) {
+func (s *Source) remember(uid types.UID, h *history.History) {
 	s.memMu.Lock()
 	s.memory[uid] = h
 	s.memMu.Unlock()
 }
 
-func (s *Source) recall(uid types.UID) *signals.History {
+func (s *Source) recall(uid types.UID) *history.History {
 	s.memMu.Lock()
 	defer s.memMu.Unlock()
 	return s.memory[uid]

@@ -11,8 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // vllm returns the labels of a vLLM V1 series of pod in namespace llm, as a
@@ -55,7 +54,7 @@ func TestPrometheusFailures(t *testing.T) {
 			if tt.closed {
 				prom.srv.Close()
 			}
-			r := f.get(t, "llm", signals.MetricSaturation, "app=x")
+			r := f.get(t, "llm", policy.MetricSaturation, "app=x")
 			if r.code != http.StatusServiceUnavailable {
 				t.Fatalf("HTTP %d (%s), want 503", r.code, r.status.Message)
 			}
@@ -80,25 +79,25 @@ func TestCachePeriod(t *testing.T) {
 	prom := newFakeProm(t, ok(nil))
 	f := newFixture(t, prom, fixtureOptions{}, pod{name: "a", labels: map[string]string{"app": "x"}}, pod{ns: "other", name: "a", labels: map[string]string{"app": "x"}})
 	for range 5 {
-		f.get(t, "llm", signals.MetricSaturation, "app=x")
-		f.get(t, "llm", signals.MetricQueueDepth, "app=x")
+		f.get(t, "llm", policy.MetricSaturation, "app=x")
+		f.get(t, "llm", policy.MetricQueueDepth, "app=x")
 	}
 	if got := prom.count(); got["series"] != 1 || got["window"] != 1 {
 		t.Errorf("queries %v after 10 requests in one period, want one of each", got)
 	}
-	f.get(t, "other", signals.MetricSaturation, "app=x")
+	f.get(t, "other", policy.MetricSaturation, "app=x")
 	if got := prom.count(); got["series"] != 2 {
 		t.Errorf("queries %v after a request in another namespace, want its own", got)
 	}
 	f.clock.Step(DefaultCachePeriod)
-	f.get(t, "llm", signals.MetricSaturation, "app=x")
+	f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if got := prom.count(); got["series"] != 3 {
 		t.Errorf("queries %v after the period, want a new one", got)
 	}
 	prom.set(func(string) (int, string) { return 503, "down" })
 	f.clock.Step(DefaultCachePeriod)
 	for range 3 {
-		if r := f.get(t, "llm", signals.MetricSaturation, "app=x"); r.code != http.StatusServiceUnavailable {
+		if r := f.get(t, "llm", policy.MetricSaturation, "app=x"); r.code != http.StatusServiceUnavailable {
 			t.Fatalf("HTTP %d, want 503 while Prometheus fails", r.code)
 		}
 	}
@@ -119,7 +118,7 @@ func TestStaleAndHeld(t *testing.T) {
 		stream(vllm("vllm:num_requests_waiting", "a"), now.Add(-5*time.Second), 10),
 		stream(vllm("vllm:num_requests_waiting", "b"), now.Add(-40*time.Second), 10),
 	)}))
-	r := f.get(t, "llm", signals.MetricSaturation, "app=x")
+	r := f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if r.code != http.StatusOK {
 		t.Fatalf("HTTP %d: %s", r.code, r.status.Message)
 	}
@@ -135,7 +134,7 @@ func TestStaleAndHeld(t *testing.T) {
 	// nothing being fresh, the answer is an error naming the age.
 	prom.set(ok(nil))
 	f.clock.Step(31 * time.Second)
-	r = f.get(t, "llm", signals.MetricSaturation, "app=x")
+	r = f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "stale: its samples are timestamped 36s before now") ||
 		!strings.Contains(r.status.Message, "no engine series in Prometheus for this pod") {
 		t.Errorf("HTTP %d %q, want 503 naming the stale samples and the missing series", r.code, r.status.Message)
@@ -160,7 +159,7 @@ func TestJoinedToCountedPods(t *testing.T) {
 		stream(vllm("vllm:num_requests_waiting", "deleted"), now, 100),
 		stream(other, now, 100),
 	)}))
-	if got := f.value(t, "llm", signals.MetricQueueDepth, "app=x"); got != "1" {
+	if got := f.value(t, "llm", policy.MetricQueueDepth, "app=x"); got != "1" {
 		t.Errorf("queue %s, want 1: a's own series only", got)
 	}
 }
@@ -168,10 +167,10 @@ func TestJoinedToCountedPods(t *testing.T) {
 // Rate and latency terms come from the window query's increases; the pool
 // takes the quantile of every pod's observations together, in Go.
 func TestWindowTerms(t *testing.T) {
-	catalog, err := signals.NewCatalog(signals.Policy{Name: "chat", Kind: signals.KindMean, UnknownSaturation: 1, Terms: []signals.Term{
-		{Kind: signals.TermQueueDepth, SetPoint: 5},
-		{Kind: signals.TermPreemptionRate, SetPoint: 0.1, Window: 2 * time.Minute},
-		{Kind: signals.TermTTFT, SetPoint: 1, Quantile: 0.9, Window: 2 * time.Minute},
+	catalog, err := policy.NewCatalog(policy.Policy{Name: "chat", Kind: policy.KindMean, UnknownSaturation: 1, Terms: []policy.Term{
+		{Kind: policy.TermQueueDepth, SetPoint: 5},
+		{Kind: policy.TermPreemptionRate, SetPoint: 0.1, Window: 2 * time.Minute},
+		{Kind: policy.TermTTFT, SetPoint: 1, Quantile: 0.9, Window: 2 * time.Minute},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +246,7 @@ func TestEngineStatesFromRange(t *testing.T) {
 			stream(vllm("vllm:prompt_tokens_total", p), tok...))
 	}
 	prom.set(ok(map[string]string{"series": matrix(t, ss...)}))
-	r := f.get(t, "llm", signals.MetricSaturation, "app=x")
+	r := f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if r.code != http.StatusOK {
 		t.Fatalf("HTTP %d: %s", r.code, r.status.Message)
 	}
@@ -258,7 +257,7 @@ func TestEngineStatesFromRange(t *testing.T) {
 }
 
 func TestQueries(t *testing.T) {
-	catalog, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), 1)
+	catalog, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +303,7 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.get(t, "llm", signals.MetricSaturation, "app=x")
+			f.get(t, "llm", policy.MetricSaturation, "app=x")
 		}()
 	}
 	wg.Wait()
@@ -327,7 +326,7 @@ func TestRealAnswer(t *testing.T) {
 		pod{name: "vllm-0", labels: app}, pod{name: "vllm-1", labels: app})
 	f.clock.SetTime(time.Unix(1796152137, 0))
 	for metric, want := range map[string]string{
-		signals.MetricSaturation: "5400m", signals.MetricDemandReplicas: "10800m", signals.MetricQueueDepth: "54",
+		policy.MetricSaturation: "5400m", policy.MetricDemandReplicas: "10800m", policy.MetricQueueDepth: "54",
 	} {
 		if got := f.value(t, "llm", metric, "app=vllm"); got != want {
 			t.Errorf("%s = %s, want %s", metric, got, want)

@@ -14,6 +14,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 
@@ -33,7 +35,7 @@ func (c cachedReadings) Scrape(context.Context, []scrape.Target) {}
 // 1,000-pod selector from cached readings of the real vLLM V1 dump, through the
 // informer cache's lister. Target (issue 2): ≤ 100 µs.
 func BenchmarkGetExternalMetric1000Pods(b *testing.B) {
-	benchmark1000Pods(b, nil, signals.MetricSaturation)
+	benchmark1000Pods(b, nil, policy.MetricSaturation)
 }
 
 // BenchmarkGetExternalMetric1000PodsGuardrail is the same request for a policy
@@ -42,12 +44,12 @@ func BenchmarkGetExternalMetric1000Pods(b *testing.B) {
 // observations between them) is pooled into one quantile. Target (issue 14):
 // at most 2 × BenchmarkGetExternalMetric1000Pods.
 func BenchmarkGetExternalMetric1000PodsGuardrail(b *testing.B) {
-	guard := signals.Policy{Name: "chat", Kind: signals.KindMean, UnknownSaturation: 1, Terms: append(signals.DefaultSetPoints().Terms(),
-		signals.Term{Kind: signals.TermTTFT, SetPoint: 2, Quantile: 0.95, Window: time.Minute})}
+	guard := policy.Policy{Name: "chat", Kind: policy.KindMean, UnknownSaturation: 1, Terms: append(policy.DefaultSetPoints().Terms(),
+		policy.Term{Kind: policy.TermTTFT, SetPoint: 2, Quantile: 0.95, Window: time.Minute})}
 	benchmark1000Pods(b, &guard, "chat")
 }
 
-func benchmark1000Pods(b *testing.B, extra *signals.Policy, metric string) {
+func benchmark1000Pods(b *testing.B, extra *policy.Policy, metric string) {
 	const n = 1000
 	body := sample(b, "samples/vllm_v1-0.10-nvcr25.09_single-engine.prom")
 	e := signals.NewExtractor()
@@ -62,16 +64,16 @@ func benchmark1000Pods(b *testing.B, extra *signals.Policy, metric string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	policies := signals.BuiltinPolicies(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation, signals.DefaultHoldLastGood)
+	policies := policy.BuiltinPolicies(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation, policy.DefaultHoldLastGood)
 	if extra != nil {
 		policies = append(policies, *extra)
 	}
-	catalog, err := signals.NewCatalog(policies...)
+	catalog, err := policy.NewCatalog(policies...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	hopts := signals.HistoryOptions{Needs: catalog.Needs()}
+	hopts := history.HistoryOptions{Needs: catalog.Needs()}
 	var objs []runtime.Object
 	cache := cachedReadings{}
 	for i := range n {
@@ -79,7 +81,7 @@ func benchmark1000Pods(b *testing.B, extra *signals.Policy, metric string) {
 		objs = append(objs, p)
 		r0, r1 := older, newer
 		r0.Time, r1.Time = clk.Now().Add(-15*time.Second), clk.Now()
-		cache[p.UID] = &scrape.Result{History: signals.NewHistory(hopts, &r0, &r1), Time: clk.Now()}
+		cache[p.UID] = &scrape.Result{History: history.NewHistory(hopts, &r0, &r1), Time: clk.Now()}
 	}
 	// Pods of another deployment in the namespace, which the selector must skip.
 	for i := range n {

@@ -13,7 +13,7 @@ import (
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 var _ cmprovider.CustomMetricsProvider = (*Provider)(nil)
@@ -35,17 +35,17 @@ func (p *Provider) ListAllMetrics() []cmprovider.CustomMetricInfo {
 // GetMetricByName returns one pod's value. Errors: 404 for another resource, an
 // unknown metric or pod; 503 when the pod is not Ready or has no fresh reading.
 func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedName, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValue, error) {
-	catalog, policy, err := p.podPolicy(info)
+	catalog, pol, err := p.podPolicy(info)
 	if err != nil {
 		return nil, err
 	}
-	where := describePod(policy.Name, name.Name, name.Namespace)
+	where := describePod(pol.Name, name.Name, name.Namespace)
 	members, err := p.member(where, name.Namespace, name.Name)
 	if err != nil {
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
-	list, err := p.podValues(ctx, catalog, policy, where, members)
+	list, err := p.podValues(ctx, catalog, pol, where, members)
 	if err != nil {
 		return nil, err
 	}
@@ -58,35 +58,35 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 // (assume 0 when scaling up, the target when scaling down). Errors as for the
 // External metrics: 404 when no pod matches, 503 when no pod has data.
 func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, selector labels.Selector, info cmprovider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
-	catalog, policy, err := p.podPolicy(info)
+	catalog, pol, err := p.podPolicy(info)
 	if err != nil {
 		return nil, err
 	}
-	where := "pods/" + describePool(policy.Name, namespace, selector)
+	where := "pods/" + describePool(pol.Name, namespace, selector)
 	members, err := p.members(where, namespace, selector)
 	if err != nil {
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
-	return p.podValues(ctx, catalog, policy, where, members)
+	return p.podValues(ctx, catalog, pol, where, members)
 }
 
-func (p *Provider) podPolicy(info cmprovider.CustomMetricInfo) (*signals.Catalog, *signals.Policy, error) {
+func (p *Provider) podPolicy(info cmprovider.CustomMetricInfo) (*policy.Catalog, *policy.Policy, error) {
 	catalog := p.catalogs.Catalog()
-	policy := catalog.Lookup(info.Metric)
-	if info.GroupResource != podsResource || policy == nil || !policy.PerPod() {
+	pol := catalog.Lookup(info.Metric)
+	if info.GroupResource != podsResource || pol == nil || !pol.PerPod() {
 		p.metrics.request(metricUnknown, ResultNotFound)
 		return nil, nil, metricNotFound(info.GroupResource, info.Metric)
 	}
-	return catalog, policy, nil
+	return catalog, pol, nil
 }
 
 // podValues lists the per-pod values of policy over members: each pod's part
-// in the pool, as signals.PoolBuilder computes it for the External answer.
-func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where string, members []podselect.Member) (*custom_metrics.MetricValueList, error) {
+// in the pool, as policy.PoolBuilder computes it for the External answer.
+func (p *Provider) podValues(ctx context.Context, catalog *policy.Catalog, pol *policy.Policy, where string, members []podselect.Member) (*custom_metrics.MetricValueList, error) {
 	list := &custom_metrics.MetricValueList{}
 	var missing []string
-	a, err := p.evaluate(ctx, catalog, policy, where, members[0].Pod.Namespace, members, func(m *podselect.Member, v signals.PodValue) {
+	a, err := p.evaluate(ctx, catalog, pol, where, members[0].Pod.Namespace, members, func(m *podselect.Member, v policy.PodValue) {
 		if !v.Present {
 			why := v.Why
 			if why == "" {
@@ -102,13 +102,13 @@ func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, poli
 		}
 		list.Items = append(list.Items, custom_metrics.MetricValue{
 			DescribedObject: custom_metrics.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: m.Pod.Namespace, Name: m.Pod.Name},
-			Metric:          custom_metrics.MetricIdentifier{Name: policy.Name},
+			Metric:          custom_metrics.MetricIdentifier{Name: pol.Name},
 			Timestamp:       metav1.NewTime(v.Time),
 			Value:           q,
 		})
 	}, false, nil)
 	if err != nil {
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
 	switch {
@@ -119,9 +119,9 @@ func (p *Provider) podValues(ctx context.Context, catalog *signals.Catalog, poli
 		err = unavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(missing)))
 	}
 	if err != nil {
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
-	p.metrics.request(policy.Name, ResultOK)
+	p.metrics.request(pol.Name, ResultOK)
 	return list, nil
 }

@@ -7,14 +7,14 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
-func reviewGatewayCatalog(t *testing.T) *signals.Catalog {
+func reviewGatewayCatalog(t *testing.T) *policy.Catalog {
 	t.Helper()
-	gw := &signals.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
-	c, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
-		signals.Policy{Name: "gw-demand", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(), Gateway: gw})...)
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
+	c, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +79,9 @@ func TestGatewayPodInEnginePool(t *testing.T) {
 // very case the gateway input exists for). The gateway's demand must be in the
 // per-pod values (e.g. shared over the pods) or the policy refused per pod.
 func TestGatewayMeanPerPod(t *testing.T) {
-	gw := &signals.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
-	c, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
-		signals.Policy{Name: "gw-mean", Kind: signals.KindMean, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(), Gateway: gw})...)
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
+	c, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-mean", Kind: policy.KindMean, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,9 +126,9 @@ func TestGatewayMeanPerPod(t *testing.T) {
 // requests: 0.0004). At zero pods any waiting request must be served as at
 // least 1m: the HPA then computes 1 replica.
 func TestGatewayWakeRoundedAway(t *testing.T) {
-	gw := &signals.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "batch"}, QueueSetPoint: 5000}
-	c, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
-		signals.Policy{Name: "batch-demand", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: []signals.Term{{Kind: signals.TermQueueDepth, SetPoint: 5000}}, Gateway: gw})...)
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "batch"}, QueueSetPoint: 5000}
+	c, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "batch-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: []policy.Term{{Kind: policy.TermQueueDepth, SetPoint: 5000}}, Gateway: gw})...)
 	if err != nil {
 		t.Fatal(err)
 	}

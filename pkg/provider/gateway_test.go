@@ -12,19 +12,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // Issue 8: a policy with a gateway input adds the gateway's queue to the demand,
 // and a pool of zero pods is a state, not an error: it serves the gateway's
 // demand so that an HPA at zero replicas wakes on the first waiting request.
 func TestGatewayInput(t *testing.T) {
-	gw := &signals.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
-	catalog, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
-		signals.Policy{Name: "gw-demand", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(), Gateway: gw},
-		signals.Policy{Name: "gw-mean", Kind: signals.KindMean, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(), Gateway: gw},
-		signals.Policy{Name: "gw-typo", Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(),
-			Gateway: &signals.GatewayInput{Selector: "app=epq", Match: map[string]string{"inference_pool": "x"}}},
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen3-32b-pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw},
+		policy.Policy{Name: "gw-mean", Kind: policy.KindMean, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw},
+		policy.Policy{Name: "gw-typo", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(),
+			Gateway: &policy.GatewayInput{Selector: "app=epq", Match: map[string]string{"inference_pool": "x"}}},
 	)...)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestGatewayInput(t *testing.T) {
 	if got := r.list.Items[0].MetricLabels["gateway_queue"]; got != "380" {
 		t.Errorf("metricLabels gateway_queue = %q, want 380", got)
 	}
-	if got := f.value(t, "llm", signals.MetricDemandReplicas, "app=vllm"); got != "1975m" {
+	if got := f.value(t, "llm", policy.MetricDemandReplicas, "app=vllm"); got != "1975m" {
 		t.Errorf("the engine-only llm_demand_replicas = %s, want 1975m: it does not see the gateway", got)
 	}
 	// Zero pods: the gateway's demand alone.
@@ -58,7 +58,7 @@ func TestGatewayInput(t *testing.T) {
 		t.Errorf("zero pods: gw-mean = %s, want 76 (the HPA computes ceil(value / target) at zero replicas)", got)
 	}
 	// Zero pods without a gateway input stays an error, and says why.
-	r = f.get(t, "llm", signals.MetricDemandReplicas, "app=vllm-zero")
+	r = f.get(t, "llm", policy.MetricDemandReplicas, "app=vllm-zero")
 	if r.code != http.StatusNotFound || !strings.Contains(r.status.Message, "scale from zero needs a policy with a gateway input") {
 		t.Errorf("zero pods, no gateway: HTTP %d %q", r.code, r.status.Message)
 	}
@@ -105,11 +105,11 @@ func TestGatewayBearerToken(t *testing.T) {
 	}
 	var want, eppSaw, engineSaw atomic.Value
 	want.Store("s3cret")
-	mk := func(name, selector, tokenFile string) signals.Policy {
-		return signals.Policy{Name: name, Kind: signals.KindDemand, UnknownSaturation: 1, Terms: signals.DefaultSetPoints().Terms(),
-			Gateway: &signals.GatewayInput{Selector: selector, Match: map[string]string{"inference_pool": "qwen3-32b-pool"}, BearerTokenFile: tokenFile}}
+	mk := func(name, selector, tokenFile string) policy.Policy {
+		return policy.Policy{Name: name, Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(),
+			Gateway: &policy.GatewayInput{Selector: selector, Match: map[string]string{"inference_pool": "qwen3-32b-pool"}, BearerTokenFile: tokenFile}}
 	}
-	catalog, err := signals.NewCatalog(append(signals.BuiltinPolicies(signals.DefaultSetPoints(), 1, 0),
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
 		mk("gw-token", "app=epp", file), mk("gw-missing", "app=epp-b", filepath.Join(dir, "absent")))...)
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -170,7 +171,7 @@ func TestMessagesAreBounded(t *testing.T) {
 // beyond what milli units hold. That answered HTTP 500 "Internal error"; it is a 503 saying the value
 // is out of range, which the HPA shows (and holds on).
 func TestOutOfRangeValue(t *testing.T) {
-	catalog, err := signals.BuiltinCatalog(signals.SetPoints{QueueDepth: signals.MinSetPoint, KVCacheUsage: 0.8}, signals.DefaultUnknownSaturation)
+	catalog, err := policy.BuiltinCatalog(policy.SetPoints{QueueDepth: policy.MinSetPoint, KVCacheUsage: 0.8}, policy.DefaultUnknownSaturation)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestOutOfRangeValue(t *testing.T) {
 	}
 	f := newFixtureCatalog(t, catalog, specs...)
 	// 2.5e14 per pod is still servable as a mean; their sum is not.
-	if got := f.value(t, "llm", signals.MetricSaturation, "app=vllm"); got != "250T" {
+	if got := f.value(t, "llm", policy.MetricSaturation, "app=vllm"); got != "250T" {
 		t.Errorf("llm_saturation = %s, want 250T (2.5e14)", got)
 	}
 	code, raw := f.getRaw(t, "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_demand_replicas?labelSelector=app%3Dvllm")
@@ -193,7 +194,7 @@ func TestOutOfRangeValue(t *testing.T) {
 		t.Errorf("HTTP %d, want 503", code)
 	}
 	checkBounded(t, code, raw, "out of range")
-	if got := testutil.ToFloat64(f.metrics.Requests.WithLabelValues(signals.MetricDemandReplicas, string(ResultError))); got != 1 {
+	if got := testutil.ToFloat64(f.metrics.Requests.WithLabelValues(policy.MetricDemandReplicas, string(ResultError))); got != 1 {
 		t.Errorf("requests_total{result=error} = %g, want 1", got)
 	}
 }
@@ -235,7 +236,7 @@ func TestRecreatedPodDoesNotInheritReading(t *testing.T) {
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, hc, scrape.Reader{Extractor: signals.NewExtractor()}, clk, sm)
 	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
-	info := cmprovider.ExternalMetricInfo{Metric: signals.MetricSaturation}
+	info := cmprovider.ExternalMetricInfo{Metric: policy.MetricSaturation}
 	value := func() string {
 		t.Helper()
 		list, err := p.GetExternalMetric(ctx, "llm", sel, info)
@@ -284,7 +285,7 @@ func TestSelectorFloodKeepsSeriesAndMemoryBounded(t *testing.T) {
 	catalog := builtinCatalog(t)
 	pools := startPools(t, ctx, catalog, clk,
 		makePod(podSpec{name: "vllm-0", labels: map[string]string{"app": "vllm"}, engine: e}),
-		hpaSpec{name: "vllm", metric: signals.MetricSaturation, selector: map[string]string{"app": "vllm"}}.object())
+		hpaSpec{name: "vllm", metric: policy.MetricSaturation, selector: map[string]string{"app": "vllm"}}.object())
 	reg := prometheus.NewRegistry()
 	sm, err := scrape.NewMetrics(reg)
 	if err != nil {
@@ -300,7 +301,7 @@ func TestSelectorFloodKeepsSeriesAndMemoryBounded(t *testing.T) {
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, hc, scrape.Reader{Extractor: signals.NewExtractor()}, clk, sm)
 	p := New(Options{MaxAge: 6 * time.Second}, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
-	info := cmprovider.ExternalMetricInfo{Metric: signals.MetricSaturation}
+	info := cmprovider.ExternalMetricInfo{Metric: policy.MetricSaturation}
 	ask := func(selector string) {
 		sel, err := labels.Parse(selector)
 		if err != nil {
@@ -342,7 +343,7 @@ func TestSelectorFloodKeepsSeriesAndMemoryBounded(t *testing.T) {
 	if grown := int64(heapAfter) - int64(heapBefore); grown > 16<<20 {
 		t.Errorf("heap grew by %d MiB", grown>>20)
 	}
-	if got := testutil.ToFloat64(pm.Requests.WithLabelValues(signals.MetricSaturation, string(ResultOK))); got != 10021 {
+	if got := testutil.ToFloat64(pm.Requests.WithLabelValues(policy.MetricSaturation, string(ResultOK))); got != 10021 {
 		t.Errorf("requests_total{ok} = %g, want 10021", got)
 	}
 

@@ -2,9 +2,8 @@ package provider
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // metricsNamespace prefixes every metric of the adapter.
@@ -46,11 +45,11 @@ const (
 	// PodsHeld: unknown pods counted at their last good value.
 	PodsHeld PodState = "held"
 	// PodsSleeping, PodsFrozen, PodsWedged, PodsClipped: pods by engine state
-	// (signals.EngineState).
-	PodsSleeping PodState = PodState(signals.StateSleeping)
-	PodsFrozen   PodState = PodState(signals.StateFrozen)
-	PodsWedged   PodState = PodState(signals.StateWedged)
-	PodsClipped  PodState = PodState(signals.StateClipped)
+	// (policy.EngineState).
+	PodsSleeping PodState = PodState(policy.StateSleeping)
+	PodsFrozen   PodState = PodState(policy.StateFrozen)
+	PodsWedged   PodState = PodState(policy.StateWedged)
+	PodsClipped  PodState = PodState(policy.StateClipped)
 )
 
 // PodStates lists every PodState, in documentation order.
@@ -59,11 +58,11 @@ func PodStates() []PodState {
 }
 
 // podCounts returns the pods of a pool by PodState.
-func podCounts(p signals.Pool) map[PodState]int {
+func podCounts(p policy.Pool) map[PodState]int {
 	return map[PodState]int{
 		PodsCounted: p.Pods, PodsUnknown: p.Pods - p.Known, PodsHeld: p.Held,
-		PodsSleeping: p.States[signals.StateSleeping], PodsFrozen: p.States[signals.StateFrozen],
-		PodsWedged: p.States[signals.StateWedged], PodsClipped: p.States[signals.StateClipped],
+		PodsSleeping: p.States[policy.StateSleeping], PodsFrozen: p.States[policy.StateFrozen],
+		PodsWedged: p.States[policy.StateWedged], PodsClipped: p.States[policy.StateClipped],
 	}
 }
 
@@ -117,7 +116,7 @@ func (m *Metrics) request(metric string, r Result) {
 }
 
 // served records an answer for each HPA it was computed for.
-func (m *Metrics) served(namespace string, hpas []string, metric string, value float64, pool signals.Pool) {
+func (m *Metrics) served(namespace string, hpas []string, metric string, value float64, pool policy.Pool) {
 	counts := podCounts(pool)
 	for _, h := range hpas {
 		m.ServedValue.WithLabelValues(namespace, h, metric).Set(value)

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/metricdocs"
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // TestMetricsDocumented keeps the README's metric table and this package's
@@ -24,7 +24,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, r := range Results() {
 		m.request("llm_saturation", r)
 	}
-	m.served("llm", []string{"vllm"}, "llm_saturation", 1, signals.Pool{Pods: 2, Known: 1})
+	m.served("llm", []string{"vllm"}, "llm_saturation", 1, policy.Pool{Pods: 2, Known: 1})
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

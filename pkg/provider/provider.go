@@ -25,7 +25,9 @@ import (
 	"k8s.io/utils/clock"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -51,21 +53,21 @@ type Pools interface {
 // Advice hears about answers, to warn about HPAs that cannot do what they are set
 // up for; see advisor.Advisor. Optional.
 type Advice interface {
-	Answered(namespace, metric string, selector labels.Selector, pool signals.Pool)
+	Answered(namespace, metric string, selector labels.Selector, pool policy.Pool)
 	GatewaySeen(readings []*signals.Reading)
 }
 
 // Catalogs gives the metric catalog in force; a configuration reload replaces
 // it (see pkg/config). Implementations are safe for concurrent use.
 type Catalogs interface {
-	Catalog() *signals.Catalog
+	Catalog() *policy.Catalog
 }
 
 // StaticCatalog is a Catalogs that never changes.
-type StaticCatalog struct{ C *signals.Catalog }
+type StaticCatalog struct{ C *policy.Catalog }
 
 // Catalog returns the catalog.
-func (s StaticCatalog) Catalog() *signals.Catalog { return s.C }
+func (s StaticCatalog) Catalog() *policy.Catalog { return s.C }
 
 // Options configure the provider.
 type Options struct {
@@ -115,62 +117,62 @@ func (p *Provider) ListAllExternalMetrics() []cmprovider.ExternalMetricInfo {
 // MaxMessageBytes, without pod addresses.
 func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metricSelector labels.Selector, info cmprovider.ExternalMetricInfo) (*external_metrics.ExternalMetricValueList, error) {
 	catalog := p.catalogs.Catalog()
-	policy := catalog.Lookup(info.Metric)
-	if policy == nil {
+	pol := catalog.Lookup(info.Metric)
+	if pol == nil {
 		p.metrics.request(metricUnknown, ResultNotFound)
 		return nil, metricNotFound(external_metrics.Resource(info.Metric), info.Metric)
 	}
-	where := describePool(policy.Name, namespace, metricSelector)
+	where := describePool(pol.Name, namespace, metricSelector)
 	members, err := p.members(where, namespace, metricSelector)
-	if err != nil && !(policy.Gateway != nil && apierrors.IsNotFound(err) && p.pools.Synced()) {
+	if err != nil && !(pol.Gateway != nil && apierrors.IsNotFound(err) && p.pools.Synced()) {
 		// No pods is a state, not an error, when a gateway input can say how
 		// much demand waits for them (scale from zero).
-		if apierrors.IsNotFound(err) && policy.Gateway == nil {
+		if apierrors.IsNotFound(err) && pol.Gateway == nil {
 			err = newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+
 				": no pods match; check the HPA's metric.selector against the pod labels. If the pool is scaled to zero, this metric cannot wake it: "+
 				"at zero pods there is nothing to read; scale from zero needs a policy with a gateway input")
 		}
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
 	var gw *gatewayAnswer
-	if policy.Gateway != nil {
-		if gw, err = p.gateway(ctx, where, namespace, policy.Gateway); err != nil {
-			p.fail(policy.Name, err)
+	if pol.Gateway != nil {
+		if gw, err = p.gateway(ctx, where, namespace, pol.Gateway); err != nil {
+			p.fail(pol.Name, err)
 			return nil, err
 		}
 	}
-	a, err := p.evaluate(ctx, catalog, policy, where, namespace, members, nil, true, gw)
+	a, err := p.evaluate(ctx, catalog, pol, where, namespace, members, nil, true, gw)
 	if err != nil {
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
 	if p.opts.Advice != nil {
-		p.opts.Advice.Answered(namespace, policy.Name, metricSelector, a.pool)
+		p.opts.Advice.Answered(namespace, pol.Name, metricSelector, a.pool)
 		if gw != nil {
 			p.opts.Advice.GatewaySeen(gw.readings)
 		}
 	}
 	if err := a.poolError(where); err != nil {
-		p.fail(policy.Name, err)
+		p.fail(pol.Name, err)
 		return nil, err
 	}
 	q, err := MilliQuantity(*a.pool.Value)
 	if err != nil {
-		p.metrics.request(policy.Name, ResultError)
-		klog.V(2).InfoS("Pool value out of range", "namespace", namespace, "metric", policy.Name, "err", err)
+		p.metrics.request(pol.Name, ResultError)
+		klog.V(2).InfoS("Pool value out of range", "namespace", namespace, "metric", pol.Name, "err", err)
 		return nil, outOfRange(where, err)
 	}
 	unknown := a.pool.Pods - a.pool.Known
 	if unknown > 0 {
 		slices.Sort(a.unknown)
 		klog.V(2).InfoS("Pods without fresh, usable data", "namespace", namespace, "selector", metricSelector.String(),
-			"metric", policy.Name, "unknownSaturation", policy.UnknownSaturation, "held", a.pool.Held, "pods", a.unknown)
+			"metric", pol.Name, "unknownSaturation", pol.UnknownSaturation, "held", a.pool.Held, "pods", a.unknown)
 	}
-	p.metrics.request(policy.Name, ResultOK)
-	p.metrics.served(namespace, p.pools.HPAsFor(namespace, policy.Name, metricSelector), policy.Name, q.AsApproximateFloat64(), a.pool)
+	p.metrics.request(pol.Name, ResultOK)
+	p.metrics.served(namespace, p.pools.HPAsFor(namespace, pol.Name, metricSelector), pol.Name, q.AsApproximateFloat64(), a.pool)
 	if len(a.roles) > 1 {
-		p.warnMixedRoles(namespace, metricSelector, policy.Name, catalog.RoleLabel(), a.roles)
+		p.warnMixedRoles(namespace, metricSelector, pol.Name, catalog.RoleLabel(), a.roles)
 	}
 	return &external_metrics.ExternalMetricValueList{Items: []external_metrics.ExternalMetricValue{{
 		MetricName:   info.Metric,
@@ -183,7 +185,7 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 // metricLabels describes the pool behind an answer, for people reading it with
 // kubectl get --raw (the HPA ignores them): pods counted, unknown, and, when
 // any, held at their last good value or in an engine state.
-func metricLabels(p signals.Pool) map[string]string {
+func metricLabels(p policy.Pool) map[string]string {
 	out := map[string]string{}
 	for st, n := range podCounts(p) {
 		switch {
@@ -226,7 +228,7 @@ type answer struct {
 	// matched is the number of pods the selector matched; pool.Pods of them are
 	// counted (Running, Ready, not terminating, of the policy's role).
 	matched int
-	pool    signals.Pool
+	pool    policy.Pool
 	// unknown says, per counted pod without fresh, usable data, why ("pod: why").
 	unknown []string
 	// roles lists the distinct role label values of the counted pods, when the
@@ -237,7 +239,7 @@ type answer struct {
 }
 
 // podFunc receives each counted pod and its part in the pool.
-type podFunc func(m *podselect.Member, v signals.PodValue)
+type podFunc func(m *podselect.Member, v policy.PodValue)
 
 // members returns the members of namespace matched by selector, recording the
 // request's interest. Errors are the API statuses of everything before the
@@ -292,12 +294,12 @@ func (p *Provider) ready(where, namespace string) error {
 // pod. A source that cannot answer for any pod (Prometheus down) is a 503
 // naming the cause. namespace is the request's: members may be empty (a pool
 // at zero behind a gateway).
-func (p *Provider) evaluate(ctx context.Context, catalog *signals.Catalog, policy *signals.Policy, where, namespace string, members []podselect.Member, each podFunc, poolOnly bool, gw *gatewayAnswer) (answer, error) {
+func (p *Provider) evaluate(ctx context.Context, catalog *policy.Catalog, pol *policy.Policy, where, namespace string, members []podselect.Member, each podFunc, poolOnly bool, gw *gatewayAnswer) (answer, error) {
 	histories, err := p.readings.Histories(ctx, namespace, members)
 	if err != nil {
 		return answer{}, unavailable(fmt.Sprintf("%s: %v", where, err))
 	}
-	return p.fold(catalog, policy, members, p.clock.Now(), histories, each, poolOnly, gw), nil
+	return p.fold(catalog, pol, members, p.clock.Now(), histories, each, poolOnly, gw), nil
 }
 
 // gatewayAnswer is what a policy's gateway input read: the queue and the
@@ -315,7 +317,7 @@ type gatewayAnswer struct {
 // spot when never scraped, and the queue of this pool's series. Missing data
 // follows the engines' rules: no gateway pod, none with a fresh reading, or no
 // series of the queue metric at all is an error naming the input, never 0.
-func (p *Provider) gateway(ctx context.Context, where, namespace string, g *signals.GatewayInput) (*gatewayAnswer, error) {
+func (p *Provider) gateway(ctx context.Context, where, namespace string, g *policy.GatewayInput) (*gatewayAnswer, error) {
 	ns := g.Namespace
 	if ns == "" {
 		ns = namespace
@@ -384,11 +386,11 @@ func (g *gatewayAnswer) isGatewayPod(m *podselect.Member) bool {
 }
 
 // fold evaluates the policy over the counted members in one pass, through the
-// one pooling path (signals.PoolBuilder).
-func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, members []podselect.Member, now time.Time,
-	histories func(*podselect.Member) (*signals.History, string), each podFunc, poolOnly bool, gw *gatewayAnswer) answer {
-	a := answer{matched: len(members), signal: policy.Kind == signals.KindSignal}
-	b := policy.NewPool(now, p.opts.MaxAge)
+// one pooling path (policy.PoolBuilder).
+func (p *Provider) fold(catalog *policy.Catalog, pol *policy.Policy, members []podselect.Member, now time.Time,
+	histories func(*podselect.Member) (*history.History, string), each podFunc, poolOnly bool, gw *gatewayAnswer) answer {
+	a := answer{matched: len(members), signal: pol.Kind == policy.KindSignal}
+	b := pol.NewPool(now, p.opts.MaxAge)
 	if poolOnly {
 		b.PoolOnly()
 	}
@@ -399,7 +401,7 @@ func (p *Provider) fold(catalog *signals.Catalog, policy *signals.Policy, member
 			continue
 		}
 		role := m.Labels[roleKey]
-		if policy.Role != "" && role != policy.Role {
+		if pol.Role != "" && role != pol.Role {
 			continue
 		}
 		if role != "" && !slices.Contains(a.roles, role) {

@@ -34,7 +34,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	cmapiserver "sigs.k8s.io/custom-metrics-apiserver/pkg/apiserver"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -132,9 +134,9 @@ type fixture struct {
 	opts    Options
 }
 
-func builtinCatalog(t testing.TB) *signals.Catalog {
+func builtinCatalog(t testing.TB) *policy.Catalog {
 	t.Helper()
-	c, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation)
+	c, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func builtinCatalog(t testing.TB) *signals.Catalog {
 
 // startPools starts informers over a fake clientset holding objs and a
 // Selection over them, as the adapter wires them.
-func startPools(t testing.TB, ctx context.Context, catalog *signals.Catalog, clk *clocktesting.FakeClock, objs ...runtime.Object) *podselect.Selection {
+func startPools(t testing.TB, ctx context.Context, catalog *policy.Catalog, clk *clocktesting.FakeClock, objs ...runtime.Object) *podselect.Selection {
 	t.Helper()
 	inf, err := podselect.NewInformers(fake.NewClientset(objs...), nil)
 	if err != nil {
@@ -194,7 +196,7 @@ func newFixture(t *testing.T, specs ...object) *fixture {
 }
 
 // newFixtureCatalog is newFixture serving catalog.
-func newFixtureCatalog(t *testing.T, catalog *signals.Catalog, specs ...object) *fixture {
+func newFixtureCatalog(t *testing.T, catalog *policy.Catalog, specs ...object) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -219,7 +221,7 @@ func newFixtureCatalog(t *testing.T, catalog *signals.Catalog, specs ...object) 
 	}
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
 		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{Histograms: true, GatewayMetrics: catalog.Needs().GatewayMetrics}),
-			History: signals.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
+			History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	opts := Options{MaxAge: 6 * time.Second}
 	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
@@ -299,17 +301,17 @@ func TestExternalMetricsThroughHandlers(t *testing.T) {
 	}{
 		// (7.4 + 0) / 2: the idle pod's KV residue (0.00118, nothing running or
 		// waiting) is not demand.
-		{signals.MetricSaturation, "app=vllm", "3700m"},
-		{signals.MetricDemandReplicas, "app=vllm", "7400m"},
-		{signals.MetricQueueDepth, "app=vllm", "37"},
-		{signals.MetricRunning, "app=vllm", "48"},
+		{policy.MetricSaturation, "app=vllm", "3700m"},
+		{policy.MetricDemandReplicas, "app=vllm", "7400m"},
+		{policy.MetricQueueDepth, "app=vllm", "37"},
+		{policy.MetricRunning, "app=vllm", "48"},
 		// mean of the pods' KV usage: (0.495 + 0.00118) / 2.
-		{signals.MetricKVCacheUsage, "app=vllm", "248m"},
+		{policy.MetricKVCacheUsage, "app=vllm", "248m"},
 		// matchExpressions are applied exactly.
-		{signals.MetricQueueDepth, "app in (vllm,neg),tier!=prod", "4"},
-		{signals.MetricQueueDepth, "app", "41"},
+		{policy.MetricQueueDepth, "app in (vllm,neg),tier!=prod", "4"},
+		{policy.MetricQueueDepth, "app", "41"},
 		// BC-08: the negative KV series drops out; queue 4 / 5 alone.
-		{signals.MetricSaturation, "app=neg", "800m"},
+		{policy.MetricSaturation, "app=neg", "800m"},
 		// BC-15: the HPA lower-cases names; an upper-case request still finds the metric.
 		{"LLM_Saturation", "app=neg", "800m"},
 	}
@@ -335,7 +337,7 @@ func TestSelectorAppliedExactly(t *testing.T) {
 	if r.code != http.StatusNotFound {
 		t.Errorf("unknown metric: HTTP %d, want 404", r.code)
 	}
-	r = f.get(t, "llm", signals.MetricQueueDepth, "model=llama-8b")
+	r = f.get(t, "llm", policy.MetricQueueDepth, "model=llama-8b")
 	if r.code != http.StatusOK || len(r.list.Items) != 1 {
 		t.Fatalf("HTTP %d with %d items, want 200 with exactly 1: %s", r.code, len(r.list.Items), r.status.Message)
 	}
@@ -354,10 +356,10 @@ func TestNamespacesKeptApart(t *testing.T) {
 		podSpec{ns: "team-beta", name: "vllm-0", labels: sel, engine: beta},
 	)
 	for i := 0; i < 2; i++ { // twice: a cache keyed without namespace would serve the last value to both
-		if got := f.value(t, "team-alpha", signals.MetricSaturation, "deployment=vllm"); got != "2" {
+		if got := f.value(t, "team-alpha", policy.MetricSaturation, "deployment=vllm"); got != "2" {
 			t.Errorf("team-alpha = %s, want 2", got)
 		}
-		if got := f.value(t, "team-beta", signals.MetricSaturation, "deployment=vllm"); got != "200m" {
+		if got := f.value(t, "team-beta", policy.MetricSaturation, "deployment=vllm"); got != "200m" {
 			t.Errorf("team-beta = %s, want 200m", got)
 		}
 	}
@@ -379,10 +381,10 @@ func TestMissingDataIsAnErrorNeverZero(t *testing.T) {
 	)
 	t.Run("an unknown pod counts as saturated, not idle", func(t *testing.T) {
 		// good: 0, broken: unknown → 1.0; mean 0.5, sum 1.
-		if got := f.value(t, "llm", signals.MetricSaturation, "app=mixed"); got != "500m" {
+		if got := f.value(t, "llm", policy.MetricSaturation, "app=mixed"); got != "500m" {
 			t.Errorf("saturation = %s, want 500m", got)
 		}
-		r := f.get(t, "llm", signals.MetricSaturation, "app=mixed")
+		r := f.get(t, "llm", policy.MetricSaturation, "app=mixed")
 		if got := r.list.Items[0].MetricLabels; got["pods"] != "2" || got["pods_unknown"] != "1" {
 			t.Errorf("metricLabels = %v, want pods=2 pods_unknown=1", got)
 		}
@@ -392,21 +394,21 @@ func TestMissingDataIsAnErrorNeverZero(t *testing.T) {
 		code                   int
 		msg                    []string
 	}{
-		{"selector matches nothing", signals.MetricSaturation, "app=nothing", http.StatusNotFound,
+		{"selector matches nothing", policy.MetricSaturation, "app=nothing", http.StatusNotFound,
 			[]string{`namespace "llm"`, `selector "app=nothing"`, "no pods match"}},
-		{"pods match but none Ready", signals.MetricSaturation, "app=cold", http.StatusServiceUnavailable,
+		{"pods match but none Ready", policy.MetricSaturation, "app=cold", http.StatusServiceUnavailable,
 			[]string{"2 pods match but none is Running and Ready"}},
-		{"every pod's scrape fails", signals.MetricSaturation, "app=broken", http.StatusServiceUnavailable,
+		{"every pod's scrape fails", policy.MetricSaturation, "app=broken", http.StatusServiceUnavailable,
 			[]string{"1 Ready pods match, none has fresh data", "broken-only: scrape failing", "HTTP 500"}},
-		{"signal no pod exposes", signals.MetricKVCacheUsage, "app=tgi", http.StatusServiceUnavailable,
+		{"signal no pod exposes", policy.MetricKVCacheUsage, "app=tgi", http.StatusServiceUnavailable,
 			[]string{"none of the 1 pods with fresh data exposes this signal"}},
 		{"unknown metric", "cpu_usage", "app=mixed", http.StatusNotFound, []string{"cpu_usage"}},
-		{"a bad annotation is named, not 'not scraped yet'", signals.MetricSaturation, "app=misannotated", http.StatusServiceUnavailable,
+		{"a bad annotation is named, not 'not scraped yet'", policy.MetricSaturation, "app=misannotated", http.StatusServiceUnavailable,
 			[]string{`misannotated: cannot be scraped`, `annotation prometheus.io/port="http" is not a port number`}},
 	}
 	// An empty namespace would otherwise mean "every namespace" to the lister.
 	t.Run("no namespace", func(t *testing.T) {
-		r := f.get(t, "", signals.MetricSaturation, "app=mixed")
+		r := f.get(t, "", policy.MetricSaturation, "app=mixed")
 		if r.code != http.StatusBadRequest || !strings.Contains(r.status.Message, "a namespace is required") {
 			t.Errorf("HTTP %d %q, want 400 asking for a namespace", r.code, r.status.Message)
 		}
@@ -429,7 +431,7 @@ func TestMissingDataIsAnErrorNeverZero(t *testing.T) {
 func TestStaleReadingsAgeOut(t *testing.T) {
 	e := newEngine(t, "vllm:num_requests_waiting 10\n")
 	f := newFixture(t, podSpec{name: "a", labels: map[string]string{"app": "x"}, engine: e})
-	if got := f.value(t, "llm", signals.MetricSaturation, "app=x"); got != "2" {
+	if got := f.value(t, "llm", policy.MetricSaturation, "app=x"); got != "2" {
 		t.Fatalf("fresh = %s, want 2", got)
 	}
 	// The engine starts failing: the last good reading serves until it is older
@@ -437,11 +439,11 @@ func TestStaleReadingsAgeOut(t *testing.T) {
 	e.set(http.StatusInternalServerError, "")
 	f.clock.Step(5 * time.Second)
 	f.scraper.Sync(context.Background(), f.pools.Targets())
-	if got := f.value(t, "llm", signals.MetricSaturation, "app=x"); got != "2" {
+	if got := f.value(t, "llm", policy.MetricSaturation, "app=x"); got != "2" {
 		t.Errorf("within max age = %s, want 2", got)
 	}
 	f.clock.Step(2 * time.Second)
-	r := f.get(t, "llm", signals.MetricSaturation, "app=x")
+	r := f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "stale: last good scrape 7s ago") ||
 		!strings.Contains(r.status.Message, "HTTP 500") {
 		t.Errorf("HTTP %d %q, want 503 naming the stale pod and the last error", r.code, r.status.Message)
@@ -459,7 +461,7 @@ func TestTimestampIsOldestSample(t *testing.T) {
 	f.scraper.ScrapeOne(context.Background(), mustTarget(t, f, "a"))
 	f.clock.Step(time.Second)
 	f.scraper.ScrapeOne(context.Background(), mustTarget(t, f, "b"))
-	r := f.get(t, "llm", signals.MetricSaturation, "app=x")
+	r := f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if got := r.list.Items[0].Timestamp.Time; !got.Equal(t0) {
 		t.Errorf("timestamp = %v, want the oldest sample's %v", got, t0)
 	}

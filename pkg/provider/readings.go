@@ -6,9 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Readings is where the provider reads pods' histories: the adapter's own
@@ -21,7 +21,7 @@ type Readings interface {
 	// function is called once per counted member, right after. An error means
 	// the source cannot answer for any pod (Prometheus is down): the request
 	// fails with a 503 carrying the error's message, so keep it short.
-	Histories(ctx context.Context, namespace string, members []podselect.Member) (func(*podselect.Member) (*signals.History, string), error)
+	Histories(ctx context.Context, namespace string, members []podselect.Member) (func(*podselect.Member) (*history.History, string), error)
 }
 
 // ScrapeStore is what Scraped needs of a scrape.Scraper: the latest result of
@@ -47,14 +47,14 @@ type scraped struct {
 
 var _ Readings = scraped{}
 
-func (s scraped) Histories(ctx context.Context, _ string, members []podselect.Member) (func(*podselect.Member) (*signals.History, string), error) {
+func (s scraped) Histories(ctx context.Context, _ string, members []podselect.Member) (func(*podselect.Member) (*history.History, string), error) {
 	s.scrapeCold(ctx, members)
 	return s.history, nil
 }
 
 // history returns a member's readings and, when its newest scrape failed or it
 // was never scraped, why.
-func (s scraped) history(m *podselect.Member) (*signals.History, string) {
+func (s scraped) history(m *podselect.Member) (*history.History, string) {
 	res, ok := s.store.Latest(m.UID)
 	switch {
 	case !ok && m.TargetErr != nil:

@@ -1,6 +1,6 @@
 // Package scrape fetches engines' /metrics endpoints over HTTP, turns each body
 // into a signals.Reading and keeps each pod's recent readings as a
-// signals.History. Each pod is scraped on its own schedule with its own backoff
+// history.History. Each pod is scraped on its own schedule with its own backoff
 // (schedule.go), and the scrape capacity is shared fairly between namespaces and
 // pools (fair.go). It moves bytes and stores readings; what they mean (scores,
 // states, pools) is pkg/signals' job.
@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -49,7 +50,7 @@ type Target struct {
 type Result struct {
 	// History holds the successful readings, newest last; nil if none yet. A
 	// failed attempt keeps it: its newest reading ages out by its time.
-	History *signals.History
+	History *history.History
 	// Time is when the newest reading was taken (the response arrived).
 	Time time.Time
 	// Err is the error of the last attempt, nil when it succeeded.
@@ -66,7 +67,7 @@ func (r *Result) Reading() *signals.Reading { return r.History.Latest() }
 // a configuration reload replaces the Reader.
 type Reader struct {
 	Extractor *signals.Extractor
-	History   signals.HistoryOptions
+	History   history.HistoryOptions
 }
 
 // Options bound each scrape.

@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -687,10 +689,10 @@ func TestScrapeTLS(t *testing.T) {
 // computes it.
 func saturationOf(t *testing.T, r *signals.Reading) *float64 {
 	t.Helper()
-	c, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation)
+	c, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := signals.NewHistory(signals.HistoryOptions{}, r)
-	return c.Lookup(signals.MetricSaturation).ExplainPod(h, "", r.At(), time.Hour).Saturation
+	h := history.NewHistory(history.HistoryOptions{}, r)
+	return c.Lookup(policy.MetricSaturation).ExplainPod(h, "", r.At(), time.Hour).Saturation
 }

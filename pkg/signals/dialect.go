@@ -45,10 +45,10 @@ const (
 	// limits, over every reason (a counter; vLLM's admission_rejections_total).
 	Rejections
 
-	numSignals
+	NumSignals
 )
 
-var signalNames = [numSignals]string{
+var signalNames = [NumSignals]string{
 	QueueDepth: "queueDepth", Running: "running", KVCacheUsage: "kvCacheUsage", Preemptions: "preemptions",
 	QueueDeferred: "queueDeferred", StateUsage: "stateUsage", MaxRunning: "maxRunning", Awake: "awake",
 	GenerationTokens: "generationTokens", PromptTokens: "promptTokens", RequestsFinished: "requestsFinished",
@@ -57,7 +57,7 @@ var signalNames = [numSignals]string{
 
 // String returns the signal's lowerCamelCase name as used in JSON and logs.
 func (s Signal) String() string {
-	if s < 0 || s >= numSignals {
+	if s < 0 || s >= NumSignals {
 		return "unknown"
 	}
 	return signalNames[s]
@@ -86,9 +86,9 @@ func (s Signal) IsCounter() bool {
 	return s == Preemptions || s == GenerationTokens || s == PromptTokens || s == RequestsFinished || s == Rejections
 }
 
-// foldsByMean reports whether engines of a pod fold by their mean (ratios) rather
+// FoldsByMean reports whether engines of a pod fold by their mean (ratios) rather
 // than their sum (counts, counters).
-func (s Signal) foldsByMean() bool { return s == KVCacheUsage || s == StateUsage || s == Awake }
+func (s Signal) FoldsByMean() bool { return s == KVCacheUsage || s == StateUsage || s == Awake }
 
 // Histo names one latency histogram of an engine.
 type Histo int
@@ -102,14 +102,14 @@ const (
 	// InterTokenLatency is the time between output tokens, in seconds.
 	InterTokenLatency
 
-	numHistos
+	NumHistos
 )
 
-var histoNames = [numHistos]string{TTFT: "ttft", E2ELatency: "e2eLatency", InterTokenLatency: "interTokenLatency"}
+var histoNames = [NumHistos]string{TTFT: "ttft", E2ELatency: "e2eLatency", InterTokenLatency: "interTokenLatency"}
 
 // String returns the histogram's lowerCamelCase name.
 func (h Histo) String() string {
-	if h < 0 || h >= numHistos {
+	if h < 0 || h >= NumHistos {
 		return "unknown"
 	}
 	return histoNames[h]
@@ -199,9 +199,9 @@ type Dialect struct {
 	// engines that have it; an engine whose preferred series are all invalid
 	// falls back to the next alternative, so a renamed metric exported under
 	// both names is never counted twice.
-	Sources [numSignals][]SourceSet
+	Sources [NumSignals][]SourceSet
 	// Histos lists, per latency histogram, the families in order of preference.
-	Histos [numHistos][]HistoSource
+	Histos [NumHistos][]HistoSource
 	// BackendPrefix, when set, marks the engines of a multi-model server that do
 	// the work (Triton: models with nv_trt_llm_* series are TensorRT-LLM backends;
 	// ensemble, pre- and post-processing steps report the same request again).
@@ -234,7 +234,7 @@ func builtinDialects() []Dialect {
 			Name:         "vllm",
 			EngineLabels: []string{"engine"},
 			ModelLabel:   "model_name",
-			Sources: [numSignals][]SourceSet{
+			Sources: [NumSignals][]SourceSet{
 				// Only capacity waits count once the engine splits them by reason.
 				QueueDepth: {
 					labelled("vllm:num_requests_waiting_by_reason", "reason", "capacity"),
@@ -252,7 +252,7 @@ func builtinDialects() []Dialect {
 				RequestsFinished: {{Sources: []Source{{Metric: "vllm:request_success_total"}}, SumLabel: "finished_reason"}},
 				Rejections:       {{Sources: []Source{{Metric: "vllm:admission_rejections_total"}}, SumLabel: "reason"}},
 			},
-			Histos: [numHistos][]HistoSource{
+			Histos: [NumHistos][]HistoSource{
 				TTFT:       {{Metric: "vllm:time_to_first_token_seconds"}},
 				E2ELatency: {{Metric: "vllm:e2e_request_latency_seconds"}},
 				// inter_token_latency_seconds replaced time_per_output_token_seconds
@@ -265,7 +265,7 @@ func builtinDialects() []Dialect {
 			EngineLabels: []string{"dp_rank"},
 			ModelLabel:   "model_name",
 			Spellings:    []string{"sglang:", "sglang_"},
-			Sources: [numSignals][]SourceSet{
+			Sources: [NumSignals][]SourceSet{
 				QueueDepth: one("sglang:num_queue_reqs"),
 				Running:    one("sglang:num_running_reqs"),
 				// On hybrid models token_usage is max(full, swa, mamba): KV comes from
@@ -278,7 +278,7 @@ func builtinDialects() []Dialect {
 				GenerationTokens: one("sglang:generation_tokens_total"),
 				PromptTokens:     one("sglang:prompt_tokens_total"),
 			},
-			Histos: [numHistos][]HistoSource{
+			Histos: [NumHistos][]HistoSource{
 				TTFT:              {{Metric: "sglang:time_to_first_token_seconds"}},
 				E2ELatency:        {{Metric: "sglang:e2e_request_latency_seconds"}},
 				InterTokenLatency: {{Metric: "sglang:inter_token_latency_seconds"}, {Metric: "sglang:time_per_output_token_seconds"}},
@@ -291,7 +291,7 @@ func builtinDialects() []Dialect {
 			EngineLabels:  []string{"model", "version"},
 			ModelLabel:    "model",
 			BackendPrefix: "nv_trt_llm_",
-			Sources: [numSignals][]SourceSet{
+			Sources: [NumSignals][]SourceSet{
 				QueueDepth: {
 					labelled("nv_trt_llm_request_metrics", "request_type", "waiting"),
 					{Sources: []Source{{Metric: "nv_inference_pending_request_count"}}},
@@ -310,19 +310,19 @@ func builtinDialects() []Dialect {
 		},
 		{
 			Name: "tgi",
-			Sources: [numSignals][]SourceSet{
+			Sources: [NumSignals][]SourceSet{
 				QueueDepth:       one("tgi_queue_size"),
 				Running:          one("tgi_batch_current_size"),
 				RequestsFinished: one("tgi_request_success"),
 			},
-			Histos: [numHistos][]HistoSource{
+			Histos: [NumHistos][]HistoSource{
 				E2ELatency:        {{Metric: "tgi_request_duration"}},
 				InterTokenLatency: {{Metric: "tgi_request_mean_time_per_token_duration"}},
 			},
 		},
 		{
 			Name: "llamacpp",
-			Sources: [numSignals][]SourceSet{
+			Sources: [NumSignals][]SourceSet{
 				QueueDepth:       one("llamacpp:requests_deferred"),
 				Running:          one("llamacpp:requests_processing"),
 				KVCacheUsage:     one("llamacpp:kv_cache_usage_ratio"),
@@ -406,7 +406,7 @@ func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourc
 	for d := range dialects {
 		dia := &dialects[d]
 		for k := range dia.spellings() {
-			for s := range numSignals {
+			for s := range NumSignals {
 				for p, set := range dia.Sources[s] {
 					for part, src := range set.Sources {
 						name := dia.spell(src.Metric, k)
@@ -418,7 +418,7 @@ func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourc
 			if !histograms {
 				continue
 			}
-			for h := range numHistos {
+			for h := range NumHistos {
 				for p, hs := range dia.Histos[h] {
 					base := dia.spell(hs.Metric, k)
 					for kind, suffix := range []string{"_bucket", "_count", "_sum"} {

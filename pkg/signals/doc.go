@@ -1,6 +1,7 @@
-// Package signals turns one LLM engine's Prometheus /metrics body into canonical
-// saturation signals and fuses them into a saturation score. It knows nothing of
-// Kubernetes: the input is bytes, the output is numbers with their provenance.
+// Package signals turns one LLM engine's Prometheus /metrics body (or the same
+// series read from Prometheus) into canonical saturation signals: a Reading per
+// pod. It knows nothing of Kubernetes: the input is bytes, the output is numbers
+// with their provenance.
 //
 // # Signals
 //
@@ -36,22 +37,15 @@
 //
 // # Validity
 //
-// Each series is checked before any arithmetic. NaN, +Inf and -Inf, negative values
-// ratios above 1 and request counts above MaxRequests are rejected for that series alone, counted by [Reason] and
-// reported as warnings; the term then drops out for that engine. A term with no valid
-// series in any engine is absent (nil) for the pod. A pod with neither queue depth nor
-// KV-cache usage is unknown: its saturation is nil, never 0.
+// Each series is checked before any arithmetic. NaN, +Inf and -Inf, negative
+// values, ratios above 1 and request counts above MaxRequests are rejected for
+// that series alone, counted by [Reason] and reported as warnings; the signal then
+// drops out for that engine. A signal with no valid series in any engine is
+// absent for the pod (Values.Value reports false), never 0.
 //
-// # Scores, policies and pools
+// # What comes next
 //
-// Score gives one pod's saturation: max over the present terms of value / set
-// point, with defaults of 5 waiting requests and 0.8 KV-cache usage (see
-// DefaultSetPoints). 1.0 means the pod is at its set point; 2.0 means twice the
-// load it should carry.
-//
-// A Policy is one entry of the metric catalog served to HPAs: its name, its Kind
-// (mean or sum of per-pod saturations, or one raw signal), its set points and the
-// saturation counted for a pod without data. PoolBuilder folds the pods of a pool
-// into the policy's value; it is the adapter's one pooling path, so the External
-// metrics, the per-pod metrics and explain agree by construction.
+// pkg/history keeps a pod's readings over time (counter increases and latency
+// observations per window, engine facts); pkg/policy turns them into per-pod
+// saturation and pool values under the metric catalog.
 package signals

@@ -322,6 +322,12 @@ func isFlowControlFamily(name string) bool {
 	return false
 }
 
+// DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
+// queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
+// inference_extension_flow_control_queue_size), labelled by inference_pool,
+// fairness_id, priority and model names (hazard NC-04).
+const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
+
 // DialectGateway is the Reading.Dialect of a body with gateway queue series
 // and no engine metric.
 const DialectGateway = "gateway"
@@ -357,8 +363,8 @@ func (e *Extractor) gatewaySeries(lset *labels.Labels, value float64) (GatewaySe
 	return gs, true
 }
 
-// hasLabels reports whether the series carries every label name of match.
-func (g *GatewaySeries) hasLabels(match map[string]string) bool {
+// HasLabels reports whether the series carries every label name of match.
+func (g *GatewaySeries) HasLabels(match map[string]string) bool {
 	for k := range match {
 		if _, ok := g.Labels[k]; !ok {
 			return false
@@ -818,7 +824,7 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	if d.BackendPrefix != "" && slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
 		keep = func(e *EngineSignals) bool { return e.Backend }
 	}
-	r.Fold = fold(r.Engines, keep)
+	r.Fold = FoldEngines(r.Engines, keep)
 	return r, nil
 }
 
@@ -1124,15 +1130,15 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 		prefs    uint64 // the alternatives read, one bit each
 		fellBack []string
 	}
-	var use [numSignals]usage
+	var use [NumSignals]usage
 	// The most preferred set present in the body, per signal: reported as the
 	// signal's source even when all its values are invalid.
-	var presentPref [numSignals]int
-	for s := range numSignals {
+	var presentPref [NumSignals]int
+	for s := range NumSignals {
 		presentPref[s] = -1
 	}
 	key := sourcesKey{dialect: int8(dialect), spelling: int8(spelling)}
-	for h := range numHistos {
+	for h := range NumHistos {
 		key.histos[h] = -1
 	}
 	for _, id := range ids {
@@ -1147,7 +1153,7 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 	for _, id := range ids {
 		eb := engines[id]
 		es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
-		for s := range numSignals {
+		for s := range NumSignals {
 			sets := d.Sources[s]
 			any := false
 			for p := range sets {
@@ -1165,13 +1171,13 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 				if p != presentPref[s] {
 					use[s].fellBack = append(use[s].fellBack, id)
 				}
-				es.set(s, v)
+				es.Set(s, v)
 				use[s].valid++
 				use[s].prefs |= 1 << p
 				break
 			}
 		}
-		for h := range numHistos {
+		for h := range NumHistos {
 			for p := range d.Histos[h] {
 				if hist, ok := eb.histogram(h, p, d, spelling, id, r, &e.layouts, b); ok {
 					es.Hist[h] = hist
@@ -1184,7 +1190,7 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 		}
 		r.Engines = append(r.Engines, es)
 	}
-	for s := range numSignals {
+	for s := range NumSignals {
 		key.sets[s] = int8(presentPref[s])
 		if presentPref[s] < 0 {
 			continue

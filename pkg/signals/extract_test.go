@@ -226,7 +226,7 @@ func TestExtractFinalNewlineOptional(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with final newline: %v", err)
 	}
-	if diff := cmp.Diff(a, b, cmp.AllowUnexported(EngineSignals{}, Fold{}, values{})); diff != "" {
+	if diff := cmp.Diff(a, b, cmp.AllowUnexported(EngineSignals{}, Fold{}, Values{})); diff != "" {
 		t.Errorf("final newline changed the reading (-without +with):\n%s", diff)
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -32,8 +30,8 @@ func seedBodies(f *testing.F) {
 // finite, non-negative, and within its range; warnings and labels are bounded.
 func checkReading(t *testing.T, r *Reading) {
 	t.Helper()
-	check := func(where string, x *values) {
-		for s := range numSignals {
+	check := func(where string, x *Values) {
+		for s := range NumSignals {
 			v, ok := x.Value(s)
 			if !ok {
 				continue
@@ -43,9 +41,9 @@ func checkReading(t *testing.T, r *Reading) {
 			}
 		}
 	}
-	check("pod", &r.values)
+	check("pod", &r.Values)
 	for i := range r.Engines {
-		check("engine "+r.Engines[i].ID, &r.Engines[i].values)
+		check("engine "+r.Engines[i].ID, &r.Engines[i].Values)
 		if len(r.Engines[i].ID) > maxLabelBytes+4 || len(r.Engines[i].Model) > maxLabelBytes+4 {
 			t.Fatalf("engine label kept at %d bytes", len(r.Engines[i].ID))
 		}
@@ -98,7 +96,7 @@ func FuzzExtract(f *testing.F) {
 			if fmt.Sprint(err) != fmt.Sprint(coldErr) {
 				t.Fatalf("error %v, without the series cache %v", err, coldErr)
 			}
-			if diff := cmp.Diff(cold, r, cmp.AllowUnexported(Reading{}, Fold{}, EngineSignals{}, values{})); diff != "" {
+			if diff := cmp.Diff(cold, r, cmp.AllowUnexported(Reading{}, Fold{}, EngineSignals{}, Values{})); diff != "" {
 				t.Fatalf("reading differs from the one without the series cache (-without +with):\n%s", diff)
 			}
 		}
@@ -109,52 +107,6 @@ func FuzzExtract(f *testing.F) {
 			return
 		}
 		checkReading(t, &cold)
-	})
-}
-
-// FuzzPool: whatever the bodies, every policy's pool value is nil (no data) or
-// a finite number >= 0; a pool with no known pod is nil, never 0.
-func FuzzPool(f *testing.F) {
-	seedBodies(f)
-	e := NewExtractor()
-	c, err := NewCatalog(append(BuiltinPolicies(DefaultSetPoints(), 1, time.Minute),
-		Policy{Name: "all", Kind: KindDemand, UnknownSaturation: 1, QueueCap: 100, Terms: []Term{
-			{Kind: TermQueueDepth, SetPoint: 0.001, MaxRatio: 1e6}, {Kind: TermKVCacheUsage, SetPoint: 0.001},
-			{Kind: TermBatchSlots, SetPoint: 0.5, MaxNumSeqs: 4}, {Kind: TermPreemptionRate, SetPoint: 0.001},
-			{Kind: TermTTFT, SetPoint: 0.001}, {Kind: TermE2ELatency, SetPoint: 1}, {Kind: TermInterTokenLatency, SetPoint: 1},
-		}})...)
-	if err != nil {
-		f.Fatal(err)
-	}
-	opts := HistoryOptions{Needs: c.Needs()}
-	f.Fuzz(func(t *testing.T, body []byte, _ string) {
-		// The body split in two scrapes of one pod, 2 s apart, beside a dark pod.
-		half := strings.SplitAfterN(string(body), "\n", 2)
-		var h *History
-		for i, part := range half {
-			r, err := e.Extract([]byte(part))
-			if err != nil {
-				continue
-			}
-			r.Time = t0.Add(time.Duration(i) * 2 * time.Second)
-			h = h.Append(&r, opts)
-		}
-		now := t0.Add(2 * time.Second)
-		for _, p := range c.Policies() {
-			b := p.NewPool(now, maxAge)
-			b.Add(h, "")
-			b.Add(nil, "not scraped yet")
-			pool := b.Pool()
-			if pool.Value == nil {
-				continue
-			}
-			if v := *pool.Value; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-				t.Fatalf("%s = %g", p.Name, v)
-			}
-			if pool.Known == 0 {
-				t.Fatalf("%s = %g with no known pod", p.Name, *pool.Value)
-			}
-		}
 	})
 }
 

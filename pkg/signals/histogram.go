@@ -18,8 +18,8 @@ type Histogram struct {
 	Sum    float64
 }
 
-// sameLayout reports whether two histograms have the same bucket bounds.
-func sameLayout(a, b *Histogram) bool {
+// SameLayout reports whether two histograms have the same bucket bounds.
+func SameLayout(a, b *Histogram) bool {
 	if len(a.Bounds) != len(b.Bounds) {
 		return false
 	}
@@ -53,8 +53,9 @@ func (h *Histogram) cumulativeAt(x float64) float64 {
 	return h.Counts[i-1] + (h.Counts[i]-h.Counts[i-1])*(x-lo)/(hi-lo)
 }
 
-// onto returns h's cumulative counts at the given bounds.
-func (h *Histogram) onto(bounds []float64) []float64 {
+// Onto returns h's cumulative counts at the given bounds, interpolated inside
+// h's buckets where the layouts differ (as Add and Since do).
+func (h *Histogram) Onto(bounds []float64) []float64 {
 	out := make([]float64, len(bounds))
 	for i, b := range bounds {
 		out[i] = h.cumulativeAt(b)
@@ -74,7 +75,7 @@ func (a *Histogram) Add(b *Histogram) *Histogram {
 		return &Histogram{Bounds: b.Bounds, Counts: slices.Clone(b.Counts), Count: b.Count, Sum: b.Sum}
 	}
 	out := &Histogram{Count: a.Count + b.Count, Sum: a.Sum + b.Sum}
-	if sameLayout(a, b) {
+	if SameLayout(a, b) {
 		out.Bounds = a.Bounds
 		out.Counts = make([]float64, len(a.Counts))
 		for i := range a.Counts {
@@ -83,7 +84,7 @@ func (a *Histogram) Add(b *Histogram) *Histogram {
 		return out
 	}
 	out.Bounds = unionBounds(a.Bounds, b.Bounds)
-	ca, cb := a.onto(out.Bounds), b.onto(out.Bounds)
+	ca, cb := a.Onto(out.Bounds), b.Onto(out.Bounds)
 	for i := range ca {
 		ca[i] += cb[i]
 	}
@@ -93,8 +94,8 @@ func (a *Histogram) Add(b *Histogram) *Histogram {
 
 // AddInPlace adds b into a, which must be exclusively owned by the caller and
 // have the same layout as b; it reports false (and changes nothing) otherwise.
-func (a *Histogram) addInPlace(b *Histogram) bool {
-	if !sameLayout(a, b) {
+func (a *Histogram) AddInPlace(b *Histogram) bool {
+	if !SameLayout(a, b) {
 		return false
 	}
 	for i := range a.Counts {
@@ -131,7 +132,7 @@ func (h *Histogram) Since(older *Histogram) (delta *Histogram, reset, approx boo
 	if out.Sum < 0 {
 		out.Sum = 0
 	}
-	if sameLayout(h, older) {
+	if SameLayout(h, older) {
 		for i := range h.Counts {
 			d := h.Counts[i] - older.Counts[i]
 			if d < 0 {
@@ -141,7 +142,7 @@ func (h *Histogram) Since(older *Histogram) (delta *Histogram, reset, approx boo
 		}
 		return out, false, false
 	}
-	prev := older.onto(h.Bounds)
+	prev := older.Onto(h.Bounds)
 	run := 0.0
 	for i := range h.Counts {
 		d := max(0, h.Counts[i]-prev[i])
@@ -182,4 +183,11 @@ func (h *Histogram) Quantile(phi float64) (v float64, ok bool) {
 	}
 	// Clamped: float rounding must not leave the bucket.
 	return min(max(start+(end-start)*(rank/count), start), end), true
+}
+
+func (h *Histogram) Clone() *Histogram {
+	if h == nil {
+		return nil
+	}
+	return &Histogram{Bounds: h.Bounds, Counts: slices.Clone(h.Counts), Count: h.Count, Sum: h.Sum}
 }

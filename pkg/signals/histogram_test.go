@@ -103,57 +103,6 @@ func TestHistogramAddLayouts(t *testing.T) {
 	}
 }
 
-// addSince must aggregate a window exactly as Since, clone and addInPlace (or
-// Add) did, bit for bit, whichever path it takes: in place, or through Since
-// on a reset, a count that went down, a layout change between the scrapes or
-// an aggregate of another layout.
-func TestAddSinceMatchesSince(t *testing.T) {
-	a := []float64{0.1, 0.5, 1}
-	b := []float64{0.1, 0.25, 0.5, 1}
-	seqs := map[string][]*Histogram{
-		"steady":           {hist(a, []float64{1, 2, 3}, 4, 0.7), hist(a, []float64{1.5, 2.5, 3.25}, 4.5, 0.9), hist(a, []float64{2, 4, 5}, 7, 1.3)},
-		"bucket went down": {hist(a, []float64{1, 2, 3}, 4, 0.7), hist(a, []float64{1, 1, 3}, 5, 0.9), hist(a, []float64{2, 2, 4}, 6, 1.1)},
-		"count went down":  {hist(a, []float64{1, 2, 3}, 4, 0.7), hist(a, []float64{0, 1, 1}, 2, 0.2), hist(a, []float64{1, 1, 2}, 3, 0.3)},
-		"sum went down":    {hist(a, []float64{1, 2, 3}, 4, 0.7), hist(a, []float64{1, 2, 4}, 5, 0.1)},
-		"layout changed":   {hist(a, []float64{1, 2, 3}, 4, 0.7), hist(b, []float64{1, 2, 3, 4}, 5, 0.9), hist(b, []float64{2, 3, 4, 6}, 7, 1.2)},
-		"layout changed back": {hist(a, []float64{1, 2, 3}, 4, 0.7), hist(a, []float64{2, 3, 4}, 5, 0.8), hist(b, []float64{2, 3, 4, 5}, 6, 0.9),
-			hist(b, []float64{3, 4, 5, 6}, 7, 1.0), hist(a, []float64{4, 5, 6}, 8, 1.1)},
-		"negative zero": {hist(a, []float64{math.Copysign(0, -1), 1, 2}, 2, 0.5), hist(a, []float64{0, 1, 2}, 2, 0.5)},
-	}
-	for name, seq := range seqs {
-		t.Run(name, func(t *testing.T) {
-			var want, got *Histogram
-			var wantResets, gotResets int
-			var wantApprox, gotApprox bool
-			for i := 1; i < len(seq); i++ {
-				d, reset, approx := seq[i].Since(seq[i-1])
-				switch {
-				case want == nil:
-					want = d.clone()
-				case !want.addInPlace(d):
-					want = want.Add(d)
-				}
-				if reset {
-					wantResets++
-				}
-				wantApprox = wantApprox || approx
-				reset, approx = addSince(&got, seq[i], seq[i-1])
-				if reset {
-					gotResets++
-				}
-				gotApprox = gotApprox || approx
-			}
-			if !sameBits(want, got) || wantResets != gotResets || wantApprox != gotApprox {
-				t.Errorf("addSince: %+v, %d resets, approx %v; Since, clone, addInPlace: %+v, %d resets, approx %v",
-					got, gotResets, gotApprox, want, wantResets, wantApprox)
-			}
-			for _, h := range seq {
-				checkHistogram(t, h) // the inputs are not modified: still cumulative
-			}
-		})
-	}
-}
-
 // sameBits reports whether two histograms hold the same floats, bit for bit.
 func sameBits(a, b *Histogram) bool {
 	if a == nil || b == nil {

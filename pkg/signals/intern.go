@@ -16,15 +16,15 @@ import (
 // dialect in each spelling: sets[dialect][signal][alternative][spelling] and
 // histos[dialect][histogram][alternative][spelling].
 type sourceNames struct {
-	sets   [][numSignals][][]string
-	histos [][numHistos][][]string
+	sets   [][NumSignals][][]string
+	histos [][NumHistos][][]string
 }
 
 func newSourceNames(dialects []Dialect) sourceNames {
-	n := sourceNames{sets: make([][numSignals][][]string, len(dialects)), histos: make([][numHistos][][]string, len(dialects))}
+	n := sourceNames{sets: make([][NumSignals][][]string, len(dialects)), histos: make([][NumHistos][][]string, len(dialects))}
 	for di := range dialects {
 		d := &dialects[di]
-		for s := range numSignals {
+		for s := range NumSignals {
 			for _, ss := range d.Sources[s] {
 				names := make([]string, d.spellings())
 				for k := range names {
@@ -33,7 +33,7 @@ func newSourceNames(dialects []Dialect) sourceNames {
 				n.sets[di][s] = append(n.sets[di][s], names)
 			}
 		}
-		for h := range numHistos {
+		for h := range NumHistos {
 			for _, hs := range d.Histos[h] {
 				names := make([]string, d.spellings())
 				for k := range names {
@@ -63,8 +63,8 @@ func spellSet(d *Dialect, ss SourceSet, k int) string {
 // spelling read, and per signal and histogram the alternative read (-1: none).
 type sourcesKey struct {
 	dialect, spelling int8
-	sets              [numSignals]int8
-	histos            [numHistos]int8
+	sets              [NumSignals]int8
+	histos            [NumHistos]int8
 }
 
 // sourcesCache shares Reading.Sources maps between readings with the same
@@ -86,12 +86,12 @@ func (c *sourcesCache) get(key sourcesKey, names *sourceNames) map[string]string
 		return m
 	}
 	m = map[string]string{}
-	for s := range numSignals {
+	for s := range NumSignals {
 		if p := key.sets[s]; p >= 0 {
 			m[s.String()] = names.set(int(key.dialect), s, int(p), int(key.spelling))
 		}
 	}
-	for h := range numHistos {
+	for h := range NumHistos {
 		if p := key.histos[h]; p >= 0 {
 			m[h.String()] = names.histos[key.dialect][h][p][key.spelling]
 		}

@@ -3,19 +3,21 @@ package signals
 import (
 	"encoding/json"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
-// values holds one value per Signal with a presence bit each: absent means the
+// Values holds one value per Signal with a presence bit each: absent means the
 // engine exposed no valid series for it, never 0.
-type values struct {
-	v   [numSignals]float64
+type Values struct {
+	v   [NumSignals]float64
 	has uint32
 }
 
 // Value returns the signal's value and whether it is present.
-func (x *values) Value(s Signal) (float64, bool) {
-	if s < 0 || s >= numSignals || x.has&(1<<s) == 0 {
+func (x *Values) Value(s Signal) (float64, bool) {
+	if s < 0 || s >= NumSignals || x.has&(1<<s) == 0 {
 		return 0, false
 	}
 	return x.v[s], true
@@ -23,7 +25,7 @@ func (x *values) Value(s Signal) (float64, bool) {
 
 // Ptr returns the signal's value as a pointer, nil when absent (for JSON and
 // callers that distinguish "absent" from 0).
-func (x *values) Ptr(s Signal) *float64 {
+func (x *Values) Ptr(s Signal) *float64 {
 	v, ok := x.Value(s)
 	if !ok {
 		return nil
@@ -31,7 +33,11 @@ func (x *values) Ptr(s Signal) *float64 {
 	return &v
 }
 
-func (x *values) set(s Signal, v float64) { x.v[s], x.has = v, x.has|1<<s }
+// Set sets the signal's value and marks it present.
+func (x *Values) Set(s Signal, v float64) { x.v[s], x.has = v, x.has|1<<s }
+
+// Add adds v to the signal's value (0 when absent) and marks it present.
+func (x *Values) Add(s Signal, v float64) { x.v[s], x.has = x.v[s]+v, x.has|1<<s }
 
 // EngineSignals is what one engine (one data-parallel rank, or one model version
 // of a multi-model server) of a pod reports, after validity checks.
@@ -44,31 +50,31 @@ type EngineSignals struct {
 	// Backend reports, for multi-model servers (Triton), that the engine is a
 	// TensorRT-LLM backend model rather than an ensemble or processing step.
 	Backend bool
-	values
+	Values
 	// Hist holds the engine's latency histograms (cumulative), nil when absent.
-	Hist [numHistos]*Histogram
+	Hist [NumHistos]*Histogram
 }
 
 // MarshalJSON renders the engine as explain prints it: the classic signals
 // always (null when absent), the others only when present, and per histogram its
 // observation count and sum.
 func (e EngineSignals) MarshalJSON() ([]byte, error) {
-	return json.Marshal(signalMap(e.ID, e.Model, &e.values, &e.Hist))
+	return json.Marshal(signalMap(e.ID, e.Model, &e.Values, &e.Hist))
 }
 
-func signalMap(id, model string, x *values, hist *[numHistos]*Histogram) map[string]any {
+func signalMap(id, model string, x *Values, hist *[NumHistos]*Histogram) map[string]any {
 	m := map[string]any{"id": id}
 	if model != "" {
 		m["model"] = model
 	}
-	for s := range numSignals {
+	for s := range NumSignals {
 		if s <= Preemptions {
 			m[s.String()] = x.Ptr(s)
 		} else if p := x.Ptr(s); p != nil {
 			m[s.String()] = *p
 		}
 	}
-	for h := range numHistos {
+	for h := range NumHistos {
 		if hh := hist[h]; hh != nil {
 			m[h.String()] = map[string]float64{"count": hh.Count, "sum": hh.Sum}
 		}
@@ -80,11 +86,11 @@ func signalMap(id, model string, x *values, hist *[numHistos]*Histogram) map[str
 // counters add up, ratios (KV-cache and state usage) are the mean over the
 // engines reporting them, histograms add up bucket by bucket.
 type Fold struct {
-	values
+	Values
 	// KVCacheUsageMax is the busiest engine's KV-cache usage.
 	KVCacheUsageMax *float64
 	// Hist holds the pod's latency histograms, nil when no engine has one.
-	Hist [numHistos]*Histogram
+	Hist [NumHistos]*Histogram
 	// EngineCount is the number of engines folded.
 	EngineCount int
 	// partial has a bit per signal that some folded engines report and others
@@ -93,8 +99,8 @@ type Fold struct {
 	partial uint32
 }
 
-// complete reports whether every folded engine reported s validly.
-func (f *Fold) complete(s Signal) bool {
+// Complete reports whether every folded engine reported s validly.
+func (f *Fold) Complete(s Signal) bool {
 	_, ok := f.Value(s)
 	return ok && f.partial&(1<<s) == 0
 }
@@ -186,17 +192,17 @@ func (r *Reading) warn(w string) {
 	}
 }
 
-// fold folds the engines accepted by keep (all when keep is nil) into a Fold.
-func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
+// FoldEngines folds the engines accepted by keep (all when keep is nil) into a Fold.
+func FoldEngines(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 	var f Fold
-	var counts [numSignals]int
+	var counts [NumSignals]int
 	for i := range engines {
 		e := &engines[i]
 		if keep != nil && !keep(e) {
 			continue
 		}
 		f.EngineCount++
-		for s := range numSignals {
+		for s := range NumSignals {
 			v, ok := e.Value(s)
 			if !ok {
 				continue
@@ -209,7 +215,7 @@ func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 			f.has |= 1 << s
 			counts[s]++
 		}
-		for h := range numHistos {
+		for h := range NumHistos {
 			switch {
 			case e.Hist[h] == nil:
 			case f.Hist[h] == nil:
@@ -222,8 +228,8 @@ func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 			}
 		}
 	}
-	for s := range numSignals {
-		if counts[s] > 0 && s.foldsByMean() {
+	for s := range NumSignals {
+		if counts[s] > 0 && s.FoldsByMean() {
 			f.v[s] /= float64(counts[s])
 		}
 		if counts[s] > 0 && counts[s] < f.EngineCount {
@@ -235,4 +241,34 @@ func fold(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 		}
 	}
 	return f
+}
+
+// EngineFilter returns which engines of a reading a model restriction selects:
+// the engines serving model; without one, the reading's default view (for
+// Triton, its TensorRT-LLM backends when it has any).
+func EngineFilter(r *Reading, model string) func(*EngineSignals) bool {
+	if model != "" {
+		return func(e *EngineSignals) bool { return SameModel(e.Model, model) }
+	}
+	if slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
+		return func(e *EngineSignals) bool { return e.Backend }
+	}
+	return nil
+}
+
+func FindEngine(r *Reading, id string) *EngineSignals {
+	i, ok := slices.BinarySearchFunc(r.Engines, id, func(e EngineSignals, id string) int { return compareEngineIDs(e.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &r.Engines[i]
+}
+
+// SameModel compares model names with ':' and '_' alike (SGLang's router
+// rewrites ':' in label values to '_', hazard NC-05).
+func SameModel(a, b string) bool {
+	if a == b {
+		return true
+	}
+	return strings.ReplaceAll(a, ":", "_") == strings.ReplaceAll(b, ":", "_")
 }

@@ -115,7 +115,7 @@ func TestPrefilterMatchesReference(t *testing.T) {
 						if kind(err) != kind(wantErr) {
 							t.Fatalf("%s extraction: error %v, the reference's %v", pass, err, wantErr)
 						}
-						if diff := cmp.Diff(want, got, cmp.AllowUnexported(Reading{}, Fold{}, EngineSignals{}, values{})); diff != "" {
+						if diff := cmp.Diff(want, got, cmp.AllowUnexported(Reading{}, Fold{}, EngineSignals{}, Values{})); diff != "" {
 							t.Errorf("%s prefiltered reading differs from the reference (-reference +prefiltered):\n%s", pass, diff)
 						}
 					}

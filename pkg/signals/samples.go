@@ -194,7 +194,7 @@ func (e *Extractor) Families() []Family {
 	for d := range e.dialects {
 		dia := &e.dialects[d]
 		for k := range dia.spellings() {
-			for s := range numSignals {
+			for s := range NumSignals {
 				kind := FamilyGauge
 				if s.IsCounter() {
 					kind = FamilyCounter
@@ -208,7 +208,7 @@ func (e *Extractor) Families() []Family {
 			if !e.opts.Histograms {
 				continue
 			}
-			for h := range numHistos {
+			for h := range NumHistos {
 				for _, hs := range dia.Histos[h] {
 					add(dia.spell(hs.Metric, k), FamilyHistogram, h)
 				}
@@ -232,35 +232,3 @@ func (e *Extractor) Families() []Family {
 // (gateway-api-inference-extension pkg/epp/metrics) and in llm-d's mirror. A
 // time-series database is asked for them beside the gateway queue metrics.
 var flowControlEvidence = []string{"inference_extension_flow_control_pool_saturation", "llm_d_epp_flow_control_pool_saturation"}
-
-// Facts returns what the readings within the state window say about each
-// engine of the newest reading (for NewSnapshot). The slice is shared: do not
-// modify it.
-func (h *History) Facts() []EngineFacts {
-	if h == nil {
-		return nil
-	}
-	return h.facts
-}
-
-// WindowAggregateOf returns the WindowAggregate a Reading of increases stands
-// for: a reading whose counters are each an increase over the window and whose
-// histograms count the observations in it (what PromQL's increase() of the
-// counters and of the _bucket series gives, read by ExtractSamples), folded
-// over the engines the key's model selects as a scraped History's window is.
-// Span is 0 (no data for the window) when no engine is selected.
-func WindowAggregateOf(key WindowKey, span time.Duration, increases *Reading) WindowAggregate {
-	w := WindowAggregate{Key: key, Increases: map[Signal]float64{}}
-	f := fold(increases.Engines, engineFilter(increases, key.Model))
-	if f.EngineCount == 0 {
-		return w
-	}
-	w.Span = span
-	for s := range numSignals {
-		if v, ok := f.Value(s); ok && s.IsCounter() {
-			w.Increases[s] = v
-		}
-	}
-	w.Histograms = f.Hist
-	return w
-}

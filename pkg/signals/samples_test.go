@@ -58,7 +58,7 @@ func TestExtractSamplesLikeBody(t *testing.T) {
 	}
 	e := NewExtractor()
 	opts := cmp.Options{
-		cmp.AllowUnexported(values{}, Fold{}, EngineSignals{}),
+		cmp.AllowUnexported(Values{}, Fold{}, EngineSignals{}),
 		cmpopts.SortSlices(func(a, b string) bool { return a < b }),
 		cmpopts.EquateEmpty(),
 	}
@@ -138,39 +138,6 @@ func TestExtractSamplesRules(t *testing.T) {
 			t.Errorf("err = %v, want ErrNoEngineMetrics", err)
 		}
 	})
-}
-
-// A reading of increases becomes the window aggregate of the engines its model
-// selects; counters only, histograms as observed.
-func TestWindowAggregateOf(t *testing.T) {
-	e := NewExtractor()
-	l := func(kv ...string) labels.Labels { return labels.FromStrings(kv...) }
-	r, err := e.ExtractSamples([]Sample{
-		{Labels: l("__name__", "vllm:num_requests_waiting", "engine", "0", "model_name", "a"), Value: 3},
-		{Labels: l("__name__", "vllm:num_requests_waiting", "engine", "1", "model_name", "b"), Value: 3},
-		{Labels: l("__name__", "vllm:num_preemptions_total", "engine", "0", "model_name", "a"), Value: 6},
-		{Labels: l("__name__", "vllm:num_preemptions_total", "engine", "1", "model_name", "b"), Value: 4},
-		{Labels: l("__name__", "vllm:time_to_first_token_seconds_bucket", "engine", "0", "model_name", "a", "le", "1"), Value: 2},
-		{Labels: l("__name__", "vllm:time_to_first_token_seconds_bucket", "engine", "0", "model_name", "a", "le", "+Inf"), Value: 5},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := WindowAggregateOf(WindowKey{Window: time.Minute}, time.Minute, &r)
-	if all.Span != time.Minute || all.Increases[Preemptions] != 10 || all.Increases[QueueDepth] != 0 || len(all.Increases) != 1 {
-		t.Errorf("all engines: %+v, want 10 preemptions over 1m and no gauge", all)
-	}
-	if h := all.Histograms[TTFT]; h == nil || h.Count != 5 || h.Counts[0] != 2 {
-		t.Errorf("TTFT observations %+v, want 5 with 2 at or below 1s", h)
-	}
-	b := WindowAggregateOf(WindowKey{Window: time.Minute, Model: "b"}, time.Minute, &r)
-	if b.Increases[Preemptions] != 4 || b.Histograms[TTFT] != nil {
-		t.Errorf("model b: %+v, want 4 preemptions and no TTFT", b)
-	}
-	none := WindowAggregateOf(WindowKey{Window: time.Minute, Model: "c"}, time.Minute, &r)
-	if none.Span != 0 {
-		t.Errorf("no engine of model c: span %s, want 0 (no data)", none.Span)
-	}
 }
 
 func TestFamilies(t *testing.T) {

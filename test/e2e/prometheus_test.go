@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/loadgen"
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
@@ -105,14 +107,14 @@ func (r *recorder) scrapedIn(from, to time.Time) []recorded {
 // directValue is what direct mode serves for one pod whose newest scrape is
 // b: pkg/signals' extractor, History and PoolBuilder, as the adapter runs them
 // in direct mode, rounded to milli units as served.
-func directValue(catalog *signals.Catalog, metric string, b recorded) (float64, bool) {
+func directValue(catalog *policy.Catalog, metric string, b recorded) (float64, bool) {
 	r, err := signals.NewExtractorWith(signals.ExtractOptions{}).Extract(b.body)
 	if err != nil {
 		return 0, false
 	}
 	r.Time = b.t
 	pool := catalog.Lookup(metric).NewPool(b.t, time.Minute)
-	pool.Add(signals.NewHistory(signals.HistoryOptions{Needs: catalog.Needs()}, &r), "")
+	pool.Add(history.NewHistory(history.HistoryOptions{Needs: catalog.Needs()}, &r), "")
 	v := pool.Pool().Value
 	if v == nil {
 		return 0, false
@@ -177,7 +179,7 @@ func TestPrometheusMatchesDirect(t *testing.T) {
 		}
 		pods = append(pods, p.Name)
 	}
-	catalog, err := signals.BuiltinCatalog(signals.DefaultSetPoints(), signals.DefaultUnknownSaturation)
+	catalog, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,7 @@ func TestPrometheusMatchesDirect(t *testing.T) {
 			return true
 		}
 	}
-	metrics := []string{signals.MetricSaturation, signals.MetricDemandReplicas, signals.MetricQueueDepth, signals.MetricRunning, signals.MetricKVCacheUsage}
+	metrics := []string{policy.MetricSaturation, policy.MetricDemandReplicas, policy.MetricQueueDepth, policy.MetricRunning, policy.MetricKVCacheUsage}
 	var compared, busy int
 	var worstAge time.Duration
 	for time.Sleep(5 * time.Second); loading(); time.Sleep(700 * time.Millisecond) {

@@ -23,6 +23,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
@@ -64,7 +65,7 @@ type Config struct {
 	Namespaces []string
 	// Builtin are the built-in policies; ConfigFile, when set, adds the
 	// policies of that file, reloaded every ConfigReloadInterval.
-	Builtin              []signals.Policy
+	Builtin              []policy.Policy
 	ConfigFile           string
 	ConfigReloadInterval time.Duration
 	// StateWindow is the span over which engine states are judged.

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -36,11 +38,11 @@ type ExplainPod struct {
 	KVCacheUsageMax *float64                `json:"kvCacheUsageMax"`
 	Preemptions     *float64                `json:"preemptions"`
 	// State is the pod's engine state, EngineStates each engine's.
-	State        signals.EngineState    `json:"state"`
-	EngineStates []signals.EngineReport `json:"engineStates,omitempty"`
-	// Terms, Dominant, Saturation, Counted and Why: see signals.PodReport.
-	Terms      []signals.TermValue    `json:"terms"`
-	Dominant   signals.TermKind       `json:"dominant,omitempty"`
+	State        policy.EngineState    `json:"state"`
+	EngineStates []policy.EngineReport `json:"engineStates,omitempty"`
+	// Terms, Dominant, Saturation, Counted and Why: see policy.PodReport.
+	Terms      []policy.TermValue     `json:"terms"`
+	Dominant   policy.TermKind        `json:"dominant,omitempty"`
 	Saturation *float64               `json:"saturation"`
 	Counted    float64                `json:"counted"`
 	Why        string                 `json:"why,omitempty"`
@@ -53,13 +55,13 @@ type ExplainPod struct {
 // llm_demand_replicas), or, when no pod has a value, the error the server
 // would return, with null values.
 type ExplainPool struct {
-	Pods           int                 `json:"pods"`
-	Unknown        int                 `json:"unknown"`
-	Policy         string              `json:"policy"`
-	Value          *float64            `json:"value"`
-	Latency        []signals.TermValue `json:"latency,omitempty"`
-	Saturation     *float64            `json:"saturation"`
-	DemandReplicas *float64            `json:"demandReplicas"`
+	Pods           int                `json:"pods"`
+	Unknown        int                `json:"unknown"`
+	Policy         string             `json:"policy"`
+	Value          *float64           `json:"value"`
+	Latency        []policy.TermValue `json:"latency,omitempty"`
+	Saturation     *float64           `json:"saturation"`
+	DemandReplicas *float64           `json:"demandReplicas"`
 	// GatewayQueue is the gateway-held backlog the policy's gateway input adds
 	// (from the --gateway files), nil without one.
 	GatewayQueue *float64 `json:"gatewayQueue,omitempty"`
@@ -97,7 +99,7 @@ type ExplainOptions struct {
 func newExplainCommand() *cobra.Command {
 	scoring := NewScoringOptions()
 	prom := NewPrometheusOptions()
-	eo := ExplainOptions{Policy: signals.MetricSaturation, Interval: 2 * time.Second, Output: "json"}
+	eo := ExplainOptions{Policy: policy.MetricSaturation, Interval: 2 * time.Second, Output: "json"}
 	cmd := &cobra.Command{
 		Use:   "explain POD... [--gateway FILE] | explain --gateway FILE --policy NAME | explain --prometheus-response FILE",
 		Short: "Evaluate /metrics bodies or a saved Prometheus answer offline and print the saturation as JSON or a table",
@@ -115,9 +117,9 @@ what Prometheus answered to an instant query of the engines' series (the JSON of
 answer is one Ready pod, each Prometheus scrape in a range selector's answer one reading.
 
 With --gateway FILE (repeatable, one per gateway pod: the endpoint picker's /metrics) a
-policy with a gateway input adds the gateway's queue to the demand, as the server does; with
+pol with a gateway input adds the gateway's queue to the demand, as the server does; with
 no POD, that is a pool at zero replicas, whose demand is the gateway's alone. A gateway
-holding requests that --policy does not count is warned about.`,
+holding requests that --pol does not count is warned about.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 && len(eo.PrometheusResponses) == 0 && len(eo.Gateways) == 0 {
 				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated; - reads standard input), --gateway FILE or --prometheus-response FILE")
@@ -176,13 +178,13 @@ var explainEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Explain evaluates pods as the server evaluates them: each argument is one
 // Ready pod, its files its scrapes in time order, read by the server's
 // extractor into the server's History and pooled by the same
-// signals.PoolBuilder under the same catalog (built-in and --config). The
+// policy.PoolBuilder under the same catalog (built-in and --config). The
 // evaluation happens at the newest reading of any pod; a pod whose newest
 // reading is older than 3 × interval before that is stale, as in the server
 // with its default --max-sample-age. It fails on the first file that cannot
 // be read or parsed, or that carries no supported engine metrics, naming it.
 func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.Reader) (Explanation, error) {
-	catalog, policy, err := explainPolicy(scoring, eo)
+	catalog, pol, err := explainPolicy(scoring, eo)
 	if err != nil {
 		return Explanation{}, err
 	}
@@ -190,7 +192,7 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 		eo.Interval = 2 * time.Second
 	}
 	e := signals.NewExtractor()
-	hopts := signals.HistoryOptions{Needs: catalog.Needs(), StateWindow: scoring.StateWindow}
+	hopts := history.HistoryOptions{Needs: catalog.Needs(), StateWindow: scoring.StateWindow}
 	gateways, err := explainGateways(catalog, eo.Gateways, stdin)
 	if err != nil {
 		return Explanation{}, err
@@ -215,12 +217,12 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			inputs[i].scrapes++
 		}
 	}
-	return explain(catalog, policy, inputs, gateways, 3*eo.Interval), nil
+	return explain(catalog, pol, inputs, gateways, 3*eo.Interval), nil
 }
 
 // explainGateways reads the --gateway files with the server's extractor, reading
 // the catalog's gateway queue metrics and the inference extension's default one.
-func explainGateways(catalog *signals.Catalog, files []string, stdin io.Reader) ([]*signals.Reading, error) {
+func explainGateways(catalog *policy.Catalog, files []string, stdin io.Reader) ([]*signals.Reading, error) {
 	metrics := catalog.Needs().GatewayMetrics
 	if !slices.Contains(metrics, signals.DefaultGatewayQueueMetric) {
 		metrics = append(slices.Clone(metrics), signals.DefaultGatewayQueueMetric)
@@ -253,7 +255,7 @@ func explainGateways(catalog *signals.Catalog, files []string, stdin io.Reader) 
 // (3 × --prometheus-scrape-interval). It fails on an answer that cannot be read,
 // one without a pod's series, or a pod without engine metrics, naming it.
 func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOptions, eo ExplainOptions, stdin io.Reader) (Explanation, error) {
-	catalog, policy, err := explainPolicy(scoring, eo)
+	catalog, pol, err := explainPolicy(scoring, eo)
 	if err != nil {
 		return Explanation{}, err
 	}
@@ -290,31 +292,31 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 		names = append(names, pod)
 	}
 	slices.SortFunc(names, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
-	hopts := signals.HistoryOptions{Needs: catalog.Needs(), StateWindow: max(scoring.StateWindow, 3*prom.ScrapeInterval)}
+	hopts := history.HistoryOptions{Needs: catalog.Needs(), StateWindow: max(scoring.StateWindow, 3*prom.ScrapeInterval)}
 	inputs := make([]explainInput, len(names))
 	for i, pod := range names {
 		rs := byPod[pod]
 		slices.SortStableFunc(rs, func(a, b *signals.Reading) int { return a.Time.Compare(b.Time) })
-		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: signals.NewHistory(hopts, rs...)}
+		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: history.NewHistory(hopts, rs...)}
 	}
-	return explain(catalog, policy, inputs, nil, 3*prom.ScrapeInterval), nil
+	return explain(catalog, pol, inputs, nil, 3*prom.ScrapeInterval), nil
 }
 
 // explainPolicy returns the catalog of the scoring options and the policy
 // explain evaluates.
-func explainPolicy(scoring ScoringOptions, eo ExplainOptions) (*signals.Catalog, *signals.Policy, error) {
+func explainPolicy(scoring ScoringOptions, eo ExplainOptions) (*policy.Catalog, *policy.Policy, error) {
 	catalog, err := scoring.Catalog()
 	if err != nil {
 		return nil, nil, err
 	}
 	if eo.Policy == "" {
-		eo.Policy = signals.MetricSaturation
+		eo.Policy = policy.MetricSaturation
 	}
-	policy := catalog.Lookup(eo.Policy)
-	if policy == nil {
+	pol := catalog.Lookup(eo.Policy)
+	if pol == nil {
 		return nil, nil, fmt.Errorf("--policy=%s: not in the catalog (%s)", eo.Policy, strings.Join(catalog.Names(), ", "))
 	}
-	return catalog, policy, nil
+	return catalog, pol, nil
 }
 
 // explainInput is one pod to explain: its name in the output, its number of
@@ -322,26 +324,26 @@ func explainPolicy(scoring ScoringOptions, eo ExplainOptions) (*signals.Catalog,
 type explainInput struct {
 	source  string
 	scrapes int
-	h       *signals.History
+	h       *history.History
 }
 
 // explain pools the pods as one pool of Ready pods at the newest reading of
 // any, a reading older than maxAge before that being stale, with the gateway's
 // queue when the policy has a gateway input.
-func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration) Explanation {
+func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration) Explanation {
 	var now time.Time
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
 			now = at
 		}
 	}
-	sat, demand := catalog.Lookup(signals.MetricSaturation), catalog.Lookup(signals.MetricDemandReplicas)
-	chosen, satPool, demandPool := policy.NewPool(now, maxAge), sat.NewPool(now, maxAge), demand.NewPool(now, maxAge)
+	sat, demand := catalog.Lookup(policy.MetricSaturation), catalog.Lookup(policy.MetricDemandReplicas)
+	chosen, satPool, demandPool := pol.NewPool(now, maxAge), sat.NewPool(now, maxAge), demand.NewPool(now, maxAge)
 	var ex Explanation
 	for _, in := range pods {
 		h := in.h
 		r := h.Latest()
-		rep := policy.ExplainPod(h, "", now, maxAge)
+		rep := pol.ExplainPod(h, "", now, maxAge)
 		t := ExplainPod{
 			Source: in.source, Scrapes: in.scrapes, Dialect: r.Dialect, Models: r.Models, Metrics: r.Sources, Engines: r.Engines,
 			QueueDepth: r.Ptr(signals.QueueDepth), QueueDeferred: r.Ptr(signals.QueueDeferred), Running: r.Ptr(signals.Running),
@@ -357,30 +359,30 @@ func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInp
 		ex.Pods = append(ex.Pods, t)
 	}
 	gwErr := ""
-	if g := policy.Gateway; g != nil {
+	if g := pol.Gateway; g != nil {
 		if q, err := g.Queue(gateways...); err == nil {
 			chosen.AddGateway(q)
 			ex.Pool.GatewayQueue = &q
 		} else if len(gateways) == 0 {
-			gwErr = fmt.Sprintf("%s has a gateway input (pods %s): its queue is unknown without --gateway FILE (the server would answer 503 and the HPA would hold)", policy.Name, g.Selector)
+			gwErr = fmt.Sprintf("%s has a gateway input (pods %s): its queue is unknown without --gateway FILE (the server would answer 503 and the HPA would hold)", pol.Name, g.Selector)
 		} else {
 			gwErr = fmt.Sprintf("the --gateway files: %v: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", err)
 		}
 	}
 	p := chosen.Pool()
-	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, policy.Name, p.Latency
+	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, pol.Name, p.Latency
 	ex.Pool.Saturation, ex.Pool.DemandReplicas = satPool.Pool().Value, demandPool.Pool().Value
 	switch {
 	case gwErr != "":
 		ex.Pool.Error = gwErr
-	case len(pods) == 0 && policy.Gateway == nil:
-		ex.Pool.Error = fmt.Sprintf("no pods: the server would answer 404, and an HPA at zero replicas would never wake on %s; scale from zero needs a policy with a gateway input", policy.Name)
+	case len(pods) == 0 && pol.Gateway == nil:
+		ex.Pool.Error = fmt.Sprintf("no pods: the server would answer 404, and an HPA at zero replicas would never wake on %s; scale from zero needs a policy with a gateway input", pol.Name)
 	case p.Value == nil:
-		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", policy.Name)
+		ex.Pool.Error = fmt.Sprintf("no pod has a value for %s: the server would answer 503 and the HPA would hold", pol.Name)
 	default:
 		ex.Pool.Value = p.Value
 	}
-	ex.Pool.Warnings = gatewayWarnings(policy, gateways, p)
+	ex.Pool.Warnings = gatewayWarnings(pol, gateways, p)
 	return ex
 }
 
@@ -388,25 +390,25 @@ func explain(catalog *signals.Catalog, policy *signals.Policy, pods []explainInp
 // holds in series that the policy's gateway input does not select (none, when
 // it has no input; hazard NC-04), and a mean policy read at zero Ready pods,
 // which a Value target turns into 0 replicas whatever the demand (NC-08).
-func gatewayWarnings(policy *signals.Policy, gateways []*signals.Reading, p signals.Pool) []string {
+func gatewayWarnings(pol *policy.Policy, gateways []*signals.Reading, p policy.Pool) []string {
 	var out []string
 	for _, r := range gateways {
 		mirrors := map[string]bool{} // queue-size series already counted or warned, by labels
 		for i := range r.Gateway {
-			if s := &r.Gateway[i]; policy.Gateway != nil && s.Metric == policy.Gateway.Metric {
+			if s := &r.Gateway[i]; pol.Gateway != nil && s.Metric == pol.Gateway.Metric {
 				mirrors[gatewayLabels(s.Labels)] = true
 			}
 		}
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
-			if s.Value <= 0 || (policy.Gateway != nil && policy.Gateway.Metric == s.Metric && s.Matches(policy.Gateway.Match)) {
+			if s.Value <= 0 || (pol.Gateway != nil && pol.Gateway.Metric == s.Metric && s.Matches(pol.Gateway.Match)) {
 				continue
 			}
 			if id := gatewayLabels(s.Labels); strings.HasSuffix(s.Metric, "_flow_control_queue_size") {
 				// llm-d exports each queue series under its own and the upstream
 				// name (llm_d_epp_flow_control_queue_size and
 				// inference_extension_flow_control_queue_size): the same requests.
-				if policy.Gateway == nil || s.Metric != policy.Gateway.Metric {
+				if pol.Gateway == nil || s.Metric != pol.Gateway.Metric {
 					if mirrors[id] {
 						continue
 					}
@@ -414,15 +416,15 @@ func gatewayWarnings(policy *signals.Policy, gateways []*signals.Reading, p sign
 				}
 			}
 			why := "it has no gateway input"
-			if policy.Gateway != nil {
+			if pol.Gateway != nil {
 				why = "its gateway input does not select this series"
 			}
 			out = append(out, fmt.Sprintf("the gateway holds %g requests in %s%s that %s does not count (%s): its HPA scales on the engines alone, which sit at their set points while requests wait (hazard NC-04)",
-				s.Value, s.Metric, gatewayLabels(s.Labels), policy.Name, why))
+				s.Value, s.Metric, gatewayLabels(s.Labels), pol.Name, why))
 		}
 	}
-	if policy.Gateway != nil && policy.Kind == signals.KindMean && p.Pods == 0 && p.Value != nil && *p.Value > 0 {
-		out = append(out, fmt.Sprintf("%s is a mean: with target type Value the HPA multiplies it by the Ready pods, 0 here, and computes 0 replicas from any demand (hazard NC-08); use a demand policy with target type AverageValue", policy.Name))
+	if pol.Gateway != nil && pol.Kind == policy.KindMean && p.Pods == 0 && p.Value != nil && *p.Value > 0 {
+		out = append(out, fmt.Sprintf("%s is a mean: with target type Value the HPA multiplies it by the Ready pods, 0 here, and computes 0 replicas from any demand (hazard NC-08); use a demand policy with target type AverageValue", pol.Name))
 	}
 	return out
 }
@@ -468,7 +470,7 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	}
 	for _, p := range ex.Pods {
 		for _, e := range p.EngineStates {
-			if e.State != signals.StateOK {
+			if e.State != policy.StateOK {
 				fmt.Fprintf(w, "%s engine %q: %s (%s)\n", p.Source, e.ID, e.State, e.Reason)
 			}
 		}

@@ -26,7 +26,9 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/cmd/internal/setpoints"
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
@@ -209,11 +211,11 @@ type ScoringOptions struct {
 	StateWindow time.Duration
 }
 
-// NewScoringOptions returns the defaults of signals.DefaultSetPoints,
-// signals.DefaultUnknownSaturation, signals.DefaultHoldLastGood and
-// signals.DefaultStateWindow.
+// NewScoringOptions returns the defaults of policy.DefaultSetPoints,
+// policy.DefaultUnknownSaturation, policy.DefaultHoldLastGood and
+// history.DefaultStateWindow.
 func NewScoringOptions() ScoringOptions {
-	return ScoringOptions{SetPoints: setpoints.New(), UnknownPodHold: signals.DefaultHoldLastGood, StateWindow: signals.DefaultStateWindow}
+	return ScoringOptions{SetPoints: setpoints.New(), UnknownPodHold: policy.DefaultHoldLastGood, StateWindow: history.DefaultStateWindow}
 }
 
 // AddFlags adds the scoring flags; explain and the server share them: the set
@@ -254,13 +256,13 @@ func (o *ScoringOptions) Validate() []error {
 }
 
 // Builtin returns the built-in policies with these set points.
-func (o *ScoringOptions) Builtin() []signals.Policy {
-	return signals.BuiltinPolicies(o.SetPoints.SetPoints, o.SetPoints.UnknownSaturation, o.UnknownPodHold)
+func (o *ScoringOptions) Builtin() []policy.Policy {
+	return policy.BuiltinPolicies(o.SetPoints.SetPoints, o.SetPoints.UnknownSaturation, o.UnknownPodHold)
 }
 
 // Catalog returns the metric catalog: the built-in policies and those of the
 // configuration file, if any.
-func (o *ScoringOptions) Catalog() (*signals.Catalog, error) {
+func (o *ScoringOptions) Catalog() (*policy.Catalog, error) {
 	var f *config.File
 	if o.ConfigFile != "" {
 		data, err := os.ReadFile(o.ConfigFile)

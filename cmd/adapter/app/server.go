@@ -31,7 +31,9 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/advisor"
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/provider"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
@@ -185,7 +187,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil, err
 		}
 		scraper = scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
-		catalogs.OnChange(func(cat *signals.Catalog) { scraper.SetReader(c.reader(cat)) })
+		catalogs.OnChange(func(cat *policy.Catalog) { scraper.SetReader(c.reader(cat)) })
 		readings = provider.Scraped(scraper, c.ColdScrapeTimeout)
 	}
 	popts := c.Provider
@@ -307,7 +309,7 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 // gatewayOf returns where a policy's gateway pods are, for the scrape set; nil
 // without a gateway input (or with a selector that does not parse, which the
 // configuration's validation already refused).
-func gatewayOf(p *signals.Policy) *podselect.Gateway {
+func gatewayOf(p *policy.Policy) *podselect.Gateway {
 	if p == nil || p.Gateway == nil {
 		return nil
 	}
@@ -337,7 +339,7 @@ func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	catalogs.OnChange(func(cat *signals.Catalog) {
+	catalogs.OnChange(func(cat *policy.Catalog) {
 		// The file passed config's validation: this fails only on a bug.
 		if err := src.SetCatalog(cat, queries(catalogs.Prometheus())); err != nil {
 			klog.ErrorS(err, "Prometheus queries not updated to the new configuration")
@@ -354,14 +356,14 @@ func queries(p config.Prometheus) promsource.Queries {
 
 // reader returns how bodies become readings under a catalog: the families its
 // policies need (histograms only for latency terms) and the windows they read.
-func (c CompletedConfig) reader(cat *signals.Catalog) scrape.Reader {
+func (c CompletedConfig) reader(cat *policy.Catalog) scrape.Reader {
 	needs := cat.Needs()
 	opts := c.Extract
 	opts.Histograms = needs.Histograms
 	opts.GatewayMetrics = needs.GatewayMetrics
 	return scrape.Reader{
 		Extractor: signals.NewExtractorWith(opts),
-		History:   signals.HistoryOptions{Needs: needs, StateWindow: c.StateWindow},
+		History:   history.HistoryOptions{Needs: needs, StateWindow: c.StateWindow},
 	}
 }
 

@@ -439,7 +439,7 @@ func TestHelp(t *testing.T) {
 }
 
 // TestServerAndExplainAgree feeds the same /metrics bodies to the assembled
-// server (one pod each) and to explain: both pool through signals.PoolBuilder,
+// server (one pod each) and to explain: both pool through policy.PoolBuilder,
 // so their values agree exactly, in the milli units the server serves.
 func TestServerAndExplainAgree(t *testing.T) {
 	var files []string

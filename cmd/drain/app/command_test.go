@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture/emulated"
 )
 
 // runAsDrain makes this test binary behave as the drain binary (main.go) when
@@ -109,8 +110,8 @@ func TestVLLMExampleDrainPattern(t *testing.T) {
 	}
 	assertSameFile(t, self, filepath.Join(tmp, BinaryName))
 
-	srv, url := testfixture.StartEmulator(t, testfixture.FastEngine())
-	finished, wait := testfixture.InFlight(t, srv, url, 4)
+	srv, url := emulated.StartEmulator(t, emulated.FastEngine())
+	finished, wait := emulated.InFlight(t, srv, url, 4)
 	defer wait()
 	args := append(append([]string{}, preStop[1:]...), "--url="+url+"/metrics")
 	res := runDrain(t, filepath.Join(tmp, BinaryName), args...)

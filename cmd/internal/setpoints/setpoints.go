@@ -1,16 +1,15 @@
 // Package setpoints holds the set-point flags that the adapter (its server and
 // explain) and the lab tool (simulate, calibrate's recommendation) share, so that
 // one flag name means one thing in every command and both bind the one set-point
-// type, signals.SetPoints.
+// type, policy.SetPoints.
 package setpoints
 
 import (
 	"fmt"
 	"math"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/spf13/pflag"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Flags are the set points of the built-in saturation policies and the
@@ -18,14 +17,14 @@ import (
 type Flags struct {
 	// SetPoints are --queue-depth-set-point (requests) and
 	// --kv-cache-usage-set-point (ratio).
-	SetPoints signals.SetPoints
+	SetPoints policy.SetPoints
 	// UnknownSaturation is --unknown-pod-saturation (saturation, >= 0).
 	UnknownSaturation float64
 }
 
-// New returns signals.DefaultSetPoints and signals.DefaultUnknownSaturation.
+// New returns policy.DefaultSetPoints and policy.DefaultUnknownSaturation.
 func New() Flags {
-	return Flags{SetPoints: signals.DefaultSetPoints(), UnknownSaturation: signals.DefaultUnknownSaturation}
+	return Flags{SetPoints: policy.DefaultSetPoints(), UnknownSaturation: policy.DefaultUnknownSaturation}
 }
 
 // AddFlags adds --queue-depth-set-point, --kv-cache-usage-set-point and
@@ -52,11 +51,11 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 // Validate returns one error per bad flag, naming the flag and its value.
 func (f *Flags) Validate() []error {
 	var errs []error
-	if q := f.SetPoints.QueueDepth; !(q >= signals.MinSetPoint) || math.IsInf(q, 0) {
-		errs = append(errs, fmt.Errorf("--queue-depth-set-point=%g: must be a finite number >= %g", q, signals.MinSetPoint))
+	if q := f.SetPoints.QueueDepth; !(q >= policy.MinSetPoint) || math.IsInf(q, 0) {
+		errs = append(errs, fmt.Errorf("--queue-depth-set-point=%g: must be a finite number >= %g", q, policy.MinSetPoint))
 	}
-	if kv := f.SetPoints.KVCacheUsage; !(kv >= signals.MinSetPoint) || kv > 1 {
-		errs = append(errs, fmt.Errorf("--kv-cache-usage-set-point=%g: must be in [%g, 1]", kv, signals.MinSetPoint))
+	if kv := f.SetPoints.KVCacheUsage; !(kv >= policy.MinSetPoint) || kv > 1 {
+		errs = append(errs, fmt.Errorf("--kv-cache-usage-set-point=%g: must be in [%g, 1]", kv, policy.MinSetPoint))
 	}
 	if u := f.UnknownSaturation; !(u >= 0) || math.IsInf(u, 0) {
 		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be a finite number >= 0", u))

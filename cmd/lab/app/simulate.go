@@ -18,7 +18,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/lab/hpa"
 	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 	"github.com/saturation-adapter/saturation-adapter/lab/trace"
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // SimulateOptions are the flags of `lab simulate`.
@@ -187,7 +187,7 @@ func (o *SimulateOptions) Run(out, progress io.Writer) error {
 		return err
 	}
 	cfg.Engine = engine
-	catalog, err := signals.BuiltinCatalog(o.SetPoints.SetPoints, o.SetPoints.UnknownSaturation)
+	catalog, err := policy.BuiltinCatalog(o.SetPoints.SetPoints, o.SetPoints.UnknownSaturation)
 	if err != nil {
 		return err
 	}

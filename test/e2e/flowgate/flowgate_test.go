@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
@@ -81,7 +82,7 @@ func TestGateHoldsThenDispatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := signals.GatewayInput{Metric: signals.DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "pool-a"}}
+	in := policy.GatewayInput{Metric: signals.DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "pool-a"}}
 	if q, err := in.Queue(&r); err != nil || q != n {
 		t.Fatalf("queue read by the adapter = %g %v, want %d\n%s", q, err, n, body)
 	}

@@ -1,9 +1,11 @@
-package signals
+package history
 
 import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Defaults of HistoryOptions.
@@ -51,17 +53,20 @@ func (o HistoryOptions) withDefaults() HistoryOptions {
 // appended, so that answering an HPA request costs no pass over the readings.
 // It is immutable: Append returns a new History.
 type History struct {
-	readings []*Reading
+	readings []*signals.Reading
 	// smooth[i] reports that readings i-1 and i are a smooth pair (see
 	// smoothPair); nil when no policy reads a window.
 	smooth  []bool
-	windows []windowAgg
+	windows []Window
 	facts   []EngineFacts
 	opts    HistoryOptions
 }
 
+// StateWindow returns the span over which engine states are judged.
+func (h *History) StateWindow() time.Duration { return h.opts.StateWindow }
+
 // Latest returns the newest reading, nil for an empty (or nil) history.
-func (h *History) Latest() *Reading {
+func (h *History) Latest() *signals.Reading {
 	if h == nil || len(h.readings) == 0 {
 		return nil
 	}
@@ -70,7 +75,7 @@ func (h *History) Latest() *Reading {
 
 // Readings returns the readings, oldest first. The slice is shared: do not
 // modify it.
-func (h *History) Readings() []*Reading {
+func (h *History) Readings() []*signals.Reading {
 	if h == nil {
 		return nil
 	}
@@ -79,7 +84,7 @@ func (h *History) Readings() []*Reading {
 
 // NewHistory returns a history of the readings (oldest first, each with its
 // Time set), as Append would build it one by one.
-func NewHistory(o HistoryOptions, readings ...*Reading) *History {
+func NewHistory(o HistoryOptions, readings ...*signals.Reading) *History {
 	var h *History
 	for _, r := range readings {
 		h = h.Append(r, o)
@@ -91,13 +96,13 @@ func NewHistory(o HistoryOptions, readings ...*Reading) *History {
 // newer than the latest (samples with unchanged explicit timestamps) replaces
 // it. Readings older than the longest window (plus one at or before its start)
 // are dropped, and past MaxReadings the older ones are thinned. h may be nil.
-func (h *History) Append(r *Reading, o HistoryOptions) *History {
+func (h *History) Append(r *signals.Reading, o HistoryOptions) *History {
 	o = o.withDefaults()
-	var old []*Reading
+	var old []*signals.Reading
 	if h != nil {
 		old = h.readings
 	}
-	rs := make([]*Reading, 0, min(len(old)+1, o.MaxReadings+1))
+	rs := make([]*signals.Reading, 0, min(len(old)+1, o.MaxReadings+1))
 	rs = append(rs, old...)
 	if n := len(rs); n > 0 && !r.At().After(rs[n-1].At()) {
 		rs = rs[:n-1]
@@ -119,7 +124,7 @@ func (h *History) Append(r *Reading, o HistoryOptions) *History {
 // one at or before that start), then thins the older readings, never the
 // newest minRecent, by removing the later reading of the closest pair until at
 // most max remain.
-func prune(rs []*Reading, span time.Duration, maxN int) []*Reading {
+func prune(rs []*signals.Reading, span time.Duration, maxN int) []*signals.Reading {
 	start := rs[len(rs)-1].At().Add(-span)
 	first := 0
 	for i := range rs {
@@ -144,42 +149,26 @@ func prune(rs []*Reading, span time.Duration, maxN int) []*Reading {
 	return rs
 }
 
-// windowAgg is what happened in one pod over one window: counter increases and
-// histogram observations of the engines the key's model selects.
-type windowAgg struct {
-	key WindowKey
-	// ok reports that at least two readings fall in the window.
-	ok bool
-	// span is the time between the first and the last reading used.
-	span time.Duration
-	// inc holds the counter increases (only counter signals are set).
-	inc values
-	// hist holds the observations per latency histogram, nil when none.
-	hist [numHistos]*Histogram
-	// resets counts counter resets seen; approx reports interpolated layouts.
-	resets int
-	approx bool
-}
-
-// engineFilter returns which engines of a reading a model restriction selects:
-// the engines serving model; without one, the reading's default view (for
-// Triton, its TensorRT-LLM backends when it has any).
-func engineFilter(r *Reading, model string) func(*EngineSignals) bool {
-	if model != "" {
-		return func(e *EngineSignals) bool { return sameModel(e.Model, model) }
-	}
-	if slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
-		return func(e *EngineSignals) bool { return e.Backend }
-	}
-	return nil
-}
-
-func findEngine(r *Reading, id string) *EngineSignals {
-	i, ok := slices.BinarySearchFunc(r.Engines, id, func(e EngineSignals, id string) int { return compareEngineIDs(e.ID, id) })
-	if !ok {
-		return nil
-	}
-	return &r.Engines[i]
+// Window is what happened in one pod over one window: the counter increases and
+// latency observations of the engines the key's model selects. A History
+// computes its windows from its readings; a time-series database gives them
+// ready-made (NewSnapshot, WindowOf).
+type Window struct {
+	// Key is the window (and model restriction) the aggregate answers.
+	Key WindowKey
+	// OK reports that the window has data: at least two readings fall in it
+	// (NewSnapshot: a Span above 0).
+	OK bool
+	// Span is the time between the first and the last reading used.
+	Span time.Duration
+	// Increases holds the counter increases (only counter signals are set:
+	// Preemptions, GenerationTokens, PromptTokens, RequestsFinished, Rejections).
+	Increases signals.Values
+	// Histograms holds the observations per latency histogram, nil when none.
+	Histograms [signals.NumHistos]*signals.Histogram
+	// Resets counts counter resets seen; Approx reports interpolated layouts.
+	Resets int
+	Approx bool
 }
 
 // computeWindow aggregates the readings within the key's window before the
@@ -191,8 +180,8 @@ func findEngine(r *Reading, id string) *EngineSignals {
 // first's, which is exactly the sum of the pairs' differences (whole numbers add
 // and subtract without rounding): 2 count arrays read per engine and histogram
 // instead of two per pair.
-func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
-	a := windowAgg{key: k}
+func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
+	a := Window{Key: k}
 	last := rs[len(rs)-1]
 	start := last.At().Add(-k.Window)
 	i0 := len(rs) - 1
@@ -202,31 +191,31 @@ func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
 	if i0 == len(rs)-1 {
 		return a
 	}
-	a.ok, a.span = true, last.At().Sub(rs[i0].At())
+	a.OK, a.Span = true, last.At().Sub(rs[i0].At())
 	fast := len(smooth) == len(rs) && !slices.Contains(smooth[i0+1:], false) && oneLayout(last)
-	var sums [numHistos]float64 // the fast path's pairwise sums of Sum
-	var summed [numHistos]bool
+	var sums [signals.NumHistos]float64 // the fast path's pairwise sums of Sum
+	var summed [signals.NumHistos]bool
 	// A smooth window's readings have the same engines, in the same order,
 	// with the same models and backend flags: one filter, engines by index.
-	keep := engineFilter(last, k.Model)
+	keep := signals.EngineFilter(last, k.Model)
 	for j := i0 + 1; j < len(rs); j++ {
 		cur, prev := rs[j], rs[j-1]
 		if !fast {
-			keep = engineFilter(cur, k.Model)
+			keep = signals.EngineFilter(cur, k.Model)
 		}
 		for ei := range cur.Engines {
 			e := &cur.Engines[ei]
 			if keep != nil && !keep(e) {
 				continue
 			}
-			var pe *EngineSignals
+			var pe *signals.EngineSignals
 			if fast {
 				pe = &prev.Engines[ei]
-			} else if pe = findEngine(prev, e.ID); pe == nil {
+			} else if pe = signals.FindEngine(prev, e.ID); pe == nil {
 				continue // first reading of this engine: nothing to compare
 			}
 			a.addIncreases(e, pe)
-			for hk := range numHistos {
+			for hk := range signals.NumHistos {
 				if e.Hist[hk] == nil || pe.Hist[hk] == nil {
 					continue
 				}
@@ -243,11 +232,11 @@ func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
 					}
 					continue
 				}
-				reset, approx := addSince(&a.hist[hk], e.Hist[hk], pe.Hist[hk])
+				reset, approx := addSince(&a.Histograms[hk], e.Hist[hk], pe.Hist[hk])
 				if reset {
-					a.resets++
+					a.Resets++
 				}
-				a.approx = a.approx || approx
+				a.Approx = a.Approx || approx
 			}
 		}
 	}
@@ -259,8 +248,8 @@ func computeWindow(rs []*Reading, smooth []bool, k WindowKey) windowAgg {
 
 // addIncreases adds each counter's increase from pe to e (a decrease is a
 // reset: e's value counts whole).
-func (a *windowAgg) addIncreases(e, pe *EngineSignals) {
-	for s := range numSignals {
+func (a *Window) addIncreases(e, pe *signals.EngineSignals) {
+	for s := range signals.NumSignals {
 		if !s.IsCounter() {
 			continue
 		}
@@ -272,10 +261,9 @@ func (a *windowAgg) addIncreases(e, pe *EngineSignals) {
 		d := v - pv
 		if d < 0 {
 			d = v
-			a.resets++
+			a.Resets++
 		}
-		a.inc.v[s] += d
-		a.inc.has |= 1 << s
+		a.Increases.Add(s, d)
 	}
 }
 
@@ -284,21 +272,21 @@ func (a *windowAgg) addIncreases(e, pe *EngineSignals) {
 // engines keep selects, with the Sums computed pair by pair and the layout of
 // the window's second reading (the first pair's newer one), as addSince
 // would have built them.
-func telescope(a *windowAgg, first, second, last *Reading, keep func(*EngineSignals) bool, sums *[numHistos]float64) {
+func telescope(a *Window, first, second, last *signals.Reading, keep func(*signals.EngineSignals) bool, sums *[signals.NumHistos]float64) {
 	for ei := range last.Engines {
 		e, fe := &last.Engines[ei], &first.Engines[ei]
 		if keep != nil && !keep(e) {
 			continue
 		}
-		for hk := range numHistos {
+		for hk := range signals.NumHistos {
 			h, f := e.Hist[hk], fe.Hist[hk]
 			if h == nil || f == nil {
 				continue
 			}
-			acc := a.hist[hk]
+			acc := a.Histograms[hk]
 			if acc == nil {
-				acc = &Histogram{Bounds: second.Engines[ei].Hist[hk].Bounds, Counts: make([]float64, len(h.Counts)), Sum: sums[hk]}
-				a.hist[hk] = acc
+				acc = &signals.Histogram{Bounds: second.Engines[ei].Hist[hk].Bounds, Counts: make([]float64, len(h.Counts)), Sum: sums[hk]}
+				a.Histograms[hk] = acc
 			}
 			for i := range h.Counts {
 				acc.Counts[i] += h.Counts[i] - f.Counts[i]
@@ -324,7 +312,7 @@ const (
 // engine's other histograms of its kind), with whole, non-negative counts
 // below maxWhole that did not go down: a pair whose differences Since builds
 // without reset or interpolation.
-func smoothPair(prev, cur *Reading) bool {
+func smoothPair(prev, cur *signals.Reading) bool {
 	if len(prev.Engines) != len(cur.Engines) || len(cur.Engines) > maxSmoothEngines {
 		return false
 	}
@@ -333,7 +321,7 @@ func smoothPair(prev, cur *Reading) bool {
 		if e.ID != pe.ID || e.Model != pe.Model || e.Backend != pe.Backend || (i > 0 && e.ID == cur.Engines[i-1].ID) {
 			return false
 		}
-		for hk := range numHistos {
+		for hk := range signals.NumHistos {
 			h, o := e.Hist[hk], pe.Hist[hk]
 			if (h == nil) != (o == nil) {
 				return false
@@ -341,7 +329,7 @@ func smoothPair(prev, cur *Reading) bool {
 			if h == nil {
 				continue
 			}
-			if !sameLayout(h, o) || h.Count < o.Count || !whole(h) || !whole(o) || decreased(h, o) {
+			if !signals.SameLayout(h, o) || h.Count < o.Count || !whole(h) || !whole(o) || decreased(h, o) {
 				return false
 			}
 		}
@@ -351,7 +339,7 @@ func smoothPair(prev, cur *Reading) bool {
 
 // whole reports whether a histogram's counts are whole numbers in [0,
 // maxWhole) (and not -0).
-func whole(h *Histogram) bool {
+func whole(h *signals.Histogram) bool {
 	ok := func(v float64) bool { return v >= 0 && v < maxWhole && v == math.Trunc(v) && !math.Signbit(v) }
 	if !ok(h.Count) {
 		return false
@@ -367,9 +355,9 @@ func whole(h *Histogram) bool {
 // oneLayout reports whether, in r, each kind of latency histogram has one
 // layout across the engines (the window's histograms add engine by engine
 // without interpolation).
-func oneLayout(r *Reading) bool {
-	for hk := range numHistos {
-		var first *Histogram
+func oneLayout(r *signals.Reading) bool {
+	for hk := range signals.NumHistos {
+		var first *signals.Histogram
 		for i := range r.Engines {
 			h := r.Engines[i].Hist[hk]
 			if h == nil {
@@ -377,7 +365,7 @@ func oneLayout(r *Reading) bool {
 			}
 			if first == nil {
 				first = h
-			} else if !sameLayout(first, h) {
+			} else if !signals.SameLayout(first, h) {
 				return false
 			}
 		}
@@ -387,9 +375,9 @@ func oneLayout(r *Reading) bool {
 
 // smoothFlags returns the smooth flag of each pair of rs, reusing h's for the
 // pairs that were consecutive there.
-func smoothFlags(h *History, rs []*Reading) []bool {
+func smoothFlags(h *History, rs []*signals.Reading) []bool {
 	out := make([]bool, len(rs))
-	var old []*Reading
+	var old []*signals.Reading
 	var flags []bool
 	if h != nil && len(h.smooth) == len(h.readings) {
 		old, flags = h.readings, h.smooth
@@ -414,14 +402,14 @@ func smoothFlags(h *History, rs []*Reading) []bool {
 // it adds the differences in place, with the same arithmetic as Since then
 // addInPlace, without building the difference (which took 252 of the 590
 // allocations of a scrape under every term kind: BenchmarkScrapeReading).
-func addSince(acc **Histogram, h, older *Histogram) (reset, approx bool) {
-	if h.Count >= older.Count && sameLayout(h, older) && !decreased(h, older) && (*acc == nil || sameLayout(*acc, h)) {
+func addSince(acc **signals.Histogram, h, older *signals.Histogram) (reset, approx bool) {
+	if h.Count >= older.Count && signals.SameLayout(h, older) && !decreased(h, older) && (*acc == nil || signals.SameLayout(*acc, h)) {
 		count, sum := h.Count-older.Count, h.Sum-older.Sum
 		if sum < 0 {
 			sum = 0
 		}
 		if *acc == nil {
-			a := &Histogram{Bounds: h.Bounds, Counts: make([]float64, len(h.Counts)), Count: count, Sum: sum}
+			a := &signals.Histogram{Bounds: h.Bounds, Counts: make([]float64, len(h.Counts)), Count: count, Sum: sum}
 			for i := range h.Counts {
 				a.Counts[i] = h.Counts[i] - older.Counts[i]
 			}
@@ -439,8 +427,8 @@ func addSince(acc **Histogram, h, older *Histogram) (reset, approx bool) {
 	d, reset, approx := h.Since(older)
 	switch {
 	case *acc == nil:
-		*acc = d.clone() // d may be the engine's own cumulative histogram
-	case !(*acc).addInPlace(d):
+		*acc = d.Clone() // d may be the engine's own cumulative histogram
+	case !(*acc).AddInPlace(d):
 		*acc = (*acc).Add(d)
 	}
 	return reset, approx
@@ -448,7 +436,7 @@ func addSince(acc **Histogram, h, older *Histogram) (reset, approx bool) {
 
 // decreased reports whether a bucket of h (same layout as older) has fewer
 // observations than in older: a reset, for Since.
-func decreased(h, older *Histogram) bool {
+func decreased(h, older *signals.Histogram) bool {
 	for i := range h.Counts {
 		if h.Counts[i]-older.Counts[i] < 0 {
 			return true
@@ -457,18 +445,11 @@ func decreased(h, older *Histogram) bool {
 	return false
 }
 
-func (h *Histogram) clone() *Histogram {
-	if h == nil {
-		return nil
-	}
-	return &Histogram{Bounds: h.Bounds, Counts: slices.Clone(h.Counts), Count: h.Count, Sum: h.Sum}
-}
-
-// window returns the aggregate for a key: the precomputed one, or (after a
+// Window returns the aggregate for a key: the precomputed one, or (after a
 // configuration change added a window, until the next scrape) one computed now.
-func (h *History) window(k WindowKey) windowAgg {
+func (h *History) Window(k WindowKey) Window {
 	for i := range h.windows {
-		if h.windows[i].key == k {
+		if h.windows[i].Key == k {
 			return h.windows[i]
 		}
 	}
@@ -512,7 +493,7 @@ type EngineFacts struct {
 
 // engineFacts gathers the facts of each engine of the newest reading over the
 // readings within the state window.
-func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
+func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 	last := rs[len(rs)-1]
 	start := last.At().Add(-window)
 	out := make([]EngineFacts, len(last.Engines))
@@ -520,27 +501,27 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 		e := &last.Engines[ei]
 		f := EngineFacts{ID: e.ID, Waiting: true, Working: true, HasTokens: true, TokensFlat: true,
 			HasFinished: true, FinishedFlat: true, PromptsFlat: true, HasCounters: true, CountersFlat: true, GaugesFlat: true}
-		if aw, ok := e.Value(Awake); ok && aw < 0.5 {
+		if aw, ok := e.Value(signals.Awake); ok && aw < 0.5 {
 			f.Asleep = true
 		}
-		q, _ := e.Value(QueueDepth)
-		qd, _ := e.Value(QueueDeferred)
-		run, _ := e.Value(Running)
+		q, _ := e.Value(signals.QueueDepth)
+		qd, _ := e.Value(signals.QueueDeferred)
+		run, _ := e.Value(signals.Running)
 		f.InQueue = q + qd + run
 		for i := len(rs) - 1; i >= 0 && !rs[i].At().Before(start); i-- {
-			x := findEngine(rs[i], e.ID)
+			x := signals.FindEngine(rs[i], e.ID)
 			if x == nil {
 				break
 			}
 			f.Readings++
 			f.Span = last.At().Sub(rs[i].At())
-			wq, _ := x.Value(QueueDepth)
-			wd, _ := x.Value(QueueDeferred)
-			wr, _ := x.Value(Running)
+			wq, _ := x.Value(signals.QueueDepth)
+			wd, _ := x.Value(signals.QueueDeferred)
+			wr, _ := x.Value(signals.Running)
 			f.Waiting = f.Waiting && wq+wd > 0
 			f.Working = f.Working && wr > 0
 			counters := 0
-			for s := range numSignals {
+			for s := range signals.NumSignals {
 				if !s.IsCounter() {
 					continue
 				}
@@ -552,25 +533,25 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 				if ok && lok && v != lv {
 					f.CountersFlat = false
 					switch s {
-					case GenerationTokens:
+					case signals.GenerationTokens:
 						f.TokensFlat = false
-					case RequestsFinished:
+					case signals.RequestsFinished:
 						f.FinishedFlat = false
-					case PromptTokens:
+					case signals.PromptTokens:
 						f.PromptsFlat = false
 					}
 				}
 				if !ok {
 					switch s {
-					case GenerationTokens:
+					case signals.GenerationTokens:
 						f.HasTokens = false
-					case RequestsFinished:
+					case signals.RequestsFinished:
 						f.HasFinished = false
 					}
 				}
 			}
 			f.HasCounters = f.HasCounters && counters > 0
-			for _, s := range []Signal{QueueDepth, Running, KVCacheUsage} {
+			for _, s := range []signals.Signal{signals.QueueDepth, signals.Running, signals.KVCacheUsage} {
 				v, ok := x.Value(s)
 				lv, lok := e.Value(s)
 				if ok != lok || v != lv {
@@ -581,9 +562,9 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 		// Rejections compare with the reading before the newest, however old: a
 		// cap is hit now, whatever the state window.
 		if len(rs) > 1 {
-			if x := findEngine(rs[len(rs)-2], e.ID); x != nil {
-				v, ok := x.Value(Rejections)
-				lv, lok := e.Value(Rejections)
+			if x := signals.FindEngine(rs[len(rs)-2], e.ID); x != nil {
+				v, ok := x.Value(signals.Rejections)
+				lv, lok := e.Value(signals.Rejections)
 				f.RejectionsRose = ok && lok && lv > v
 			}
 		}
@@ -592,8 +573,9 @@ func engineFacts(rs []*Reading, window time.Duration) []EngineFacts {
 	return out
 }
 
-// factsOf returns the facts of an engine of the newest reading by ID.
-func (h *History) factsOf(id string) *EngineFacts {
+// FactsOf returns the facts of an engine of the newest reading by ID, nil when
+// the newest reading has no such engine.
+func (h *History) FactsOf(id string) *EngineFacts {
 	for i := range h.facts {
 		if h.facts[i].ID == id {
 			return &h.facts[i]
@@ -602,49 +584,98 @@ func (h *History) factsOf(id string) *EngineFacts {
 	return nil
 }
 
-// WindowAggregate is what a time-series database says happened in one pod over
-// one window (see NewSnapshot): its counters' increases and the latency
-// observations, already computed (PromQL increase() and the bucket increases of
-// a histogram over the window).
-type WindowAggregate struct {
-	// Key is the window (and model restriction) the aggregate answers.
-	Key WindowKey
-	// Span is the time the aggregate covers; 0 means no data for the window.
-	Span time.Duration
-	// Increases holds counter increases by signal (Preemptions, GenerationTokens,
-	// PromptTokens, RequestsFinished, Rejections); others are ignored.
-	Increases map[Signal]float64
-	// Histograms holds the observations per latency histogram; nil when none.
-	Histograms [numHistos]*Histogram
-}
-
 // NewSnapshot builds a History from aggregates computed elsewhere: the newest
 // reading (its gauges, counters and Time), the window aggregates its policies
 // read, and the engines' facts for the engine states (nil when the source
 // cannot tell: every engine is then in StateOK unless asleep). Pooling a
 // snapshot is pooling the same numbers a scraped History would give, so a
-// Prometheus-backed source and direct scrapes share every rule. Negative,
-// NaN or infinite increases are dropped (a counter never decreases).
-func NewSnapshot(latest *Reading, windows []WindowAggregate, facts []EngineFacts, o HistoryOptions) *History {
+// Prometheus-backed source and direct scrapes share every rule. A window has
+// data when its Span is above 0; negative, NaN or infinite increases, and any
+// of another signal than a counter, are dropped (a counter never decreases).
+func NewSnapshot(latest *signals.Reading, windows []Window, facts []EngineFacts, o HistoryOptions) *History {
 	o = o.withDefaults()
-	h := &History{readings: []*Reading{latest}, opts: o, facts: facts}
+	h := &History{readings: []*signals.Reading{latest}, opts: o, facts: facts}
 	if facts == nil {
 		for i := range latest.Engines {
 			f := EngineFacts{ID: latest.Engines[i].ID}
-			if aw, ok := latest.Engines[i].Value(Awake); ok && aw < 0.5 {
+			if aw, ok := latest.Engines[i].Value(signals.Awake); ok && aw < 0.5 {
 				f.Asleep = true
 			}
 			h.facts = append(h.facts, f)
 		}
 	}
 	for _, w := range windows {
-		a := windowAgg{key: w.Key, ok: w.Span > 0, span: w.Span, hist: w.Histograms}
-		for s, v := range w.Increases {
-			if s.IsCounter() && v >= 0 && finite(v) {
-				a.inc.set(s, v)
+		a := Window{Key: w.Key, OK: w.Span > 0, Span: w.Span, Histograms: w.Histograms}
+		for s := range signals.NumSignals {
+			if v, ok := w.Increases.Value(s); ok && s.IsCounter() && v >= 0 && !math.IsInf(v, 1) {
+				a.Increases.Set(s, v)
 			}
 		}
 		h.windows = append(h.windows, a)
 	}
 	return h
+}
+
+// Needs says what the policies of a catalog need kept per pod.
+type Needs struct {
+	// Histograms reports whether any policy reads latency histograms.
+	Histograms bool
+	// Windows lists the distinct (window, model) pairs of rate and latency terms.
+	Windows []WindowKey
+	// GatewayMetrics lists the gateway queue metrics of the policies' gateway
+	// inputs.
+	GatewayMetrics []string
+}
+
+// WindowKey is one window aggregate a policy reads.
+type WindowKey struct {
+	Window time.Duration
+	Model  string
+}
+
+// Add adds a window the policies read, once.
+func (n *Needs) Add(k WindowKey) {
+	if !slices.Contains(n.Windows, k) {
+		n.Windows = append(n.Windows, k)
+	}
+}
+
+// MaxWindow returns the longest window needed (0 for none).
+func (n Needs) MaxWindow() time.Duration {
+	var m time.Duration
+	for _, k := range n.Windows {
+		m = max(m, k.Window)
+	}
+	return m
+}
+
+// Facts returns what the readings within the state window say about each
+// engine of the newest reading (for NewSnapshot). The slice is shared: do not
+// modify it.
+func (h *History) Facts() []EngineFacts {
+	if h == nil {
+		return nil
+	}
+	return h.facts
+}
+
+// WindowOf returns the Window a Reading of increases stands for: a reading whose counters are each an increase over the window and whose
+// histograms count the observations in it (what PromQL's increase() of the
+// counters and of the _bucket series gives, read by ExtractSamples), folded
+// over the engines the key's model selects as a scraped History's window is.
+// Span is 0 (no data for the window) when no engine is selected.
+func WindowOf(key WindowKey, span time.Duration, increases *signals.Reading) Window {
+	w := Window{Key: key}
+	f := signals.FoldEngines(increases.Engines, signals.EngineFilter(increases, key.Model))
+	if f.EngineCount == 0 {
+		return w
+	}
+	w.Span, w.OK = span, span > 0
+	for s := range signals.NumSignals {
+		if v, ok := f.Value(s); ok && s.IsCounter() {
+			w.Increases.Set(s, v)
+		}
+	}
+	w.Histograms = f.Hist
+	return w
 }

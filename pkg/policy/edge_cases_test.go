@@ -1,4 +1,4 @@
-package signals
+package policy
 
 // Edge cases of the idle-KV rule, the gateway
 // input and their Prometheus path, found by review. Each test states the input, what was served
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // TestIdleKVInvalidRunningOnOneEngine: a data-parallel pod whose rank 1
@@ -24,8 +25,8 @@ func TestIdleKVInvalidRunningOnOneEngine(t *testing.T) {
 	c := builtin(t, DefaultUnknownSaturation)
 	body := "vllm:num_requests_waiting{engine=\"0\"} 0\nvllm:num_requests_running{engine=\"0\"} 0\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.01\n" +
 		"vllm:num_requests_waiting{engine=\"1\"} 0\nvllm:num_requests_running{engine=\"1\"} NaN\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.9\n"
-	dp := pod{readings: []*Reading{read(t, body, t0)}}
-	alone := pod{readings: []*Reading{read(t, "vllm:num_requests_waiting{engine=\"1\"} 0\nvllm:num_requests_running{engine=\"1\"} NaN\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.9\n", t0)}}
+	dp := pod{readings: []*signals.Reading{read(t, body, t0)}}
+	alone := pod{readings: []*signals.Reading{read(t, "vllm:num_requests_waiting{engine=\"1\"} 0\nvllm:num_requests_running{engine=\"1\"} NaN\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.9\n", t0)}}
 	if p := poolOf(t, c, MetricDemandReplicas, t0, alone); p.Value == nil || !approx(*p.Value, 0.9/0.8) {
 		t.Fatalf("control: rank 1 alone = %v, want 0.9/0.8 (its KV term kept)", deref(p.Value))
 	}
@@ -44,7 +45,7 @@ func TestIdleKVInvalidRunningOnOneEngine(t *testing.T) {
 // does.
 func TestIdleKVInvalidWaiting(t *testing.T) {
 	c := builtin(t, DefaultUnknownSaturation)
-	p := pod{readings: []*Reading{read(t, "vllm:num_requests_waiting{engine=\"0\"} NaN\nvllm:num_requests_running{engine=\"0\"} 0\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.9\n", t0)}}
+	p := pod{readings: []*signals.Reading{read(t, "vllm:num_requests_waiting{engine=\"0\"} NaN\nvllm:num_requests_running{engine=\"0\"} 0\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.9\n", t0)}}
 	if got := poolOf(t, c, MetricDemandReplicas, t0, p); got.Value == nil || !approx(*got.Value, 0.9/0.8) {
 		t.Errorf("waiting NaN, running 0, KV 0.9: %s = %v, want %g (KV kept while waiting is unknown)", MetricDemandReplicas, deref(got.Value), 0.9/0.8)
 	}
@@ -58,9 +59,9 @@ func TestIdleKVInvalidWaiting(t *testing.T) {
 // no series of the metric carries is a configuration that cannot match, not an
 // empty queue: it must be "no data" (ok false), as a missing metric is.
 func TestGatewayMatchLabelAbsent(t *testing.T) {
-	g := &GatewayInput{Metric: DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "qwen"}}
-	e := NewExtractorWith(ExtractOptions{GatewayMetrics: []string{DefaultGatewayQueueMetric}})
-	r, err := e.Extract([]byte(DefaultGatewayQueueMetric + "{fairness_id=\"a\",priority=\"0\"} 50\n"))
+	g := &GatewayInput{Metric: signals.DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "qwen"}}
+	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: []string{signals.DefaultGatewayQueueMetric}})
+	r, err := e.Extract([]byte(signals.DefaultGatewayQueueMetric + "{fairness_id=\"a\",priority=\"0\"} 50\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +76,13 @@ func TestGatewayMatchLabelAbsent(t *testing.T) {
 // "count once" (README, BC-05); the gateway's are summed: 380 held requests
 // read as 760, 76 replicas of demand served as 152.
 func TestGatewayDuplicateMonitors(t *testing.T) {
-	g := &GatewayInput{Metric: DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "qwen"}}
-	e := NewExtractorWith(ExtractOptions{GatewayMetrics: []string{DefaultGatewayQueueMetric}})
-	series := func(job string) Sample {
-		return Sample{Labels: labels.FromStrings("__name__", DefaultGatewayQueueMetric, "namespace", "gw", "pod", "epp-0", "job", job,
+	g := &GatewayInput{Metric: signals.DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "qwen"}}
+	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: []string{signals.DefaultGatewayQueueMetric}})
+	series := func(job string) signals.Sample {
+		return signals.Sample{Labels: labels.FromStrings("__name__", signals.DefaultGatewayQueueMetric, "namespace", "gw", "pod", "epp-0", "job", job,
 			"fairness_id", "a", "priority", "0", "inference_pool", "qwen"), Value: 380, T: t0}
 	}
-	r, err := e.ExtractSamples([]Sample{series("podmonitor/gw/epp"), series("serviceMonitor/gw/epp")})
+	r, err := e.ExtractSamples([]signals.Sample{series("podmonitor/gw/epp"), series("serviceMonitor/gw/epp")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestGatewayDemandWithUnknownPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := pod{readings: []*Reading{read(t, vllm(4, 8, 0.7), t0.Add(-time.Minute))}, why: "scrape failing: timed out"}
+	stale := pod{readings: []*signals.Reading{read(t, vllm(4, 8, 0.7), t0.Add(-time.Minute))}, why: "scrape failing: timed out"}
 	b := c.Lookup("gw-demand").NewPool(t0, maxAge)
 	b.Add(stale.history(), stale.why)
 	b.Add(stale.history(), stale.why)
@@ -118,7 +119,7 @@ func TestGatewayDemandWithUnknownPods(t *testing.T) {
 // queue is 0. Without any flow-control family, or with another queue-size
 // family than the configured one, the queue is unknown, with the reason.
 func TestGatewayQueueEvidence(t *testing.T) {
-	e := NewExtractorWith(ExtractOptions{GatewayMetrics: []string{"llm_d_epp_flow_control_queue_size"}})
+	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: []string{"llm_d_epp_flow_control_queue_size"}})
 	g := &GatewayInput{Metric: "llm_d_epp_flow_control_queue_size", Match: map[string]string{"inference_pool": "qwen"}}
 	cases := []struct {
 		name, body, err string
@@ -144,10 +145,10 @@ func TestGatewayQueueEvidence(t *testing.T) {
 		t.Error("no reading at all: Queue gave no error")
 	}
 	// Through Prometheus: the evidence family is asked for and read.
-	if !slices.ContainsFunc(e.Families(), func(f Family) bool { return f.Name == "llm_d_epp_flow_control_pool_saturation" }) {
+	if !slices.ContainsFunc(e.Families(), func(f signals.Family) bool { return f.Name == "llm_d_epp_flow_control_pool_saturation" }) {
 		t.Errorf("Families() = %v: a time-series database is not asked for the pool-saturation gauge", e.Families())
 	}
-	r, err := e.ExtractSamples([]Sample{{Labels: labels.FromStrings("__name__", "inference_extension_flow_control_pool_saturation",
+	r, err := e.ExtractSamples([]signals.Sample{{Labels: labels.FromStrings("__name__", "inference_extension_flow_control_pool_saturation",
 		"namespace", "gw", "pod", "epp-0", "inference_pool", "qwen"), Value: 0.2, T: t0}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package signals
+package policy
 
 import (
 	"math"
@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
+
 	"github.com/google/go-cmp/cmp"
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -15,9 +19,9 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 const maxAge = 6 * time.Second
 
 // read extracts body and stamps it at.
-func read(t testing.TB, body string, at time.Time) *Reading {
+func read(t testing.TB, body string, at time.Time) *signals.Reading {
 	t.Helper()
-	r, err := NewExtractor().Extract([]byte(body))
+	r, err := signals.NewExtractor().Extract([]byte(body))
 	if err != nil {
 		t.Fatalf("Extract(%q): %v", body, err)
 	}
@@ -45,11 +49,13 @@ func builtin(t testing.TB, unknown float64) *Catalog {
 // pod is one pod of a pool test: its readings (oldest first) and why its
 // newest scrape failed, if it did.
 type pod struct {
-	readings []*Reading
+	readings []*signals.Reading
 	why      string
 }
 
-func (p pod) history() *History { return NewHistory(HistoryOptions{}, p.readings...) }
+func (p pod) history() *history.History {
+	return history.NewHistory(history.HistoryOptions{}, p.readings...)
+}
 
 func poolOf(t testing.TB, c *Catalog, name string, now time.Time, pods ...pod) Pool {
 	t.Helper()
@@ -72,7 +78,7 @@ func approx(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 // TestPool pins each built-in policy's pool value: means and sums, unknown pods
 // at the unknown saturation, and "no data" as nil, never 0.
 func TestPool(t *testing.T) {
-	known := func(q, kv float64) pod { return pod{readings: []*Reading{read(t, vllm(q, 1, kv), t0)}} }
+	known := func(q, kv float64) pod { return pod{readings: []*signals.Reading{read(t, vllm(q, 1, kv), t0)}} }
 	dark := pod{why: "not scraped yet"}
 	type values map[string]float64 // policy name → pool value
 	tests := []struct {
@@ -95,7 +101,7 @@ func TestPool(t *testing.T) {
 			// No known pod: every policy's value is nil ("no data"), whatever the
 			// unknown saturation, so the server answers an error and the HPA holds.
 			name: "pod with a reading but no term is unknown",
-			pods: []pod{{readings: []*Reading{read(t, "vllm:num_requests_running 4\nvllm:num_requests_waiting NaN\n", t0)}}}, unknown: 2,
+			pods: []pod{{readings: []*signals.Reading{read(t, "vllm:num_requests_running 4\nvllm:num_requests_waiting NaN\n", t0)}}}, unknown: 2,
 			want: values{MetricRunning: 4},
 		},
 		{name: "empty", want: values{}},
@@ -125,7 +131,7 @@ func TestPartialOutageNeverScalesDown(t *testing.T) {
 	// Four pods, each with 10 waiting (saturation 2.0) at t0. At t0+10s three of
 	// them fail (their newest reading is now stale); the fourth reads nearly idle
 	// (one request running).
-	saturated := func() []*Reading { return []*Reading{read(t, vllm(10, 4, 0.5), t0)} }
+	saturated := func() []*signals.Reading { return []*signals.Reading{read(t, vllm(10, 4, 0.5), t0)} }
 	now := t0.Add(10 * time.Second)
 	pods := []pod{
 		{readings: saturated(), why: "scrape failing: HTTP 500"},
@@ -163,7 +169,7 @@ func TestPartialOutageNeverScalesDown(t *testing.T) {
 		t.Errorf("after the hold: llm_saturation = %v (held %d), want %g", deref(p.Value), p.Held, (3*1+idle)/4)
 	}
 	// A scale-up on the known pods still happens: the known pod fills up.
-	pods[3].readings = []*Reading{read(t, vllm(50, 8, 0.9), now)}
+	pods[3].readings = []*signals.Reading{read(t, vllm(50, 8, 0.9), now)}
 	if p := poolOf(t, c, MetricDemandReplicas, now, pods...); p.Value == nil || !approx(*p.Value, 3*2+10) {
 		t.Errorf("known pod saturated: llm_demand_replicas = %v, want %g", p.Value, 3*2.0+10)
 	}
@@ -175,8 +181,8 @@ func TestOneOfTwoSaturatedPodsDies(t *testing.T) {
 	c := builtin(t, DefaultUnknownSaturation)
 	now := t0.Add(8 * time.Second)
 	pods := []pod{
-		{readings: []*Reading{read(t, vllm(10, 4, 0.5), t0)}, why: "scrape failing: connection refused"},
-		{readings: []*Reading{read(t, vllm(10, 4, 0.5), t0), read(t, vllm(10, 4, 0.5), now)}},
+		{readings: []*signals.Reading{read(t, vllm(10, 4, 0.5), t0)}, why: "scrape failing: connection refused"},
+		{readings: []*signals.Reading{read(t, vllm(10, 4, 0.5), t0), read(t, vllm(10, 4, 0.5), now)}},
 	}
 	p := poolOf(t, c, MetricDemandReplicas, now, pods...)
 	if p.Value == nil || math.Ceil(*p.Value) != 4 {
@@ -187,7 +193,7 @@ func TestOneOfTwoSaturatedPodsDies(t *testing.T) {
 // Terms beyond queue and KV: batch slots (with the engine's own limit or the
 // term's), the preemption rate over a window, per-pod caps.
 func TestTerms(t *testing.T) {
-	policy := func(terms ...Term) *Catalog {
+	pol := func(terms ...Term) *Catalog {
 		c, err := NewCatalog(Policy{Name: "p", Kind: KindDemand, Terms: terms, UnknownSaturation: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -195,37 +201,37 @@ func TestTerms(t *testing.T) {
 		return c
 	}
 	t.Run("batch slots", func(t *testing.T) {
-		c := policy(Term{Kind: TermBatchSlots, SetPoint: 0.8, MaxNumSeqs: 64})
+		c := pol(Term{Kind: TermBatchSlots, SetPoint: 0.8, MaxNumSeqs: 64})
 		// 48 running of 64 slots at 20 % KV: 0.75 / 0.8.
-		p := poolOf(t, c, "p", t0, pod{readings: []*Reading{read(t, vllm(0, 48, 0.2), t0)}})
+		p := poolOf(t, c, "p", t0, pod{readings: []*signals.Reading{read(t, vllm(0, 48, 0.2), t0)}})
 		if p.Value == nil || !approx(*p.Value, 0.75/0.8) {
 			t.Errorf("batch slots = %v, want %g", p.Value, 0.75/0.8)
 		}
 		// Triton exposes its own limit (request_type="max", 512).
-		tri := read(t, string(readTestdata(t, "samples/triton-trtllm_readme.prom")), t0)
-		if p := poolOf(t, policy(Term{Kind: TermBatchSlots, SetPoint: 0.5}), "p", t0, pod{readings: []*Reading{tri}}); p.Value == nil || *p.Value != 0 {
+		tri := read(t, string(testfixture.Read(t, "testdata/samples/triton-trtllm_readme.prom")), t0)
+		if p := poolOf(t, pol(Term{Kind: TermBatchSlots, SetPoint: 0.5}), "p", t0, pod{readings: []*signals.Reading{tri}}); p.Value == nil || *p.Value != 0 {
 			t.Errorf("triton batch slots = %v, want 0 (0 active of 512)", p.Value)
 		}
 	})
 	t.Run("preemption rate across a reset", func(t *testing.T) {
-		c := policy(Term{Kind: TermPreemptionRate, SetPoint: 0.05, Window: time.Minute})
+		c := pol(Term{Kind: TermPreemptionRate, SetPoint: 0.05, Window: time.Minute})
 		// BC-12: 50 preemptions, then the container restarts and the counter
 		// reads 2 fifteen seconds later: 2 new preemptions, never a negative rate.
-		a := read(t, string(readTestdata(t, "hazards/BC-12-t0.prom"))+"vllm:num_requests_waiting{engine=\"0\"} 0\n", t0)
-		b := read(t, string(readTestdata(t, "hazards/BC-12-t1.prom"))+"vllm:num_requests_waiting{engine=\"0\"} 0\n", t0.Add(15*time.Second))
-		pl := poolOf(t, c, "p", t0.Add(15*time.Second), pod{readings: []*Reading{a, b}})
+		a := read(t, string(testfixture.Read(t, "testdata/hazards/BC-12-t0.prom"))+"vllm:num_requests_waiting{engine=\"0\"} 0\n", t0)
+		b := read(t, string(testfixture.Read(t, "testdata/hazards/BC-12-t1.prom"))+"vllm:num_requests_waiting{engine=\"0\"} 0\n", t0.Add(15*time.Second))
+		pl := poolOf(t, c, "p", t0.Add(15*time.Second), pod{readings: []*signals.Reading{a, b}})
 		want := (2.0 / 15) / 0.05
 		if pl.Value == nil || !approx(*pl.Value, want) {
 			t.Errorf("preemption rate ratio = %v, want %g", pl.Value, want)
 		}
 		// One reading has no rate: the term drops out and, alone, the pod is unknown.
-		if pl := poolOf(t, c, "p", t0, pod{readings: []*Reading{a}}); pl.Value != nil {
+		if pl := poolOf(t, c, "p", t0, pod{readings: []*signals.Reading{a}}); pl.Value != nil {
 			t.Errorf("a single reading gave a rate: %v", *pl.Value)
 		}
 	})
 	t.Run("per-pod cap", func(t *testing.T) {
-		c := policy(Term{Kind: TermQueueDepth, SetPoint: 5, MaxRatio: 4})
-		p := poolOf(t, c, "p", t0, pod{readings: []*Reading{read(t, vllm(1000, 8, 0.5), t0)}}, pod{readings: []*Reading{read(t, vllm(5, 8, 0.5), t0)}})
+		c := pol(Term{Kind: TermQueueDepth, SetPoint: 5, MaxRatio: 4})
+		p := poolOf(t, c, "p", t0, pod{readings: []*signals.Reading{read(t, vllm(1000, 8, 0.5), t0)}}, pod{readings: []*signals.Reading{read(t, vllm(5, 8, 0.5), t0)}})
 		if p.Value == nil || *p.Value != 5 {
 			t.Errorf("capped demand = %v, want 4 + 1", p.Value)
 		}
@@ -258,16 +264,16 @@ func TestLatencyGuardrail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := HistoryOptions{Needs: c.Needs()}
-	add := func(bodies ...string) *History {
-		var out *History
+	h := history.HistoryOptions{Needs: c.Needs()}
+	add := func(bodies ...string) *history.History {
+		var out *history.History
 		for i, b := range bodies {
 			out = out.Append(read(t, b, t0.Add(time.Duration(i)*15*time.Second)), h)
 		}
 		return out
 	}
 	now := t0.Add(15 * time.Second)
-	eval := func(hs ...*History) Pool {
+	eval := func(hs ...*history.History) Pool {
 		b := c.Lookup("chat").NewPool(now, maxAge)
 		for _, x := range hs {
 			b.Add(x, "")
@@ -303,10 +309,10 @@ func TestEngineStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq := func(bodies ...string) *History {
-		var h *History
+	seq := func(bodies ...string) *history.History {
+		var h *history.History
 		for i, b := range bodies {
-			h = h.Append(read(t, b, t0.Add(time.Duration(i)*5*time.Second)), HistoryOptions{Needs: c.Needs()})
+			h = h.Append(read(t, b, t0.Add(time.Duration(i)*5*time.Second)), history.HistoryOptions{Needs: c.Needs()})
 		}
 		return h
 	}
@@ -315,7 +321,7 @@ func TestEngineStates(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		h     *History
+		h     *history.History
 		state EngineState
 		value float64
 	}{
@@ -328,7 +334,7 @@ func TestEngineStates(t *testing.T) {
 		{"sleeping", seq(vllm(0, 0, 0) + "vllm:engine_sleep_state{engine=\"0\",sleep_state=\"awake\"} 0\nvllm:engine_sleep_state{engine=\"0\",sleep_state=\"weights_offloaded\"} 1\n"), StateSleeping, 1},
 		// NC-02: waiting + running = 150 + 16 = the 166 cap: clipped, counted at
 		// least saturated; the queue term (30) already is.
-		{"clipped at the cap", seq(string(readTestdata(t, "hazards/NC-02-t0.prom")), string(readTestdata(t, "hazards/NC-02-t1.prom"))), StateClipped, 30},
+		{"clipped at the cap", seq(string(testfixture.Read(t, "testdata/hazards/NC-02-t0.prom")), string(testfixture.Read(t, "testdata/hazards/NC-02-t1.prom"))), StateClipped, 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -341,7 +347,7 @@ func TestEngineStates(t *testing.T) {
 			// is what the pod counts for.
 			b := c.Lookup("sat").NewPool(now, maxAge)
 			v := b.Add(tt.h, "")
-			b.Add(NewHistory(HistoryOptions{}, read(t, vllm(0, 1, 0), now)), "")
+			b.Add(history.NewHistory(history.HistoryOptions{}, read(t, vllm(0, 1, 0), now)), "")
 			if p := b.Pool(); p.Value == nil || !approx(*p.Value, tt.value) {
 				t.Errorf("pool value = %v (pod %+v), want %g", deref(p.Value), v, tt.value)
 			}
@@ -371,9 +377,9 @@ func TestClippedLostDemand(t *testing.T) {
 		return vllm(150, 16, 0.4) + "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\"} " + ftoa(fin) +
 			"\nvllm:admission_rejections_total{model_name=\"m\",reason=\"max_num_queued_reqs\"} " + ftoa(rej) + "\n"
 	}
-	var h *History
+	var h *history.History
 	for i, x := range [][2]float64{{100, 0}, {110, 30}, {120, 60}} {
-		h = h.Append(read(t, body(x[0], x[1]), t0.Add(time.Duration(i)*5*time.Second)), HistoryOptions{})
+		h = h.Append(read(t, body(x[0], x[1]), t0.Add(time.Duration(i)*5*time.Second)), history.HistoryOptions{})
 	}
 	now := h.Latest().At()
 	b := c.Lookup("sat").NewPool(now, maxAge)
@@ -394,15 +400,15 @@ func TestSnapshotPoolsLikeHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := HistoryOptions{Needs: c.Needs()}
+	o := history.HistoryOptions{Needs: c.Needs()}
 	a := read(t, ttftBody(3, [4]float64{0, 0, 0, 0}, 0)+"vllm:num_preemptions_total{engine=\"0\"} 10\n", t0)
 	b := read(t, ttftBody(3, [4]float64{2, 6, 10, 10}, 10)+"vllm:num_preemptions_total{engine=\"0\"} 16\n", t0.Add(30*time.Second))
-	scraped := NewHistory(o, a, b)
-	w := scraped.window(WindowKey{Window: time.Minute})
-	snap := NewSnapshot(b, []WindowAggregate{{Key: WindowKey{Window: time.Minute}, Span: 30 * time.Second,
-		Increases: map[Signal]float64{Preemptions: 6}, Histograms: w.hist}}, nil, o)
+	scraped := history.NewHistory(o, a, b)
+	w := scraped.Window(history.WindowKey{Window: time.Minute})
+	snap := history.NewSnapshot(b, []history.Window{{Key: history.WindowKey{Window: time.Minute}, Span: 30 * time.Second,
+		Increases: increases(signals.Preemptions, 6), Histograms: w.Histograms}}, nil, o)
 	now := b.At()
-	for _, h := range []*History{scraped, snap} {
+	for _, h := range []*history.History{scraped, snap} {
 		pb := c.Lookup("p").NewPool(now, maxAge)
 		pb.Add(h, "")
 		p := pb.Pool()
@@ -429,12 +435,12 @@ func TestGatewayDemand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := c.Needs(); len(n.GatewayMetrics) != 1 || n.GatewayMetrics[0] != DefaultGatewayQueueMetric {
+	if n := c.Needs(); len(n.GatewayMetrics) != 1 || n.GatewayMetrics[0] != signals.DefaultGatewayQueueMetric {
 		t.Fatalf("needs %+v, want the default gateway metric", n)
 	}
-	e := NewExtractorWith(ExtractOptions{GatewayMetrics: c.Needs().GatewayMetrics})
-	epp, err := e.Extract(readTestdata(t, "hazards/NC-04-epp.prom"))
-	if err != nil || epp.Dialect != DialectGateway {
+	e := signals.NewExtractorWith(signals.ExtractOptions{GatewayMetrics: c.Needs().GatewayMetrics})
+	epp, err := e.Extract(testfixture.Read(t, "testdata/hazards/NC-04-epp.prom"))
+	if err != nil || epp.Dialect != signals.DialectGateway {
 		t.Fatalf("EPP body: %v %+v", err, epp)
 	}
 	pol := c.Lookup("gw-demand")
@@ -443,7 +449,7 @@ func TestGatewayDemand(t *testing.T) {
 		t.Fatalf("gateway queue %g %v, want 380", q, err)
 	}
 	// Another pool's series are not this pool's.
-	other := GatewayInput{Metric: DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "other"}}
+	other := GatewayInput{Metric: signals.DefaultGatewayQueueMetric, Match: map[string]string{"inference_pool": "other"}}
 	if q, err := other.Queue(&epp); err != nil || q != 0 {
 		t.Errorf("another pool's queue = %g %v, want 0 (series exist, none match)", q, err)
 	}
@@ -451,11 +457,11 @@ func TestGatewayDemand(t *testing.T) {
 	if _, err := pol.Gateway.Queue(read(t, vllm(1, 1, 0.1), t0)); err == nil {
 		t.Error("a body without the gateway metric gave a queue")
 	}
-	pods := []*History{
-		NewHistory(HistoryOptions{}, read(t, vllm(4, 8, 0.78), t0)),
-		NewHistory(HistoryOptions{}, read(t, vllm(5, 8, 0.79), t0)),
+	pods := []*history.History{
+		history.NewHistory(history.HistoryOptions{}, read(t, vllm(4, 8, 0.78), t0)),
+		history.NewHistory(history.HistoryOptions{}, read(t, vllm(5, 8, 0.79), t0)),
 	}
-	eval := func(name string, pods []*History, gateway *float64) *float64 {
+	eval := func(name string, pods []*history.History, gateway *float64) *float64 {
 		b := c.Lookup(name).NewPool(t0, maxAge)
 		for _, h := range pods {
 			b.Add(h, "")
@@ -499,7 +505,7 @@ func TestGatewayDemand(t *testing.T) {
 // report running keeps its KV term.
 func TestIdleKVResidueIsNotDemand(t *testing.T) {
 	c := builtin(t, DefaultUnknownSaturation)
-	idle := pod{readings: []*Reading{read(t, vllm(0, 0, 1.0/76), t0)}}
+	idle := pod{readings: []*signals.Reading{read(t, vllm(0, 0, 1.0/76), t0)}}
 	for _, name := range []string{MetricSaturation, MetricDemandReplicas} {
 		if p := poolOf(t, c, name, t0, idle, idle); p.Value == nil || *p.Value != 0 {
 			t.Errorf("%s of two idle pods = %v, want exactly 0", name, deref(p.Value))
@@ -519,16 +525,53 @@ func TestIdleKVResidueIsNotDemand(t *testing.T) {
 	if kv == nil || kv.Value != 0 || !strings.Contains(kv.Note, "not demand") {
 		t.Errorf("explain's kvCacheUsage term = %+v, want 0 with a note saying why", kv)
 	}
-	busy := pod{readings: []*Reading{read(t, vllm(0, 1, 1.0/76), t0)}}
+	busy := pod{readings: []*signals.Reading{read(t, vllm(0, 1, 1.0/76), t0)}}
 	if p := poolOf(t, c, MetricSaturation, t0, busy); p.Value == nil || !approx(*p.Value, 1.0/76/DefaultSetPoints().KVCacheUsage) {
 		t.Errorf("one running: %s = %v, want KV / set point", MetricSaturation, deref(p.Value))
 	}
-	waiting := pod{readings: []*Reading{read(t, vllm(1, 0, 0.5), t0)}}
+	waiting := pod{readings: []*signals.Reading{read(t, vllm(1, 0, 0.5), t0)}}
 	if p := poolOf(t, c, MetricSaturation, t0, waiting); p.Value == nil || !approx(*p.Value, 0.5/DefaultSetPoints().KVCacheUsage) {
 		t.Errorf("one waiting: %s = %v, want KV / set point", MetricSaturation, deref(p.Value))
 	}
-	noRunning := pod{readings: []*Reading{read(t, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.4\n", t0)}}
+	noRunning := pod{readings: []*signals.Reading{read(t, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.4\n", t0)}}
 	if p := poolOf(t, c, MetricSaturation, t0, noRunning); p.Value == nil || !approx(*p.Value, 0.4/DefaultSetPoints().KVCacheUsage) {
 		t.Errorf("running not reported: %s = %v, want KV / set point", MetricSaturation, deref(p.Value))
+	}
+}
+
+// increases returns Values holding one counter increase.
+func increases(s signals.Signal, v float64) signals.Values {
+	var x signals.Values
+	x.Set(s, v)
+	return x
+}
+
+// everyTermCatalog is the built-in policies beside one with every term kind,
+// as hack/benchscale's "every" runs.
+func everyTermCatalog(tb testing.TB) *Catalog {
+	tb.Helper()
+	policies := append(BuiltinPolicies(DefaultSetPoints(), DefaultUnknownSaturation, DefaultHoldLastGood), Policy{
+		Name: "every-term", Kind: KindMean, UnknownSaturation: 1, QueueCap: 1024, Terms: []Term{
+			{Kind: TermQueueDepth, SetPoint: 4, MaxRatio: 10},
+			{Kind: TermKVCacheUsage, SetPoint: 0.8},
+			{Kind: TermBatchSlots, SetPoint: 0.9, MaxNumSeqs: 64},
+			{Kind: TermPreemptionRate, SetPoint: 1, Window: 2 * time.Minute},
+			{Kind: TermTTFT, SetPoint: 1.5, Quantile: 0.95, Window: time.Minute},
+			{Kind: TermE2ELatency, SetPoint: 60, Quantile: 0.9, Window: 5 * time.Minute},
+			{Kind: TermInterTokenLatency, SetPoint: 0.1, Quantile: 0.95, Window: time.Minute},
+		}})
+	c, err := NewCatalog(policies...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// pkg/history's footprint benchmarks keep what everyTermCatalog needs as a
+// literal (history cannot import policy): it must stay that catalog's Needs.
+func TestEveryTermNeeds(t *testing.T) {
+	want := history.Needs{Histograms: true, Windows: []history.WindowKey{{Window: 2 * time.Minute}, {Window: time.Minute}, {Window: 5 * time.Minute}}}
+	if diff := cmp.Diff(want, everyTermCatalog(t).Needs()); diff != "" {
+		t.Errorf("Needs (-pkg/history's everyTermNeeds +catalog):\n%s", diff)
 	}
 }

@@ -1,8 +1,11 @@
-package signals
+package policy
 
 import (
 	"math"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // PodValue is one pod's part in a pool, as PoolBuilder.Add computed it.
@@ -99,7 +102,7 @@ type PoolBuilder struct {
 	unknowns []float64
 	// Pooled observations of the latency terms, and whether any known pod had
 	// requests in flight.
-	obs    []*Histogram
+	obs    []*signals.Histogram
 	busy   bool
 	oldest time.Time
 	gw     *float64
@@ -125,7 +128,7 @@ func (p *Policy) NewPool(now time.Time, maxAge time.Duration) PoolBuilder {
 // Add counts one pod: h is its history (nil when it was never scraped
 // successfully) and why says why its newest scrape failed, if it did. It returns
 // the pod's own part.
-func (b *PoolBuilder) Add(h *History, why string) PodValue {
+func (b *PoolBuilder) Add(h *history.History, why string) PodValue {
 	b.pods++
 	p := b.policy
 	if p.Kind == KindSignal {
@@ -160,14 +163,14 @@ func (b *PoolBuilder) Add(h *History, why string) PodValue {
 			continue
 		}
 		if b.obs == nil {
-			b.obs = make([]*Histogram, len(p.Terms))
+			b.obs = make([]*signals.Histogram, len(p.Terms))
 		}
-		w := h.window(WindowKey{Window: t.Window, Model: p.Model})
-		if d := w.hist[hk]; d != nil {
+		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
+		if d := w.Histograms[hk]; d != nil {
 			switch {
 			case b.obs[i] == nil:
-				b.obs[i] = d.clone()
-			case !b.obs[i].addInPlace(d):
+				b.obs[i] = d.Clone()
+			case !b.obs[i].AddInPlace(d):
 				b.obs[i] = b.obs[i].Add(d)
 			}
 		}
@@ -175,7 +178,7 @@ func (b *PoolBuilder) Add(h *History, why string) PodValue {
 	return v
 }
 
-func (b *PoolBuilder) addSignal(h *History, why string) PodValue {
+func (b *PoolBuilder) addSignal(h *history.History, why string) PodValue {
 	p := b.policy
 	r, ok := fresh(h, b.now, b.maxAge)
 	if ok {
@@ -233,7 +236,7 @@ func (b *PoolBuilder) Pool() Pool {
 		for _, u := range b.unknowns {
 			v += math.Max(u, mean)
 		}
-		if p.Signal.foldsByMean() {
+		if p.Signal.FoldsByMean() {
 			v /= float64(b.pods)
 		}
 		out.Value = &v
@@ -270,7 +273,7 @@ func (b *PoolBuilder) Pool() Pool {
 		if !t.Kind.IsLatency() {
 			continue
 		}
-		var obs *Histogram
+		var obs *signals.Histogram
 		if b.obs != nil {
 			obs = b.obs[i]
 		}

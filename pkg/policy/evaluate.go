@@ -1,9 +1,12 @@
-package signals
+package policy
 
 import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // EngineState is what an engine can do now, judged over the state window.
@@ -57,8 +60,8 @@ func (s EngineState) cannotServe() bool { return s.severity() >= 2 }
 // engineState derives an engine's state from its facts under the policy: a
 // state of no progress (frozen, wedged) needs at least MinStateReadings
 // readings over at least half the state window, all showing it.
-func (p *Policy) engineState(f *EngineFacts, window time.Duration) (EngineState, string) {
-	long := f != nil && f.Readings >= MinStateReadings && f.Span >= window/2
+func (p *Policy) engineState(f *history.EngineFacts, window time.Duration) (EngineState, string) {
+	long := f != nil && f.Readings >= history.MinStateReadings && f.Span >= window/2
 	switch {
 	case f == nil:
 		return StateOK, ""
@@ -135,11 +138,11 @@ type podEval struct {
 	busy    bool // requests waiting or running in the newest fresh reading
 	why     string
 	at      time.Time
-	history *History
+	history *history.History
 }
 
 // fresh reports whether the newest reading of h is within maxAge of now.
-func fresh(h *History, now time.Time, maxAge time.Duration) (*Reading, bool) {
+func fresh(h *history.History, now time.Time, maxAge time.Duration) (*signals.Reading, bool) {
 	r := h.Latest()
 	if r == nil {
 		return nil, false
@@ -149,7 +152,7 @@ func fresh(h *History, now time.Time, maxAge time.Duration) (*Reading, bool) {
 
 // evalSaturation evaluates one pod under a KindMean or KindDemand policy;
 // report, when not nil, receives the details.
-func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge time.Duration, report *PodReport, ownLatency bool) podEval {
+func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, maxAge time.Duration, report *PodReport, ownLatency bool) podEval {
 	ev := podEval{state: StateOK, part: p.UnknownSaturation, history: h}
 	r, ok := fresh(h, now, maxAge)
 	if r != nil && !ok {
@@ -185,18 +188,18 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 		return ev
 	}
 	ev.fresh, ev.at = true, r.At()
-	q, _ := r.Value(QueueDepth)
-	qd, _ := r.Value(QueueDeferred)
-	run, _ := r.Value(Running)
+	q, _ := r.Value(signals.QueueDepth)
+	qd, _ := r.Value(signals.QueueDeferred)
+	run, _ := r.Value(signals.Running)
 	ev.busy = q+qd+run > 0
 	// Engine states.
 	var stateWhy string
 	for i := range r.Engines {
 		e := &r.Engines[i]
-		if p.Model != "" && !sameModel(e.Model, p.Model) {
+		if p.Model != "" && !signals.SameModel(e.Model, p.Model) {
 			continue
 		}
-		st, reason := p.engineState(h.factsOf(e.ID), h.opts.StateWindow)
+		st, reason := p.engineState(h.FactsOf(e.ID), h.StateWindow())
 		if report != nil {
 			report.Engines = append(report.Engines, EngineReport{ID: e.ID, Model: e.Model, State: st, Reason: reason})
 		}
@@ -225,7 +228,7 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 		ev.why = stateWhy + fmt.Sprintf("; counts at the unknown-pod saturation %g", p.UnknownSaturation)
 	case !has:
 		ev.why = "no valid term"
-		if p.Model != "" && fold(r.Engines, engineFilter(r, p.Model)).EngineCount == 0 {
+		if p.Model != "" && signals.FoldEngines(r.Engines, signals.EngineFilter(r, p.Model)).EngineCount == 0 {
 			ev.why = fmt.Sprintf("no engine serves model %q", p.Model)
 		}
 		ev.why += firstWarnings(r.Warnings)
@@ -253,11 +256,11 @@ func (p *Policy) evalSaturation(h *History, why string, now time.Time, maxAge ti
 
 // lostDemand returns (finished + rejected) / finished over the last
 // DefaultTermWindow, for a clipped pod.
-func (p *Policy) lostDemand(h *History) (float64, bool) {
-	w := h.window(WindowKey{Window: DefaultTermWindow, Model: p.Model})
-	fin, ok1 := w.inc.Value(RequestsFinished)
-	rej, ok2 := w.inc.Value(Rejections)
-	if !w.ok || !ok1 || !ok2 || fin <= 0 {
+func (p *Policy) lostDemand(h *history.History) (float64, bool) {
+	w := h.Window(history.WindowKey{Window: DefaultTermWindow, Model: p.Model})
+	fin, ok1 := w.Increases.Value(signals.RequestsFinished)
+	rej, ok2 := w.Increases.Value(signals.Rejections)
+	if !w.OK || !ok1 || !ok2 || fin <= 0 {
 		return 0, false
 	}
 	return (fin + rej) / fin, true
@@ -267,10 +270,10 @@ func (p *Policy) lostDemand(h *History) (float64, bool) {
 // saturation with its own latency terms (when latency is set; else the same as
 // part), part without them (the pool adds pooled latency instead); has is false
 // when no term has a value. terms, when not nil, receives each term with a note.
-func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue, latency bool) (own, part float64, has bool) {
+func (p *Policy) podTerms(h *history.History, r *signals.Reading, terms *[]TermValue, latency bool) (own, part float64, has bool) {
 	f := &r.Fold
 	if p.Model != "" {
-		mf := fold(r.Engines, engineFilter(r, p.Model))
+		mf := signals.FoldEngines(r.Engines, signals.EngineFilter(r, p.Model))
 		f = &mf
 	}
 	partHas := false
@@ -304,16 +307,16 @@ func (p *Policy) podTerms(h *History, r *Reading, terms *[]TermValue, latency bo
 
 // termValue returns one term's value for a pod and, when withNote is set, a
 // note on how it was obtained; ok is false when the pod has no value for it.
-func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bool) (v float64, note string, ok bool) {
+func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, f *signals.Fold, withNote bool) (v float64, note string, ok bool) {
 	switch t.Kind {
 	case TermQueueDepth:
-		v, ok = f.Value(QueueDepth)
-		if d, dok := f.Value(QueueDeferred); withNote && ok && dok && d > 0 {
+		v, ok = f.Value(signals.QueueDepth)
+		if d, dok := f.Value(signals.QueueDeferred); withNote && ok && dok && d > 0 {
 			note = fmt.Sprintf("%g deferred waits not counted (more replicas would not shorten them)", d)
 		}
 		return v, note, ok
 	case TermKVCacheUsage:
-		v, ok = f.Value(KVCacheUsage)
+		v, ok = f.Value(signals.KVCacheUsage)
 		if ok && v > 0 && idle(f) {
 			// An idle engine still reports a few blocks in use: vLLM v1 up to 0.10
 			// counts its reserved null block (vllm/v1/core/block_pool.py get_usage,
@@ -331,25 +334,25 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bo
 	case TermBatchSlots:
 		return batchSlots(t, r, p.Model, f, withNote)
 	case TermPreemptionRate:
-		w := h.window(WindowKey{Window: t.Window, Model: p.Model})
-		inc, has := w.inc.Value(Preemptions)
-		if !w.ok || !has || w.span <= 0 {
+		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
+		inc, has := w.Increases.Value(signals.Preemptions)
+		if !w.OK || !has || w.Span <= 0 {
 			return 0, "", false
 		}
 		if withNote {
-			note = fmt.Sprintf("over %s", w.span.Round(time.Second))
+			note = fmt.Sprintf("over %s", w.Span.Round(time.Second))
 		}
-		return inc / w.span.Seconds(), note, true
+		return inc / w.Span.Seconds(), note, true
 	}
 	hk, _ := t.Kind.histo()
-	w := h.window(WindowKey{Window: t.Window, Model: p.Model})
-	if !w.ok {
+	w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
+	if !w.OK {
 		return 0, "", false
 	}
-	q, _ := f.Value(QueueDepth)
-	qd, _ := f.Value(QueueDeferred)
-	run, _ := f.Value(Running)
-	return latencyValue(t, w.hist[hk], q+qd+run > 0, withNote)
+	q, _ := f.Value(signals.QueueDepth)
+	qd, _ := f.Value(signals.QueueDeferred)
+	run, _ := f.Value(signals.Running)
+	return latencyValue(t, w.Histograms[hk], q+qd+run > 0, withNote)
 }
 
 // idle reports whether f says the pod has nothing running and nothing waiting
@@ -357,13 +360,13 @@ func (p *Policy) termValue(t *Term, h *History, r *Reading, f *Fold, withNote bo
 // reported both running and waiting validly: an unknown gauge (absent, or a
 // rejected NaN on one data-parallel rank) is no evidence of idleness, and the
 // KV term then stands.
-func idle(f *Fold) bool {
-	if !f.complete(Running) || !f.complete(QueueDepth) {
+func idle(f *signals.Fold) bool {
+	if !f.Complete(signals.Running) || !f.Complete(signals.QueueDepth) {
 		return false
 	}
-	run, _ := f.Value(Running)
-	q, _ := f.Value(QueueDepth)
-	qd, _ := f.Value(QueueDeferred)
+	run, _ := f.Value(signals.Running)
+	q, _ := f.Value(signals.QueueDepth)
+	qd, _ := f.Value(signals.QueueDeferred)
 	return run == 0 && q+qd == 0
 }
 
@@ -371,7 +374,7 @@ func idle(f *Fold) bool {
 // quantile; with no observation while requests wait or run, the SLO itself
 // (at least the SLO: never NaN, never a stale low value); with no observation
 // and nothing in flight, no value (an idle window drops the term).
-func latencyValue(t *Term, obs *Histogram, busy, withNote bool) (float64, string, bool) {
+func latencyValue(t *Term, obs *signals.Histogram, busy, withNote bool) (float64, string, bool) {
 	if q, ok := obs.Quantile(t.Quantile); ok {
 		note := ""
 		if withNote {
@@ -387,16 +390,16 @@ func latencyValue(t *Term, obs *Histogram, busy, withNote bool) (float64, string
 
 // batchSlots is running / slots (the engines' own limits, else MaxNumSeqs per
 // engine), or the state pool's usage when higher.
-func batchSlots(t *Term, r *Reading, model string, f *Fold, withNote bool) (float64, string, bool) {
-	running, hasRun := f.Value(Running)
+func batchSlots(t *Term, r *signals.Reading, model string, f *signals.Fold, withNote bool) (float64, string, bool) {
+	running, hasRun := f.Value(signals.Running)
 	slots := 0.0
-	keep := engineFilter(r, model)
+	keep := signals.EngineFilter(r, model)
 	for i := range r.Engines {
 		e := &r.Engines[i]
 		if keep != nil && !keep(e) {
 			continue
 		}
-		if m, ok := e.Value(MaxRunning); ok && m > 0 {
+		if m, ok := e.Value(signals.MaxRunning); ok && m > 0 {
 			slots += m
 		} else if t.MaxNumSeqs > 0 {
 			slots += t.MaxNumSeqs
@@ -409,7 +412,7 @@ func batchSlots(t *Term, r *Reading, model string, f *Fold, withNote bool) (floa
 			note = fmt.Sprintf("%g running of %g slots", running, slots)
 		}
 	}
-	if su, has := f.Value(StateUsage); has && (!ok || su > v) {
+	if su, has := f.Value(signals.StateUsage); has && (!ok || su > v) {
 		v, note, ok = su, "state pool usage (hybrid model)", true
 	}
 	return v, note, ok
@@ -437,7 +440,7 @@ func joinRest(w []string) string {
 // ExplainPod evaluates one pod under the policy in detail, as the pool does
 // (PoolBuilder.Add), at now with readings older than maxAge stale. For a
 // KindSignal policy the report has no terms and Counted is the signal.
-func (p *Policy) ExplainPod(h *History, why string, now time.Time, maxAge time.Duration) PodReport {
+func (p *Policy) ExplainPod(h *history.History, why string, now time.Time, maxAge time.Duration) PodReport {
 	var rep PodReport
 	if p.Kind == KindSignal {
 		r, ok := fresh(h, now, maxAge)
@@ -455,10 +458,10 @@ func (p *Policy) ExplainPod(h *History, why string, now time.Time, maxAge time.D
 }
 
 // signalValue returns a KindSignal policy's signal for a reading.
-func (p *Policy) signalValue(r *Reading) (float64, bool) {
+func (p *Policy) signalValue(r *signals.Reading) (float64, bool) {
 	f := &r.Fold
 	if p.Model != "" {
-		mf := fold(r.Engines, engineFilter(r, p.Model))
+		mf := signals.FoldEngines(r.Engines, signals.EngineFilter(r, p.Model))
 		f = &mf
 	}
 	v, ok := f.Value(p.Signal)

@@ -1,4 +1,8 @@
-package testfixture
+// Package emulated starts emulated vLLM engines (lab/emulator) on loopback for
+// tests of other packages: drain, the adapter's scrape path. Only tests import
+// it; it is apart from testfixture so that tests needing only captured files do
+// not build the emulator.
+package emulated
 
 import (
 	"bytes"

@@ -1,31 +1,21 @@
-package signals
+package history
 
 import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
-// everyTermCatalog is the built-in policies beside one with every term kind,
-// as hack/benchscale's "every" runs: histograms read, windows of 1, 2 and 5
-// minutes kept.
-func everyTermCatalog(tb testing.TB) *Catalog {
-	tb.Helper()
-	policies := append(BuiltinPolicies(DefaultSetPoints(), DefaultUnknownSaturation, DefaultHoldLastGood), Policy{
-		Name: "every-term", Kind: KindMean, UnknownSaturation: 1, QueueCap: 1024, Terms: []Term{
-			{Kind: TermQueueDepth, SetPoint: 4, MaxRatio: 10},
-			{Kind: TermKVCacheUsage, SetPoint: 0.8},
-			{Kind: TermBatchSlots, SetPoint: 0.9, MaxNumSeqs: 64},
-			{Kind: TermPreemptionRate, SetPoint: 1, Window: 2 * time.Minute},
-			{Kind: TermTTFT, SetPoint: 1.5, Quantile: 0.95, Window: time.Minute},
-			{Kind: TermE2ELatency, SetPoint: 60, Quantile: 0.9, Window: 5 * time.Minute},
-			{Kind: TermInterTokenLatency, SetPoint: 0.1, Quantile: 0.95, Window: time.Minute},
-		}})
-	c, err := NewCatalog(policies...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c
+// everyTermNeeds is what the built-in policies beside one with every term kind
+// need kept per pod, as hack/benchscale's "every" runs: histograms read,
+// windows of 2, 1 and 5 minutes (the preemption rate's, the TTFT and
+// inter-token latency's, the e2e latency's). pkg/policy's
+// TestEveryTermNeeds holds it to that catalog's Needs.
+func everyTermNeeds() Needs {
+	return Needs{Histograms: true, Windows: []WindowKey{{Window: 2 * time.Minute}, {Window: time.Minute}, {Window: 5 * time.Minute}}}
 }
 
 // BenchmarkScrapeReading is the pkg/signals part of one scrape in the steady
@@ -33,23 +23,19 @@ func everyTermCatalog(tb testing.TB) *Catalog {
 // full History (2 s after the one before; each op the next of 1,000 pods),
 // under the built-in policies
 // ("default": no histograms, readings kept for the 10 s state window) and
-// under everyTermCatalog ("every": histograms, readings kept for the 5 m
+// under everyTermNeeds ("every": histograms, readings kept for the 5 m
 // window, thinned to DefaultMaxReadings). B/pod is the live heap of one pod's
 // full History, measured over 1,000 pods: what the readings and window
 // aggregates of an engine cost the adapter.
 func BenchmarkScrapeReading(b *testing.B) {
-	body := readTestdata(b, realV1Dump)
-	builtin, err := NewCatalog(BuiltinPolicies(DefaultSetPoints(), DefaultUnknownSaturation, DefaultHoldLastGood)...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	body := testfixture.Sample(b, realV1Dump)
 	for _, tc := range []struct {
-		name    string
-		catalog *Catalog
-	}{{"default", builtin}, {"every", everyTermCatalog(b)}} {
+		name  string
+		needs Needs
+	}{{"default", Needs{}}, {"every", everyTermNeeds()}} {
 		b.Run(tc.name, func(b *testing.B) {
-			needs := tc.catalog.Needs()
-			e := NewExtractorWith(ExtractOptions{Histograms: needs.Histograms})
+			needs := tc.needs
+			e := signals.NewExtractorWith(signals.ExtractOptions{Histograms: needs.Histograms})
 			o := HistoryOptions{Needs: needs}
 			t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 			scrape := func(h *History, i int) *History {
@@ -101,10 +87,10 @@ func liveHeap() uint64 {
 // BenchmarkHistoryAppend is the History part of BenchmarkScrapeReading alone:
 // appending a reading of the real dump (extracted once; each op the next of
 // 1,000 pods, 2 s after its reading before) to a full History under
-// everyTermCatalog, which recomputes the five window aggregates.
+// everyTermNeeds, which recomputes its three window aggregates.
 func BenchmarkHistoryAppend(b *testing.B) {
-	needs := everyTermCatalog(b).Needs()
-	base, err := NewExtractorWith(ExtractOptions{Histograms: needs.Histograms}).Extract(readTestdata(b, realV1Dump))
+	needs := everyTermNeeds()
+	base, err := signals.NewExtractorWith(signals.ExtractOptions{Histograms: needs.Histograms}).Extract(testfixture.Sample(b, realV1Dump))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,12 +120,12 @@ func BenchmarkHistoryAppend(b *testing.B) {
 }
 
 // BenchmarkComputeWindow compares, in one run, the window aggregates of a full
-// History under everyTermCatalog computed pair by pair ("pairwise", smooth
+// History under everyTermNeeds computed pair by pair ("pairwise", smooth
 // flags withheld) and telescoped from the window's ends ("telescoped": every
 // pair of a steady engine is smooth).
 func BenchmarkComputeWindow(b *testing.B) {
-	needs := everyTermCatalog(b).Needs()
-	base, err := NewExtractorWith(ExtractOptions{Histograms: needs.Histograms}).Extract(readTestdata(b, realV1Dump))
+	needs := everyTermNeeds()
+	base, err := signals.NewExtractorWith(signals.ExtractOptions{Histograms: needs.Histograms}).Extract(testfixture.Sample(b, realV1Dump))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,3 +151,6 @@ func BenchmarkComputeWindow(b *testing.B) {
 		})
 	}
 }
+
+// realV1Dump is the real vLLM V1 /metrics dump of testdata/samples (47 KB).
+const realV1Dump = "vllm_v1-0.10-nvcr25.09_single-engine.prom"

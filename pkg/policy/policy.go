@@ -1,4 +1,4 @@
-package signals
+package policy
 
 import (
 	"errors"
@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Kind says how a Policy turns the pods of a pool into one value.
@@ -78,17 +81,17 @@ func TermKinds() []TermKind {
 
 // Histo returns the histogram a latency term reads; ok is false for the
 // other terms.
-func (k TermKind) Histo() (Histo, bool) { return k.histo() }
+func (k TermKind) Histo() (signals.Histo, bool) { return k.histo() }
 
 // histo returns the histogram of a latency term.
-func (k TermKind) histo() (Histo, bool) {
+func (k TermKind) histo() (signals.Histo, bool) {
 	switch k {
 	case TermTTFT:
-		return TTFT, true
+		return signals.TTFT, true
 	case TermE2ELatency:
-		return E2ELatency, true
+		return signals.E2ELatency, true
 	case TermInterTokenLatency:
-		return InterTokenLatency, true
+		return signals.InterTokenLatency, true
 	}
 	return 0, false
 }
@@ -194,8 +197,8 @@ func (t Term) Validate() *FieldError {
 	if t.MaxRatio != 0 && (!(t.MaxRatio >= 1) || !finite(t.MaxRatio)) {
 		return fieldErr("maxRatio", t.MaxRatio, "must be 0 (no cap) or a finite number >= 1")
 	}
-	if t.MaxNumSeqs != 0 && (t.Kind != TermBatchSlots || !(t.MaxNumSeqs >= 1) || t.MaxNumSeqs > MaxRequests) {
-		return fieldErr("maxNumSeqs", t.MaxNumSeqs, "only batchSlots has it; a number of sequences in [1, %g]", MaxRequests)
+	if t.MaxNumSeqs != 0 && (t.Kind != TermBatchSlots || !(t.MaxNumSeqs >= 1) || t.MaxNumSeqs > signals.MaxRequests) {
+		return fieldErr("maxNumSeqs", t.MaxNumSeqs, "only batchSlots has it; a number of sequences in [1, %g]", signals.MaxRequests)
 	}
 	return nil
 }
@@ -269,7 +272,7 @@ type Policy struct {
 	// Kind is how pods pool into one value.
 	Kind Kind
 	// Signal is the raw signal of a KindSignal policy.
-	Signal Signal
+	Signal signals.Signal
 	// Terms score each pod of a KindMean or KindDemand policy; the pod's
 	// saturation is the maximum of their ratios.
 	Terms []Term
@@ -308,7 +311,7 @@ type GatewayInput struct {
 	// Port and Path override the pods' scrape annotations; 0 and "" keep them.
 	Port int
 	Path string
-	// Metric is the queue gauge (DefaultGatewayQueueMetric when empty).
+	// Metric is the queue gauge (signals.DefaultGatewayQueueMetric when empty).
 	Metric string
 	// Match selects the pool's series: label → value (e.g. inference_pool).
 	Match map[string]string
@@ -319,12 +322,6 @@ type GatewayInput struct {
 	// pods (re-read on every scrape).
 	BearerTokenFile string
 }
-
-// DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
-// queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
-// inference_extension_flow_control_queue_size), labelled by inference_pool,
-// fairness_id, priority and model names (hazard NC-04).
-const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 
 // Queue returns the waiting requests of the gateway series that a gateway
 // input selects: the sum over the series of its metric whose labels match,
@@ -340,7 +337,7 @@ const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 // misnamed); and series of the metric none of which carries every label of
 // Match (a match that can select nothing: upstream's gauge is labelled
 // fairness_id and priority only before PR #1714).
-func (g *GatewayInput) Queue(readings ...*Reading) (float64, error) {
+func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 	var queue float64
 	series, labelled, read := 0, 0, 0
 	for _, r := range readings {
@@ -355,7 +352,7 @@ func (g *GatewayInput) Queue(readings ...*Reading) (float64, error) {
 				continue
 			}
 			n++
-			if s.hasLabels(g.Match) {
+			if s.HasLabels(g.Match) {
 				labelled++
 			}
 			if s.Matches(g.Match) {
@@ -388,7 +385,7 @@ func (g *GatewayInput) Queue(readings ...*Reading) (float64, error) {
 
 // otherQueueFamily returns a flow-control queue-size family of r other than
 // metric, "" when none.
-func otherQueueFamily(r *Reading, metric string) string {
+func otherQueueFamily(r *signals.Reading, metric string) string {
 	for _, f := range r.FlowControl {
 		if strings.HasSuffix(f, "_flow_control_queue_size") && f != metric {
 			return f
@@ -447,7 +444,7 @@ func (p *Policy) Validate() *FieldError {
 			return fieldErr("unknownPodSaturation", p.UnknownSaturation, "must be a finite number >= 0")
 		}
 	case KindSignal:
-		if p.Signal != QueueDepth && p.Signal != Running && p.Signal != KVCacheUsage && p.Signal != QueueDeferred {
+		if p.Signal != signals.QueueDepth && p.Signal != signals.Running && p.Signal != signals.KVCacheUsage && p.Signal != signals.QueueDeferred {
 			return fieldErr("signal", p.Signal.String(), "cannot be served as a pool value; one of queueDepth, running, kvCacheUsage, queueDeferred")
 		}
 		if len(p.Terms) > 0 {
@@ -462,8 +459,8 @@ func (p *Policy) Validate() *FieldError {
 	if p.HoldLastGood < 0 {
 		return fieldErr("holdLastGood", p.HoldLastGood, "must be >= 0")
 	}
-	if p.QueueCap != 0 && (!(p.QueueCap >= 1) || p.QueueCap > MaxRequests) {
-		return fieldErr("queueCap", p.QueueCap, "must be 0 (unknown) or a number of requests in [1, %g]", MaxRequests)
+	if p.QueueCap != 0 && (!(p.QueueCap >= 1) || p.QueueCap > signals.MaxRequests) {
+		return fieldErr("queueCap", p.QueueCap, "must be 0 (unknown) or a number of requests in [1, %g]", signals.MaxRequests)
 	}
 	if g := p.Gateway; g != nil {
 		if g.QueueSetPoint != 0 && (!(g.QueueSetPoint >= MinSetPoint) || !finite(g.QueueSetPoint)) {
@@ -489,7 +486,7 @@ func (p Policy) withDefaults() Policy {
 	if p.Gateway != nil {
 		g := *p.Gateway
 		if g.Metric == "" {
-			g.Metric = DefaultGatewayQueueMetric
+			g.Metric = signals.DefaultGatewayQueueMetric
 		}
 		if g.QueueSetPoint == 0 {
 			if t := p.term(TermQueueDepth); t != nil {
@@ -570,9 +567,9 @@ func BuiltinPolicies(sp SetPoints, unknownSaturation float64, hold time.Duration
 	return []Policy{
 		{Name: MetricSaturation, Kind: KindMean, Terms: sp.Terms(), UnknownSaturation: unknownSaturation, HoldLastGood: hold},
 		{Name: MetricDemandReplicas, Kind: KindDemand, Terms: sp.Terms(), UnknownSaturation: unknownSaturation, HoldLastGood: hold},
-		{Name: MetricQueueDepth, Kind: KindSignal, Signal: QueueDepth, HoldLastGood: hold},
-		{Name: MetricRunning, Kind: KindSignal, Signal: Running, HoldLastGood: hold},
-		{Name: MetricKVCacheUsage, Kind: KindSignal, Signal: KVCacheUsage, HoldLastGood: hold},
+		{Name: MetricQueueDepth, Kind: KindSignal, Signal: signals.QueueDepth, HoldLastGood: hold},
+		{Name: MetricRunning, Kind: KindSignal, Signal: signals.Running, HoldLastGood: hold},
+		{Name: MetricKVCacheUsage, Kind: KindSignal, Signal: signals.KVCacheUsage, HoldLastGood: hold},
 	}
 }
 
@@ -619,8 +616,8 @@ func (c *Catalog) PerPodNames() []string {
 // Needs returns what the catalog's policies need kept per pod: whether any
 // reads latency histograms, and the windows of their terms per model
 // restriction, so that scrapes precompute them (see History).
-func (c *Catalog) Needs() Needs {
-	var n Needs
+func (c *Catalog) Needs() history.Needs {
+	var n history.Needs
 	for i := range c.policies {
 		p := &c.policies[i]
 		for _, t := range p.Terms {
@@ -628,7 +625,7 @@ func (c *Catalog) Needs() Needs {
 				n.Histograms = true
 			}
 			if t.Kind.windowed() {
-				n.add(WindowKey{Window: t.Window, Model: p.Model})
+				n.Add(history.WindowKey{Window: t.Window, Model: p.Model})
 			}
 		}
 		if g := p.Gateway; g != nil && !slices.Contains(n.GatewayMetrics, g.Metric) {
@@ -636,45 +633,4 @@ func (c *Catalog) Needs() Needs {
 		}
 	}
 	return n
-}
-
-// Needs says what the policies of a catalog need kept per pod.
-type Needs struct {
-	// Histograms reports whether any policy reads latency histograms.
-	Histograms bool
-	// Windows lists the distinct (window, model) pairs of rate and latency terms.
-	Windows []WindowKey
-	// GatewayMetrics lists the gateway queue metrics of the policies' gateway
-	// inputs.
-	GatewayMetrics []string
-}
-
-// WindowKey is one window aggregate a policy reads.
-type WindowKey struct {
-	Window time.Duration
-	Model  string
-}
-
-func (n *Needs) add(k WindowKey) {
-	if !slices.Contains(n.Windows, k) {
-		n.Windows = append(n.Windows, k)
-	}
-}
-
-// MaxWindow returns the longest window needed (0 for none).
-func (n Needs) MaxWindow() time.Duration {
-	var m time.Duration
-	for _, k := range n.Windows {
-		m = max(m, k.Window)
-	}
-	return m
-}
-
-// sameModel compares model names with ':' and '_' alike (SGLang's router
-// rewrites ':' in label values to '_', hazard NC-05).
-func sameModel(a, b string) bool {
-	if a == b {
-		return true
-	}
-	return strings.ReplaceAll(a, ":", "_") == strings.ReplaceAll(b, ":", "_")
 }
