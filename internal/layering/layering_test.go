@@ -65,12 +65,13 @@ var allowed = map[string][]string{
 	// Commands: each binary takes its own wing. The adapter keeps the drain
 	// command as a deprecated alias for one release (cmd/drain/app).
 	"cmd/internal/setpoints": core,
+	"cmd/internal/help":      {},
 	"cmd/drain/app":          {"pkg/drain", "pkg/signals"},
 	"cmd/drain":              {"cmd/drain/app", "pkg/drain", "pkg/signals"},
-	"cmd/adapter/app":        join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain"}),
-	"cmd/adapter":            join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain", "cmd/adapter/app"}),
-	"cmd/lab/app":            join(core, lab, []string{"cmd/internal/setpoints"}),
-	"cmd/lab":                join(core, lab, []string{"cmd/internal/setpoints", "cmd/lab/app"}),
+	"cmd/adapter/app":        join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain"}),
+	"cmd/adapter":            join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain", "cmd/adapter/app"}),
+	"cmd/lab/app":            join(core, lab, []string{"cmd/internal/setpoints", "cmd/internal/help"}),
+	"cmd/lab":                join(core, lab, []string{"cmd/internal/setpoints", "cmd/internal/help", "cmd/lab/app"}),
 
 	// Support: helpers with no project dependency, test-only packages, tools.
 	"internal/excerpt":              {},
@@ -82,7 +83,7 @@ var allowed = map[string][]string{
 	"internal/testfixture":          {},
 	"internal/testfixture/emulated": {"lab/emulator", "lab/emulator/server", "lab/trace"},
 	"hack":                          {},
-	"hack/benchscale": join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/drain/app", "pkg/drain",
+	"hack/benchscale": join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain",
 		"cmd/adapter/app"}),
 	"manifests": {},
 }

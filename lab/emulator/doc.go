@@ -59,5 +59,5 @@
 // [Metrics] is a prometheus.Collector exposing the engines in vLLM's exact
 // metric names, types, labels, HELP texts and histogram buckets, for the vLLM V1
 // names, the V0 names, or the 0.9.2–0.11 rename window where both KV names are
-// served (see [Dialect]).
+// served (see [MetricNames]).
 package emulator

@@ -10,48 +10,48 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Dialect selects which generation of vLLM's metric names [Metrics] serves.
-type Dialect string
+// MetricNames selects which generation of vLLM's metric names [Metrics] serves.
+type MetricNames string
 
 const (
-	// DialectV1 is vLLM V1 after the KV-cache rename (0.11 on):
+	// NamesV1 is vLLM V1 after the KV-cache rename (0.11 on):
 	// vllm:kv_cache_usage_perc and vllm:inter_token_latency_seconds, labels
 	// model_name and engine, with the _created series Python's prometheus_client
 	// adds to every counter and histogram.
-	DialectV1 Dialect = "v1"
-	// DialectV1RenameWindow is vLLM V1 0.9.2–0.11, like the 0.10 dump in testdata:
-	// DialectV1 plus the deprecated vllm:gpu_cache_usage_perc (same value) and
+	NamesV1 MetricNames = "v1"
+	// NamesV1RenameWindow is vLLM V1 0.9.2–0.11, like the 0.10 dump in testdata:
+	// NamesV1 plus the deprecated vllm:gpu_cache_usage_perc (same value) and
 	// vllm:time_per_output_token_seconds (same observations as
 	// vllm:inter_token_latency_seconds).
-	DialectV1RenameWindow Dialect = "v1-rename-window"
-	// DialectV0 is vLLM V0 (<= 0.8, names of 0.6): vllm:gpu_cache_usage_perc,
+	NamesV1RenameWindow MetricNames = "v1-rename-window"
+	// NamesV0 is vLLM V0 (<= 0.8, names of 0.6): vllm:gpu_cache_usage_perc,
 	// vllm:num_requests_swapped (always 0), vllm:time_per_output_token_seconds,
 	// model_name as the only label, shorter histogram buckets, no _created series
 	// (V0 disabled them). One engine only.
-	DialectV0 Dialect = "v0"
+	NamesV0 MetricNames = "v0"
 )
 
-// Dialects returns every Dialect.
-func Dialects() []Dialect { return []Dialect{DialectV1, DialectV1RenameWindow, DialectV0} }
+// AllMetricNames returns every generation of names.
+func AllMetricNames() []MetricNames { return []MetricNames{NamesV1, NamesV1RenameWindow, NamesV0} }
 
-// ParseDialect returns the Dialect named s.
-func ParseDialect(s string) (Dialect, error) {
-	for _, d := range Dialects() {
+// ParseMetricNames returns the generation of names called s (v1, v1-rename-window, v0).
+func ParseMetricNames(s string) (MetricNames, error) {
+	for _, d := range AllMetricNames() {
 		if string(d) == s {
 			return d, nil
 		}
 	}
-	return "", fmt.Errorf("unknown metrics dialect %q, want one of %v", s, Dialects())
+	return "", fmt.Errorf("unknown metric names %q, want one of %v", s, AllMetricNames())
 }
 
 // MetricsOptions configures [NewMetrics].
 type MetricsOptions struct {
 	// ModelName is the model_name label value (vLLM's served model name).
 	ModelName string
-	// Dialect selects the metric names; default DialectV1.
-	Dialect Dialect
+	// Names selects the metric names; default NamesV1.
+	Names MetricNames
 	// Engines is the number of data-parallel engines, labelled engine="0".."N-1";
-	// default 1. DialectV0 allows only 1.
+	// default 1. NamesV0 allows only 1.
 	Engines int
 	// MaxModelLen sets the bounds of the token-count histograms
 	// (vllm:request_prompt_tokens, vllm:request_generation_tokens) the way vLLM's
@@ -126,7 +126,7 @@ type histFamily struct {
 }
 
 // Metrics is a prometheus.Collector that serves engines' state and latencies
-// under vLLM's metric names (see [Dialect]). Gauges and counters are read from
+// under vLLM's metric names (see [MetricNames]). Gauges and counters are read from
 // the engines' snapshots at scrape time; histograms are fed by [Metrics.Observe].
 // Register it on a registry the caller owns.
 type Metrics struct {
@@ -173,10 +173,10 @@ func NewMetrics(opts MetricsOptions, snapshot func(engine int) Snapshot) (*Metri
 
 // complete fills the defaults of the options and validates them.
 func (opts MetricsOptions) complete() (MetricsOptions, error) {
-	if opts.Dialect == "" {
-		opts.Dialect = DialectV1
+	if opts.Names == "" {
+		opts.Names = NamesV1
 	}
-	if _, err := ParseDialect(string(opts.Dialect)); err != nil {
+	if _, err := ParseMetricNames(string(opts.Names)); err != nil {
 		return opts, err
 	}
 	if opts.Engines == 0 {
@@ -185,8 +185,8 @@ func (opts MetricsOptions) complete() (MetricsOptions, error) {
 	if opts.Engines < 0 {
 		return opts, fmt.Errorf("engines must be >= 1, got %d", opts.Engines)
 	}
-	if opts.Dialect == DialectV0 && opts.Engines != 1 {
-		return opts, errors.New("the v0 metrics dialect has no engine label: it allows one engine only")
+	if opts.Names == NamesV0 && opts.Engines != 1 {
+		return opts, errors.New("the v0 metric names have no engine label: it allows one engine only")
 	}
 	if opts.MaxModelLen <= 0 {
 		return opts, fmt.Errorf("max model len must be > 0, got %d", opts.MaxModelLen)
@@ -203,7 +203,7 @@ type families struct {
 }
 
 func newFamilies(m *Metrics) *families {
-	b := &families{m: m, v0: m.opts.Dialect == DialectV0, labelNames: []string{"model_name", "engine"}}
+	b := &families{m: m, v0: m.opts.Names == NamesV0, labelNames: []string{"model_name", "engine"}}
 	if b.v0 {
 		b.labelNames = b.labelNames[:1]
 	}
@@ -253,11 +253,11 @@ func (b *families) schedulerGauges() {
 	b.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
 		func(s Snapshot) float64 { return float64(s.Waiting) })
 	kv := func(s Snapshot) float64 { return s.KVCacheUsage }
-	switch b.m.opts.Dialect {
-	case DialectV0:
+	switch b.m.opts.Names {
+	case NamesV0:
 		b.gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU.", func(Snapshot) float64 { return 0 })
 		b.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", kv)
-	case DialectV1RenameWindow:
+	case NamesV1RenameWindow:
 		b.gauge("vllm:gpu_cache_usage_perc",
 			"GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.", kv)
 		b.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
@@ -295,7 +295,7 @@ func (b *families) histograms() {
 	}
 	b.hist(histIterationTokens, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", bucketsIteration)
 	b.hist(histTTFT, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", bucketsTTFTV1)
-	if b.m.opts.Dialect == DialectV1RenameWindow {
+	if b.m.opts.Names == NamesV1RenameWindow {
 		b.hist(histTPOT, "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", bucketsITLV1)
 	}
 	b.hist(histITL, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", bucketsITLV1)

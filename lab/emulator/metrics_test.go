@@ -25,7 +25,7 @@ import (
 // scrapeSim runs a loaded simulation of engines engines and returns the body of
 // /metrics as a scrape gets it (text format 0.0.4), plus the engines' snapshots
 // at scrape time.
-func scrapeSim(t *testing.T, dialect Dialect, engines int, maxModelLen int) ([]byte, []Snapshot) {
+func scrapeSim(t *testing.T, dialect MetricNames, engines int, maxModelLen int) ([]byte, []Snapshot) {
 	t.Helper()
 	cfg := shortConfig()
 	cfg.MaxModelLen = maxModelLen
@@ -38,7 +38,7 @@ func scrapeSim(t *testing.T, dialect Dialect, engines int, maxModelLen int) ([]b
 		}
 		sims[i] = sim
 	}
-	m, err := NewMetrics(MetricsOptions{ModelName: "Qwen/Qwen3-4B-Instruct-2507-FP8", Dialect: dialect, Engines: engines,
+	m, err := NewMetrics(MetricsOptions{ModelName: "Qwen/Qwen3-4B-Instruct-2507-FP8", Names: dialect, Engines: engines,
 		MaxModelLen: maxModelLen, CreatedAt: t0}, func(i int) Snapshot { return sims[i].Engine().Snapshot() })
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ var notInV010Dump = map[string]string{
 
 func TestMetricsGoldenAgainstRealVLLMV1Dump(t *testing.T) {
 	real := parseFile(t, "../../testdata/samples/vllm_v1-0.10-nvcr25.09_single-engine.prom")
-	for _, dialect := range []Dialect{DialectV1, DialectV1RenameWindow} {
+	for _, dialect := range []MetricNames{NamesV1, NamesV1RenameWindow} {
 		t.Run(string(dialect), func(t *testing.T) {
 			// The dump's token histograms stop at 5000: its max_model_len is in
 			// [5000, 10000); 8192 gives the same build_1_2_5_buckets.
@@ -175,7 +175,7 @@ func TestMetricsGoldenAgainstRealVLLMV1Dump(t *testing.T) {
 			}
 			_, gpu := got["vllm:gpu_cache_usage_perc"]
 			_, tpot := got["vllm:time_per_output_token_seconds"]
-			if want := dialect == DialectV1RenameWindow; gpu != want || tpot != want {
+			if want := dialect == NamesV1RenameWindow; gpu != want || tpot != want {
 				t.Errorf("deprecated names served: gpu_cache_usage_perc %v, time_per_output_token_seconds %v; want %v", gpu, tpot, want)
 			}
 			// finished_reason values as in the dump.
@@ -197,7 +197,7 @@ func TestMetricsGoldenAgainstRealVLLMV1Dump(t *testing.T) {
 
 func TestMetricsGoldenAgainstRealVLLMV0Dump(t *testing.T) {
 	real := parseFile(t, "../../testdata/samples/vllm_v0-0.6-qwenvl-issue55_excerpt.prom")
-	body, _ := scrapeSim(t, DialectV0, 1, 8192)
+	body, _ := scrapeSim(t, NamesV0, 1, 8192)
 	got := parseExposition(t, body)
 	compared := 0
 	for name, mf := range got {
@@ -222,7 +222,7 @@ func TestMetricsGoldenAgainstRealVLLMV0Dump(t *testing.T) {
 }
 
 func TestMetricsDataParallelEngines(t *testing.T) {
-	body, snaps := scrapeSim(t, DialectV1, 3, 8192)
+	body, snaps := scrapeSim(t, NamesV1, 3, 8192)
 	got := parseExposition(t, body)
 	for _, name := range []string{"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds"} {
 		var engines []string
@@ -252,8 +252,8 @@ func TestNewMetricsRejects(t *testing.T) {
 		name string
 		opts MetricsOptions
 	}{
-		{"unknown dialect", MetricsOptions{Dialect: "v2", MaxModelLen: 10}},
-		{"v0 with two engines", MetricsOptions{Dialect: DialectV0, Engines: 2, MaxModelLen: 10}},
+		{"unknown dialect", MetricsOptions{Names: "v2", MaxModelLen: 10}},
+		{"v0 with two engines", MetricsOptions{Names: NamesV0, Engines: 2, MaxModelLen: 10}},
 		{"negative engines", MetricsOptions{Engines: -1, MaxModelLen: 10}},
 		{"no max model len", MetricsOptions{}},
 	}
@@ -276,15 +276,15 @@ func TestBuild125Buckets(t *testing.T) {
 // own parser, pkg/signals, which must recognise vLLM V1 and read the model's state.
 func TestSignalsReadsEmulatorLikeVLLM(t *testing.T) {
 	tests := []struct {
-		dialect     Dialect
+		dialect     MetricNames
 		engines     int
 		wantDialect string
 		wantKVName  string
 	}{
-		{DialectV1, 1, "vllm-v1", "vllm:kv_cache_usage_perc"},
-		{DialectV1, 2, "vllm-v1", "vllm:kv_cache_usage_perc"},
-		{DialectV1RenameWindow, 1, "vllm-v1", "vllm:kv_cache_usage_perc"},
-		{DialectV0, 1, "vllm-v0", "vllm:gpu_cache_usage_perc"},
+		{NamesV1, 1, "vllm-v1", "vllm:kv_cache_usage_perc"},
+		{NamesV1, 2, "vllm-v1", "vllm:kv_cache_usage_perc"},
+		{NamesV1RenameWindow, 1, "vllm-v1", "vllm:kv_cache_usage_perc"},
+		{NamesV0, 1, "vllm-v0", "vllm:gpu_cache_usage_perc"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.dialect)+"/"+string(rune('0'+tt.engines)), func(t *testing.T) {

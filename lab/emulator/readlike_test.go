@@ -29,7 +29,7 @@ func TestMetricsReadLikeRealDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err = emulator.NewMetrics(emulator.MetricsOptions{ModelName: "m", Dialect: emulator.DialectV1, Engines: 1,
+	m, err = emulator.NewMetrics(emulator.MetricsOptions{ModelName: "m", Names: emulator.NamesV1, Engines: 1,
 		MaxModelLen: emulator.DefaultConfig().MaxModelLen, CreatedAt: t0},
 		func(int) emulator.Snapshot { return sim.Engine().Snapshot() })
 	if err != nil {

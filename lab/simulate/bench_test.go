@@ -17,7 +17,7 @@ func BenchmarkRunAzureConversation(b *testing.B) {
 			o := DefaultWorkloadOptions()
 			o.RateScale = rate
 			w := azureWindow(b, o)
-			ps, err := BuiltinPolicies(DefaultHPATargets(), 1)
+			ps, err := BuiltinAutoscalers(DefaultHPATargets(), 1)
 			if err != nil {
 				b.Fatal(err)
 			}

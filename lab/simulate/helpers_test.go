@@ -45,7 +45,7 @@ func testConfig(coldStart time.Duration) Config {
 	return c
 }
 
-func mustRun(t *testing.T, cfg Config, w Workload, policies []Policy) *Report {
+func mustRun(t *testing.T, cfg Config, w Workload, policies []Autoscaler) *Report {
 	t.Helper()
 	rep, err := Run(cfg, w, policies)
 	if err != nil {

@@ -61,12 +61,12 @@ func RecommendedBehavior() *autoscalingv2.HorizontalPodAutoscalerBehavior {
 	}
 }
 
-// BuiltinPolicyNames lists the built-in policies in report order.
-func BuiltinPolicyNames() []string {
+// BuiltinAutoscalerNames lists the built-in policies in report order.
+func BuiltinAutoscalerNames() []string {
 	return []string{"gpu-util", "keda-queue", "kv", "saturation", "demand-replicas"}
 }
 
-// BuiltinPolicies returns the named built-in policies (all when names is empty),
+// BuiltinAutoscalers returns the named built-in policies (all when names is empty),
 // each an HPA with RecommendedBehavior, minReplicas minReplicas and maxReplicas 0
 // (twice the oracle's peak, see Policy.HPA):
 //
@@ -78,12 +78,12 @@ func BuiltinPolicyNames() []string {
 //   - kv: External llm_kv_cache_usage, Value KVCacheUsage, from the adapter;
 //   - saturation: External llm_saturation, Value 1, from the adapter;
 //   - demand-replicas: External llm_demand_replicas, AverageValue 1, from the adapter.
-func BuiltinPolicies(sp HPATargets, minReplicas int32, names ...string) ([]Policy, error) {
+func BuiltinAutoscalers(sp HPATargets, minReplicas int32, names ...string) ([]Autoscaler, error) {
 	if err := sp.Validate(); err != nil {
 		return nil, err
 	}
 	if len(names) == 0 {
-		names = BuiltinPolicyNames()
+		names = BuiltinAutoscalerNames()
 	}
 	external := func(metric string, typ autoscalingv2.MetricTargetType, v float64) autoscalingv2.MetricSpec {
 		q := resource.MustParse(strconv.FormatFloat(v, 'f', -1, 64))
@@ -98,7 +98,7 @@ func BuiltinPolicies(sp HPATargets, minReplicas int32, names ...string) ([]Polic
 			Target: t,
 		}}
 	}
-	var out []Policy
+	var out []Autoscaler
 	for _, name := range names {
 		var (
 			m    autoscalingv2.MetricSpec
@@ -126,7 +126,7 @@ func BuiltinPolicies(sp HPATargets, minReplicas int32, names ...string) ([]Polic
 			m = external(MetricDemandReplicas, autoscalingv2.AverageValueMetricType, 1)
 			desc = "HPA on llm_demand_replicas (sum of per-pod saturations), AverageValue 1, adapter"
 		default:
-			return nil, fmt.Errorf("unknown built-in policy %q, want one of %v", name, BuiltinPolicyNames())
+			return nil, fmt.Errorf("unknown built-in policy %q, want one of %v", name, BuiltinAutoscalerNames())
 		}
 		minR := minReplicas
 		h := &autoscalingv2.HorizontalPodAutoscaler{
@@ -140,7 +140,7 @@ func BuiltinPolicies(sp HPATargets, minReplicas int32, names ...string) ([]Polic
 			},
 		}
 		hpa.SetDefaults(h)
-		out = append(out, Policy{Name: name, Description: desc, HPA: h, Path: path})
+		out = append(out, Autoscaler{Name: name, Description: desc, HPA: h, Path: path})
 	}
 	return out, nil
 }

@@ -132,9 +132,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Policy is one autoscaling policy to compare: an HPA whose metrics reach it on
+// Autoscaler is one autoscaling policy to compare: an HPA whose metrics reach it on
 // a path.
-type Policy struct {
+type Autoscaler struct {
 	// Name identifies the policy in the report.
 	Name string
 	// Description says what it is, in a line.
@@ -252,7 +252,7 @@ func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler
 // Run replays w under the oracle, a static fleet sized for the oracle's peak, and
 // each policy, and reports them side by side. Every fleet starts with the
 // oracle's initial replicas Ready.
-func Run(cfg Config, w Workload, policies []Policy) (*Report, error) {
+func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

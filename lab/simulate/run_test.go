@@ -29,9 +29,9 @@ func azureWindow(tb testing.TB, o WorkloadOptions) Workload {
 	return w
 }
 
-func builtins(t *testing.T, names ...string) []Policy {
+func builtins(t *testing.T, names ...string) []Autoscaler {
 	t.Helper()
-	ps, err := BuiltinPolicies(DefaultHPATargets(), 1, names...)
+	ps, err := BuiltinAutoscalers(DefaultHPATargets(), 1, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +65,8 @@ func TestRunIsDeterministic(t *testing.T) {
 	if bytes.Equal(a, reportJSON(t, c)) {
 		t.Error("seeds 1 and 2 gave identical reports; the seed must move the clocks' phases")
 	}
-	if got := len(c.Policies); got != 2+len(BuiltinPolicyNames()) {
-		t.Errorf("%d policies in the report, want the oracle, static and %d built-ins", got, len(BuiltinPolicyNames()))
+	if got := len(c.Policies); got != 2+len(BuiltinAutoscalerNames()) {
+		t.Errorf("%d policies in the report, want the oracle, static and %d built-ins", got, len(BuiltinAutoscalerNames()))
 	}
 }
 
@@ -175,13 +175,13 @@ spec:
 		t.Fatal(err)
 	}
 	w := Workload{Requests: every(0, sec(10), sec(1), 10), Duration: sec(10)}
-	_, err = Run(testConfig(0), w, []Policy{{Name: "mine", HPA: h, Path: PathAdapter}})
+	_, err = Run(testConfig(0), w, []Autoscaler{{Name: "mine", HPA: h, Path: PathAdapter}})
 	for _, want := range []string{`External metric "vllm_queue" is not one the simulated adapter serves`, `resource "cpu" is not simulated`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Run error = %v, want one containing %q", err, want)
 		}
 	}
-	if _, err := Run(testConfig(0), w, []Policy{{Name: "oracle", HPA: h}}); err == nil {
+	if _, err := Run(testConfig(0), w, []Autoscaler{{Name: "oracle", HPA: h}}); err == nil {
 		t.Error("Run accepted a policy named oracle")
 	}
 	bad := testConfig(0)

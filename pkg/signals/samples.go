@@ -153,13 +153,13 @@ func (g *GatewaySeries) key() string {
 	return b.String()
 }
 
-// FamilyKind says how a family's series are read.
-type FamilyKind int
+// FamilyType says how a family's series are read.
+type FamilyType int
 
 // The kinds of family.
 const (
 	// FamilyGauge: a gauge, read as its value.
-	FamilyGauge FamilyKind = iota
+	FamilyGauge FamilyType = iota
 	// FamilyCounter: a cumulative counter; windows read its increase.
 	FamilyCounter
 	// FamilyHistogram: a histogram; Name is its base name, windows read the
@@ -173,7 +173,7 @@ type Family struct {
 	// (e.g. "vllm:num_requests_waiting"; a histogram's base name).
 	Name string
 	// Kind is how its series are read.
-	Kind FamilyKind
+	Kind FamilyType
 	// Histo is the latency histogram a FamilyHistogram holds.
 	Histo Histo
 }
@@ -185,7 +185,7 @@ type Family struct {
 func (e *Extractor) Families() []Family {
 	var out []Family
 	seen := map[string]bool{}
-	add := func(name string, k FamilyKind, h Histo) {
+	add := func(name string, k FamilyType, h Histo) {
 		if !seen[name] {
 			seen[name] = true
 			out = append(out, Family{Name: name, Kind: k, Histo: h})

@@ -141,14 +141,14 @@ func TestExtractSamplesRules(t *testing.T) {
 }
 
 func TestFamilies(t *testing.T) {
-	kinds := map[string]FamilyKind{}
+	kinds := map[string]FamilyType{}
 	for _, f := range NewExtractor().Families() {
 		if _, dup := kinds[f.Name]; dup {
 			t.Errorf("%s listed twice", f.Name)
 		}
 		kinds[f.Name] = f.Kind
 	}
-	for name, want := range map[string]FamilyKind{
+	for name, want := range map[string]FamilyType{
 		"vllm:num_requests_waiting": FamilyGauge, "vllm:gpu_cache_usage_perc": FamilyGauge, "sglang_num_queue_reqs": FamilyGauge,
 		"nv_trt_llm_kv_cache_block_metrics": FamilyGauge, "vllm:num_preemptions_total": FamilyCounter,
 		"nv_inference_request_success": FamilyCounter, "vllm:time_to_first_token_seconds": FamilyHistogram,

@@ -10,6 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/cmd/internal/help"
+
+	cliflag "k8s.io/component-base/cli/flag"
+
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -117,9 +121,21 @@ what Prometheus answered to an instant query of the engines' series (the JSON of
 answer is one Ready pod, each Prometheus scrape in a range selector's answer one reading.
 
 With --gateway FILE (repeatable, one per gateway pod: the endpoint picker's /metrics) a
-pol with a gateway input adds the gateway's queue to the demand, as the server does; with
+policy with a gateway input adds the gateway's queue to the demand, as the server does; with
 no POD, that is a pool at zero replicas, whose demand is the gateway's alone. A gateway
-holding requests that --pol does not count is warned about.`,
+holding requests that --policy does not count is warned about.`,
+		Example: `  # One scrape of one pod, as a table
+  curl -s http://10.0.0.7:8000/metrics > a.prom
+  adapter explain -o table a.prom
+
+  # Three scrapes of one pod 2 s apart (engine states need at least 3), and a second pod
+  adapter explain a1.prom,a2.prom,a3.prom b.prom --policy llm_demand_replicas
+
+  # A policy of your configuration file, with the endpoint picker's /metrics
+  adapter explain --config policies.yaml --policy chat-saturation --gateway epp.prom a.prom
+
+  # What Prometheus answered (--source=prometheus)
+  adapter explain --prometheus-response answer.json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 && len(eo.PrometheusResponses) == 0 && len(eo.Gateways) == 0 {
 				return fmt.Errorf("explain needs at least one POD (a /metrics file, or several comma-separated; - reads standard input), --gateway FILE or --prometheus-response FILE")
@@ -161,13 +177,17 @@ holding requests that --pol does not count is warned about.`,
 			return enc.Encode(ex)
 		},
 	}
-	scoring.AddFlags(cmd.Flags())
-	cmd.Flags().StringVar(&eo.Policy, "policy", eo.Policy, "Metric to evaluate: a built-in name or one of --config.")
-	cmd.Flags().DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
-	cmd.Flags().StringVarP(&eo.Output, "output", "o", eo.Output, "Output format: json or table.")
-	cmd.Flags().StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
-	cmd.Flags().StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
-	prom.AddLabelFlags(cmd.Flags())
+	var fss cliflag.NamedFlagSets
+	in := fss.FlagSet("input")
+	in.DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
+	in.StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
+	in.StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
+	prom.AddLabelFlags(in)
+	out := fss.FlagSet("output")
+	out.StringVar(&eo.Policy, "policy", eo.Policy, "Metric to evaluate: a built-in name or one of --config.")
+	out.StringVarP(&eo.Output, "output", "o", eo.Output, "Output format: json or table.")
+	scoring.AddFlags(fss.FlagSet("saturation (as the server's)"))
+	help.Set(cmd, fss)
 	return cmd
 }
 

@@ -347,20 +347,12 @@ func NewOptions() *Options {
 	}
 }
 
-// Flags returns the flags in named sets, for grouped help output.
+// Flags returns the flags in named sets, for grouped help output: the
+// adapter's own first (pod selection, signal source, scrape, saturation,
+// aggregation, Kubernetes client), then the API server library's, logging and
+// misc.
 func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
-
-	generic := fss.FlagSet("generic API server (secure serving, authentication, authorization)")
-	o.Server.AddFlags(generic)
-
-	kube := fss.FlagSet("Kubernetes client")
-	kube.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
-		"Kubeconfig for reading pods and HorizontalPodAutoscalers; in-cluster configuration when empty.")
-	kube.StringVar(&o.Kubeconfig, "lister-kubeconfig", o.Kubeconfig, "Same as --kubeconfig.")
-	_ = kube.MarkDeprecated("lister-kubeconfig", "use --kubeconfig")
-	kube.Float32Var(&o.ClientQPS, "client-qps", o.ClientQPS, "Queries per second to the API server (list and watch of pods and HPAs).")
-	kube.IntVar(&o.ClientBurst, "client-burst", o.ClientBurst, "Burst of queries to the API server above --client-qps.")
 
 	sel := fss.FlagSet("pod selection")
 	sel.StringSliceVar(&o.Namespaces, "namespaces", o.Namespaces,
@@ -397,6 +389,20 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	agg := fss.FlagSet("aggregation (APIService ownership, managed serving certificate)")
 	o.Identity.AddFlags(agg)
 	o.ManagedTLS.AddFlags(agg)
+
+
+	kube := fss.FlagSet("Kubernetes client")
+	kube.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"Kubeconfig for reading pods and HorizontalPodAutoscalers; in-cluster configuration when empty.")
+	kube.StringVar(&o.Kubeconfig, "lister-kubeconfig", o.Kubeconfig, "Same as --kubeconfig.")
+	_ = kube.MarkDeprecated("lister-kubeconfig", "use --kubeconfig")
+	kube.Float32Var(&o.ClientQPS, "client-qps", o.ClientQPS, "Queries per second to the API server (list and watch of pods and HPAs).")
+	kube.IntVar(&o.ClientBurst, "client-burst", o.ClientBurst, "Burst of queries to the API server above --client-qps.")
+
+	// The API server library's own flags come after the adapter's: most users
+	// never touch them.
+	generic := fss.FlagSet("generic API server (secure serving, authentication, authorization)")
+	o.Server.AddFlags(generic)
 
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 

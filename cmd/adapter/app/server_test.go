@@ -431,6 +431,10 @@ func TestHelp(t *testing.T) {
 			t.Errorf("--help lacks %q", want)
 		}
 	}
+	// The adapter's own groups come before the API server library's.
+	if own, lib := strings.Index(out.String(), "Pod selection flags:"), strings.Index(out.String(), "Generic API server"); own < 0 || lib < 0 || own > lib {
+		t.Errorf("--help: pod selection flags at %d, generic API server flags at %d: want the adapter's first", own, lib)
+	}
 	for _, gone := range []string{"--queue-depth-target", "--discovery-interval", "drain", "simulate", "calibrate"} {
 		if strings.Contains(out.String(), gone) {
 			t.Errorf("--help shows %q", gone)

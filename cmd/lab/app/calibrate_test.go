@@ -82,7 +82,7 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 	}
 	engine := calibrationEngine()
 	srv, err := emulatorserver.New(emulatorserver.Config{
-		Engine: engine, Engines: 1, ModelName: "calibration-model", Dialect: emulator.DialectV1,
+		Engine: engine, Engines: 1, ModelName: "calibration-model", MetricNames: emulator.NamesV1,
 		CharsPerToken: 4, Fault: emulatorserver.FaultNone, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
 	})
 	if err != nil {

@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/cmd/internal/help"
+
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/utils/clock"
@@ -53,8 +55,8 @@ type EmulatorOptions struct {
 	// Engines is the number of data-parallel engines in the process (vLLM
 	// --data-parallel-size), labelled engine="0".."N-1".
 	Engines int
-	// MetricsDialect is v1, v1-rename-window or v0; see emulator.Dialect.
-	MetricsDialect string
+	// MetricNames is v1, v1-rename-window or v0; see emulator.MetricNames.
+	MetricNames string
 	// Engine is the shape of each engine.
 	Engine emulator.Config
 	// CharsPerToken is the prompt-length estimate for text prompts: tokens =
@@ -78,7 +80,7 @@ func NewEmulatorOptions() *EmulatorOptions {
 		Port:            8000,
 		ModelName:       "meta-llama/Llama-3.1-8B-Instruct",
 		Engines:         1,
-		MetricsDialect:  string(emulator.DialectV1),
+		MetricNames:     string(emulator.NamesV1),
 		Engine:          emulator.DefaultConfig(),
 		CharsPerToken:   4,
 		Fault:           string(emulatorserver.FaultNone),
@@ -109,7 +111,9 @@ func (o *EmulatorOptions) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.Engine.StepTime.PerPrefillToken, "step-time-per-prefill-token", o.Engine.StepTime.PerPrefillToken, "Added step time per prefill token.")
 
 	fs = fss.FlagSet("metrics")
-	fs.StringVar(&o.MetricsDialect, "metrics-dialect", o.MetricsDialect, "vLLM metric names to serve: v1 (kv_cache_usage_perc), v1-rename-window (also the deprecated gpu_cache_usage_perc and time_per_output_token_seconds, as vLLM 0.9.2-0.11) or v0 (gpu_cache_usage_perc, no engine label, one engine).")
+	fs.StringVar(&o.MetricNames, "metric-names", o.MetricNames, "vLLM metric names to serve: v1 (kv_cache_usage_perc), v1-rename-window (also the deprecated gpu_cache_usage_perc and time_per_output_token_seconds, as vLLM 0.9.2-0.11) or v0 (gpu_cache_usage_perc, no engine label, one engine).")
+	fs.StringVar(&o.MetricNames, "metrics-dialect", o.MetricNames, "Same as --metric-names.")
+	_ = fs.MarkDeprecated("metrics-dialect", "use --metric-names")
 
 	fs = fss.FlagSet("faults")
 	fs.StringVar(&o.Fault, "fault", o.Fault, fmt.Sprintf("Fault mode at start, one of %v.", emulatorserver.FaultModes()))
@@ -139,11 +143,11 @@ func (o *EmulatorOptions) Validate() error {
 	if o.CharsPerToken < 1 {
 		errs = append(errs, fmt.Errorf("--chars-per-token must be >= 1, got %d", o.CharsPerToken))
 	}
-	d, err := emulator.ParseDialect(o.MetricsDialect)
+	d, err := emulator.ParseMetricNames(o.MetricNames)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("--metrics-dialect: %w", err))
-	} else if d == emulator.DialectV0 && o.Engines > 1 {
-		errs = append(errs, errors.New("--metrics-dialect v0 has no engine label: it allows --data-parallel-size 1 only"))
+		errs = append(errs, fmt.Errorf("--metric-names: %w", err))
+	} else if d == emulator.NamesV0 && o.Engines > 1 {
+		errs = append(errs, errors.New("--metric-names v0 has no engine label: it allows --data-parallel-size 1 only"))
 	}
 	if _, err := emulatorserver.ParseFaultMode(o.Fault); err != nil {
 		errs = append(errs, fmt.Errorf("--fault: %w", err))
@@ -159,7 +163,7 @@ func (o *EmulatorOptions) Validate() error {
 
 // Config returns the server configuration of validated options.
 func (o *EmulatorOptions) Config() (emulatorserver.Config, error) {
-	d, err := emulator.ParseDialect(o.MetricsDialect)
+	d, err := emulator.ParseMetricNames(o.MetricNames)
 	if err != nil {
 		return emulatorserver.Config{}, err
 	}
@@ -171,7 +175,7 @@ func (o *EmulatorOptions) Config() (emulatorserver.Config, error) {
 		Engine:          o.Engine,
 		Engines:         o.Engines,
 		ModelName:       o.ModelName,
-		Dialect:         d,
+		MetricNames:     d,
 		CharsPerToken:   o.CharsPerToken,
 		Fault:           f,
 		EnableAdmin:     o.EnableAdmin,
@@ -206,6 +210,15 @@ func NewEmulatorCommand(ctx context.Context) *cobra.Command {
 		Long: `emulator serves one or more emulated continuous-batching LLM engines that schedule
 like vLLM V1 (FCFS admission, chunked prefill, paged KV cache, preemption) in real
 time, with vLLM's metric names on /metrics. The model is lab/emulator.`,
+		Example: `  # One engine on vLLM's default port, with vLLM V1's metric names
+  lab emulator
+
+  # Two data-parallel engines on a loopback alias, a small KV cache, frozen from the start
+  lab emulator --bind-address 127.0.3.7 --port 8001 --data-parallel-size 2 --num-gpu-blocks 512 --fault freeze
+
+  # Switch a running emulator's /metrics to 500s, then back
+  curl -X POST 'http://127.0.0.1:8000/admin/fault?mode=metrics-500'
+  curl -X POST 'http://127.0.0.1:8000/admin/fault?mode=none'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Complete(); err != nil {
@@ -217,10 +230,6 @@ time, with vLLM's metric names on /metrics. The model is lab/emulator.`,
 			return o.Run(ctx)
 		},
 	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, 100)
+	help.Set(cmd, o.Flags())
 	return cmd
 }

@@ -2,10 +2,14 @@ package app
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture/emulated"
 	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
 )
 
@@ -29,8 +33,8 @@ func TestEmulatorOptionsValidate(t *testing.T) {
 		{"bad address", func(o *EmulatorOptions) { o.BindAddress = "localhost" }, "--bind-address"},
 		{"bad port", func(o *EmulatorOptions) { o.Port = 70000 }, "--port"},
 		{"no engines", func(o *EmulatorOptions) { o.Engines = 0 }, "--data-parallel-size"},
-		{"bad dialect", func(o *EmulatorOptions) { o.MetricsDialect = "v9" }, "--metrics-dialect"},
-		{"v0 with two engines", func(o *EmulatorOptions) { o.MetricsDialect = "v0"; o.Engines = 2 }, "v0"},
+		{"bad metric names", func(o *EmulatorOptions) { o.MetricNames = "v9" }, "--metric-names"},
+		{"v0 with two engines", func(o *EmulatorOptions) { o.MetricNames = "v0"; o.Engines = 2 }, "v0"},
 		{"bad fault", func(o *EmulatorOptions) { o.Fault = "explode" }, "--fault"},
 		{"bad engine", func(o *EmulatorOptions) { o.Engine.BlockSize = 0 }, "block-size"},
 		{"bad chars per token", func(o *EmulatorOptions) { o.CharsPerToken = 0 }, "--chars-per-token"},
@@ -63,5 +67,46 @@ func TestEmulatorOptionsRunServesOnLoopback(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Errorf("Run() = %v after cancel, want nil", err)
+	}
+}
+
+// The examples of `lab emulator --help`: each emulator command parses and
+// validates as written (the test does not bind their fixed ports), and the
+// fault switches they POST work against a running emulator.
+func TestEmulatorHelpExamples(t *testing.T) {
+	cmd := NewEmulatorCommand(t.Context())
+	lines := shdoc.Commands(cmd.Example)
+	var emulators, curls int
+	for _, line := range lines {
+		words, err := shdoc.Words(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch words[0] {
+		case "lab":
+			c := NewEmulatorCommand(t.Context())
+			if err := c.ParseFlags(words[2:]); err != nil {
+				t.Errorf("%s: %v", line, err)
+			}
+			emulators++
+		case "curl":
+			u, err := url.Parse(words[len(words)-1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, base := emulated.StartEmulator(t, fastEngine())
+			resp, err := http.Post(base+u.RequestURI(), "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(srv.Fault()) != u.Query().Get("mode") {
+				t.Errorf("%s: %s, fault now %q", line, resp.Status, srv.Fault())
+			}
+			curls++
+		}
+	}
+	if emulators != 2 || curls != 2 {
+		t.Errorf("ran %d emulator and %d curl examples, want 2 and 2", emulators, curls)
 	}
 }

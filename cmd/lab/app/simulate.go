@@ -54,7 +54,7 @@ func NewSimulateOptions() *SimulateOptions {
 		Window:         simulate.DefaultWorkloadOptions(),
 		Engine:         emulator.DefaultConfig(),
 		Config:         simulate.DefaultConfig(),
-		Policies:       simulate.BuiltinPolicyNames(),
+		Policies:       simulate.BuiltinAutoscalerNames(),
 		HPAPath:        string(simulate.PathAdapter),
 		SetPoints:      setpoints.New(),
 		GPUUtilization: simulate.DefaultHPATargets().GPUUtilization,
@@ -101,7 +101,7 @@ func (o *SimulateOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.DrainLimit, "drain-limit", c.DrainLimit, "How long after the last arrival requests may still finish; later ones count as misses.")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "Seed of the clocks' phases and of --rate-scale's copies: the same seed gives the same output.")
 
-	fs.StringSliceVar(&o.Policies, "policies", o.Policies, fmt.Sprintf("Built-in policies to compare with the oracle and the static fleet, from %v; empty for none.", simulate.BuiltinPolicyNames()))
+	fs.StringSliceVar(&o.Policies, "policies", o.Policies, fmt.Sprintf("Built-in policies to compare with the oracle and the static fleet, from %v; empty for none.", simulate.BuiltinAutoscalerNames()))
 	fs.StringArrayVar(&o.HPAFiles, "hpa", o.HPAFiles, "A HorizontalPodAutoscaler manifest (autoscaling/v2 YAML) to replay as one more policy named after it; repeatable.")
 	fs.StringVar(&o.HPAPath, "hpa-metrics-path", o.HPAPath, "How --hpa manifests' External metrics are served: adapter (scraped every --scrape-interval), prometheus (Prometheus, queried at each sync) or keda (Prometheus, polled by KEDA).")
 	o.SetPoints.AddFlags(fs) // the keda-queue and kv policies aim at the same set points
@@ -129,8 +129,8 @@ func (o *SimulateOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("--hpa-metrics-path=%q: want adapter, prometheus or keda", o.HPAPath))
 	}
 	for _, p := range o.Policies {
-		if !slices.Contains(simulate.BuiltinPolicyNames(), p) {
-			errs = append(errs, fmt.Errorf("--policies: unknown policy %q, want some of %v", p, simulate.BuiltinPolicyNames()))
+		if !slices.Contains(simulate.BuiltinAutoscalerNames(), p) {
+			errs = append(errs, fmt.Errorf("--policies: unknown policy %q, want some of %v", p, simulate.BuiltinAutoscalerNames()))
 		}
 	}
 	return utilerrors.NewAggregate(errs)
@@ -203,7 +203,7 @@ func (o *SimulateOptions) Run(out, progress io.Writer) error {
 		return err
 	}
 	targets := simulate.HPATargets{QueueDepth: o.SetPoints.SetPoints.QueueDepth, KVCacheUsage: o.SetPoints.SetPoints.KVCacheUsage, GPUUtilization: o.GPUUtilization}
-	policies, err := simulate.BuiltinPolicies(targets, int32(cfg.MinReplicas), o.Policies...)
+	policies, err := simulate.BuiltinAutoscalers(targets, int32(cfg.MinReplicas), o.Policies...)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (o *SimulateOptions) Run(out, progress io.Writer) error {
 		if name == "" {
 			name = f
 		}
-		policies = append(policies, simulate.Policy{Name: name, Description: "HPA from " + f, HPA: h, Path: simulate.MetricsPath(o.HPAPath)})
+		policies = append(policies, simulate.Autoscaler{Name: name, Description: "HPA from " + f, HPA: h, Path: simulate.MetricsPath(o.HPAPath)})
 	}
 	start := time.Now()
 	cfg.OnPolicyDone = func(name string) {

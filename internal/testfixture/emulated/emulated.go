@@ -1,4 +1,4 @@
-// Package emulated starts emulated vLLM engines (lab/emulator) on loopback for
+// Package emulated starts emulated vLLM engines (lab/emulator, fault switches on) on loopback for
 // tests of other packages: drain, the adapter's scrape path. Only tests import
 // it; it is apart from testfixture so that tests needing only captured files do
 // not build the emulator.
@@ -38,8 +38,8 @@ func FastEngine() emulator.Config {
 func StartEmulator(t testing.TB, engine emulator.Config) (*emulatorserver.Server, string) {
 	t.Helper()
 	srv, err := emulatorserver.New(emulatorserver.Config{
-		Engine: engine, Engines: 1, ModelName: "test-model", Dialect: emulator.DialectV1,
-		CharsPerToken: 4, Fault: emulatorserver.FaultNone, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
+		Engine: engine, Engines: 1, ModelName: "test-model", MetricNames: emulator.NamesV1,
+		CharsPerToken: 4, Fault: emulatorserver.FaultNone, EnableAdmin: true, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -62,8 +62,8 @@ type Config struct {
 	Engines int
 	// ModelName is the served model name.
 	ModelName string
-	// Dialect selects the vLLM metric names.
-	Dialect emulator.Dialect
+	// MetricNames selects the vLLM metric names.
+	MetricNames emulator.MetricNames
 	// CharsPerToken is the text-to-token estimate, >= 1.
 	CharsPerToken int
 	// Fault is the fault mode at start.
@@ -112,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 		s.runners = append(s.runners, r)
 	}
 	m, err := emulator.NewMetrics(emulator.MetricsOptions{
-		ModelName: cfg.ModelName, Dialect: cfg.Dialect, Engines: cfg.Engines,
+		ModelName: cfg.ModelName, Names: cfg.MetricNames, Engines: cfg.Engines,
 		MaxModelLen: cfg.Engine.MaxModelLen, CreatedAt: cfg.Clock.Now(),
 	}, func(i int) emulator.Snapshot { return s.runners[i].Snapshot() })
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	klog.InfoS("Serving emulated vLLM engines", "address", ln.Addr().String(), "model", s.cfg.ModelName,
-		"engines", s.cfg.Engines, "metricsDialect", s.cfg.Dialect, "fault", s.Fault())
+		"engines", s.cfg.Engines, "metricNames", s.cfg.MetricNames, "fault", s.Fault())
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving: %w", err)

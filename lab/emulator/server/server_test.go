@@ -33,7 +33,7 @@ func fastEngine() emulator.Config {
 func startServer(t *testing.T, mutate func(*Config)) (*Server, string) {
 	t.Helper()
 	cfg := Config{
-		Engine: fastEngine(), Engines: 1, ModelName: "test-model", Dialect: emulator.DialectV1,
+		Engine: fastEngine(), Engines: 1, ModelName: "test-model", MetricNames: emulator.NamesV1,
 		CharsPerToken: 4, Fault: FaultNone, EnableAdmin: true, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
 	}
 	if mutate != nil {
@@ -182,7 +182,7 @@ func parseMetrics(t *testing.T, body []byte) error {
 }
 
 func TestMetricsAfterLoad(t *testing.T) {
-	_, url := startServer(t, func(c *Config) { c.Dialect = emulator.DialectV1RenameWindow })
+	_, url := startServer(t, func(c *Config) { c.MetricNames = emulator.NamesV1RenameWindow })
 	post(t, url+"/v1/completions", `{"prompt_tokens":100,"max_tokens":5}`)
 	post(t, url+"/v1/completions", `{"prompt_tokens":50,"max_tokens":5,"output_tokens":2}`)
 	resp, body := get(t, url+"/metrics")
