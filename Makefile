@@ -57,7 +57,7 @@ test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
 	@# The README's simulate commands replay whole hours: too slow under -race, so without it.
-	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/adapter/app
+	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/lab/app
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
