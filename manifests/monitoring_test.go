@@ -231,12 +231,12 @@ func TestDashboard(t *testing.T) {
 }
 
 // checkSelfMetricsDocumented fails the test when expr (from what) selects a
-// saturation_adapter_ metric that the README's metric table does not list. A
+// saturation_adapter_ metric that the documented metric table does not list. A
 // histogram's _bucket, _count and _sum series count as the histogram.
 func checkSelfMetricsDocumented(t *testing.T, what, expr string) {
 	t.Helper()
 	documented := map[string]string{}
-	for _, row := range readmeTable(t, "## The adapter's own metrics") {
+	for _, row := range docTable(t, "docs/operations.md", "## The adapter's own metrics") {
 		documented[row[0]] = row[1]
 	}
 	e, err := promQL().ParseExpr(expr)
@@ -256,7 +256,7 @@ func checkSelfMetricsDocumented(t *testing.T, what, expr string) {
 				}
 			}
 			if _, ok := documented[name]; !ok {
-				t.Errorf("%s uses %s, which the README's metric table does not list", what, m.Value)
+				t.Errorf("%s uses %s, which the documented metric table does not list", what, m.Value)
 			}
 		}
 	}
