@@ -408,6 +408,43 @@ func docTable(t *testing.T, doc, heading string) [][]string {
 	return rows
 }
 
+// TestChartNotes: the notes after an install name the image deployed, as the values
+// give it (repository:tag, the chart's appVersion without a tag, repository@digest
+// with a digest), and nothing else as the version.
+func TestChartNotes(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"defaults", nil, "image saturation-adapter:dev."},
+		{"tag", []string{"--set", "image.repository=registry.example.com/saturation-adapter", "--set", "image.tag=v0.1.0"},
+			"image registry.example.com/saturation-adapter:v0.1.0."},
+		{"digest", []string{"--set", "image.repository=registry.example.com/saturation-adapter", "--set", "image.tag=v0.1.0", "--set", "image.digest=" + digest},
+			"image registry.example.com/saturation-adapter@" + digest + "."},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"install", releaseName, chartDir, "--namespace", namespace, "--dry-run=client"}, tt.args...)
+			out, err := run(tool(t, helmEnv), args...)
+			if err != nil {
+				t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+			}
+			_, notes, ok := strings.Cut(string(out), "\nNOTES:\n")
+			if !ok {
+				t.Fatalf("helm install --dry-run printed no NOTES:\n%s", out)
+			}
+			first, _, _ := strings.Cut(notes, "\n\n")
+			if !strings.Contains(first, tt.want) {
+				t.Errorf("NOTES begin %q, want them to name the %s", first, tt.want)
+			}
+			if tt.name != "defaults" && strings.Contains(first, "dev") {
+				t.Errorf("NOTES begin %q: the chart's appVersion dev is not what was deployed", first)
+			}
+		})
+	}
+}
+
 // TestChartValuesDocumented: the Helm values table of docs/install.md names every
 // top-level value of values.yaml, and every value it names exists ("`.name`" after
 // "`serviceAccount.create`" is serviceAccount.name; "`flags.<flag …>`" stands for
