@@ -56,8 +56,8 @@ E2E_UNIT_PKGS := ./controlplane/... ./flowgate/... ./loadgen/... ./nodeagent/...
 test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
-	@# The README's simulate commands replay whole hours: too slow under -race, so without it.
-	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/adapter/app
+	@# docs/lab.md's simulate commands replay whole hours: too slow under -race, so without it.
+	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/lab/app
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
@@ -112,7 +112,7 @@ $(E2E_TOOLS)/.stamp-sim: $(E2E_TOOLS)/.stamp-k8s
 	@touch $@
 
 # `build` makes bin/adapter, bin/lab and bin/drain, which the tests run as real processes.
-# TestInstall runs helm too (the README's Helm install and the chart's dry-runs).
+# TestInstall runs helm too (the documented Helm install and the chart's dry-runs).
 test-e2e: e2e-tools build tools
 	cd test/e2e && $(E2E_GO_ENV) $(TEST_TOOLS_ENV) $(GO) test -trimpath $(E2E_TEST_FLAGS) ./...
 

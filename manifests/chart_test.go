@@ -370,22 +370,24 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}
 }
 
-// readmeTable returns the rows of the first Markdown table after the README heading,
-// each as its cells with surrounding spaces and backquotes trimmed.
-func readmeTable(t *testing.T, heading string) [][]string {
+// docTable returns the body rows of the first Markdown table after the heading of
+// the document doc (relative to the repository's root), each as its cells with
+// surrounding spaces and backquotes trimmed.
+func docTable(t *testing.T, doc, heading string) [][]string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../" + doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(data), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no heading %q", heading)
+		t.Fatalf("%s has no heading %q", doc, heading)
 	}
 	var rows [][]string
+	header := true
 	for _, line := range strings.Split(after, "\n") {
 		if !strings.HasPrefix(line, "|") {
-			if len(rows) > 0 {
+			if len(rows) > 0 || !header {
 				break
 			}
 			continue
@@ -394,15 +396,103 @@ func readmeTable(t *testing.T, heading string) [][]string {
 		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
 			cells = append(cells, strings.Trim(strings.TrimSpace(c), "`"))
 		}
-		if strings.HasPrefix(cells[0], "---") || cells[0] == "flag" || cells[0] == "metric" {
+		if header || strings.HasPrefix(cells[0], "---") {
+			header = false
 			continue
 		}
 		rows = append(rows, cells)
 	}
 	if len(rows) == 0 {
-		t.Fatalf("README %q has no table", heading)
+		t.Fatalf("%s %q has no table", doc, heading)
 	}
 	return rows
+}
+
+// TestChartNotes: the notes after an install name the image deployed, as the values
+// give it (repository:tag, the chart's appVersion without a tag, repository@digest
+// with a digest), and nothing else as the version.
+func TestChartNotes(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"defaults", nil, "image saturation-adapter:dev."},
+		{"tag", []string{"--set", "image.repository=registry.example.com/saturation-adapter", "--set", "image.tag=v0.1.0"},
+			"image registry.example.com/saturation-adapter:v0.1.0."},
+		{"digest", []string{"--set", "image.repository=registry.example.com/saturation-adapter", "--set", "image.tag=v0.1.0", "--set", "image.digest=" + digest},
+			"image registry.example.com/saturation-adapter@" + digest + "."},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"install", releaseName, chartDir, "--namespace", namespace, "--dry-run=client"}, tt.args...)
+			out, err := run(tool(t, helmEnv), args...)
+			if err != nil {
+				t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+			}
+			_, notes, ok := strings.Cut(string(out), "\nNOTES:\n")
+			if !ok {
+				t.Fatalf("helm install --dry-run printed no NOTES:\n%s", out)
+			}
+			first, _, _ := strings.Cut(notes, "\n\n")
+			if !strings.Contains(first, tt.want) {
+				t.Errorf("NOTES begin %q, want them to name the %s", first, tt.want)
+			}
+			if tt.name != "defaults" && strings.Contains(first, "dev") {
+				t.Errorf("NOTES begin %q: the chart's appVersion dev is not what was deployed", first)
+			}
+		})
+	}
+}
+
+// TestChartValuesDocumented: the Helm values table of docs/install.md names every
+// top-level value of values.yaml, and every value it names exists ("`.name`" after
+// "`serviceAccount.create`" is serviceAccount.name; "`flags.<flag …>`" stands for
+// the flags, which TestChartFlags checks one by one).
+func TestChartValuesDocumented(t *testing.T) {
+	raw, err := os.ReadFile(chartDir + "/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	quoted := regexp.MustCompile("`([^`]+)`")
+	for _, row := range docTable(t, "docs/install.md", "## Helm values") {
+		parent := ""
+		for _, m := range quoted.FindAllStringSubmatch("`"+row[0]+"`", -1) {
+			name := m[1]
+			if strings.ContainsAny(name, "<> ") {
+				name, _, _ = strings.Cut(name, ".")
+				documented[name] = true
+				continue
+			}
+			if strings.HasPrefix(name, ".") {
+				name = parent + name
+			}
+			if i := strings.LastIndex(name, "."); i >= 0 {
+				parent = name[:i]
+			}
+			documented[strings.Split(name, ".")[0]] = true
+			var v any = values
+			for _, part := range strings.Split(name, ".") {
+				node, isMap := v.(map[string]any)
+				next, ok := node[part]
+				if !isMap || !ok {
+					t.Errorf("docs/install.md's Helm values name %s, which values.yaml does not have", name)
+					break
+				}
+				v = next
+			}
+		}
+	}
+	for key := range values {
+		if !documented[key] {
+			t.Errorf("values.yaml has %s, which docs/install.md's Helm values table does not name", key)
+		}
+	}
 }
 
 // flagKey is the chart value of an adapter flag: its name in lowerCamelCase
@@ -445,9 +535,13 @@ func sampleFlagValue(t *testing.T, schema map[string]any, key string) string {
 	return "sample-" + key
 }
 
-// TestChartFlags checks that every flag of the README's Flags table has a chart value
-// (and no value names a flag the README lacks), that each renders to --<flag>=<value>,
-// and that unset values render nothing.
+// flagsDoc is the flags reference, whose first table lists the flags that have a
+// chart value.
+const flagsDoc, flagsHeading = "docs/flags.md", "## The adapter's own flags"
+
+// TestChartFlags checks that every flag of the flags reference's first table has a
+// chart value (and no value names a flag the table lacks), that each renders to
+// --<flag>=<value>, and that unset values render nothing.
 func TestChartFlags(t *testing.T) {
 	raw, err := os.ReadFile(chartDir + "/values.yaml")
 	if err != nil {
@@ -459,7 +553,7 @@ func TestChartFlags(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &values); err != nil {
 		t.Fatal(err)
 	}
-	var readmeKeys, valueKeys []string
+	var docKeys, valueKeys []string
 	for k := range values.Flags {
 		valueKeys = append(valueKeys, k)
 	}
@@ -478,13 +572,13 @@ func TestChartFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	defaults := mustHelmTemplate(t)
-	for _, row := range readmeTable(t, "## Flags") {
+	for _, row := range docTable(t, flagsDoc, flagsHeading) {
 		flag := row[0]
 		if !regexp.MustCompile(`^--[a-z0-9-]+$`).MatchString(flag) {
-			t.Fatalf("README Flags row %q: not a flag", row)
+			t.Fatalf("%s row %q: not a flag", flagsDoc, row)
 		}
 		key := flagKey(flag)
-		readmeKeys = append(readmeKeys, key)
+		docKeys = append(docKeys, key)
 		t.Run(flag, func(t *testing.T) {
 			if _, ok := values.Flags[key]; !ok {
 				t.Fatalf("values.yaml has no flags.%s for %s", key, flag)
@@ -504,8 +598,8 @@ func TestChartFlags(t *testing.T) {
 			}
 		})
 	}
-	if diff := cmp.Diff(readmeKeys, valueKeys, sortStrings); diff != "" {
-		t.Errorf("README flags (-) and values.yaml flags (+) differ:\n%s", diff)
+	if diff := cmp.Diff(docKeys, valueKeys, sortStrings); diff != "" {
+		t.Errorf("%s flags (-) and values.yaml flags (+) differ:\n%s", flagsDoc, diff)
 	}
 
 	// Numbers from a values file keep their form (Helm reads them as float64).

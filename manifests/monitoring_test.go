@@ -27,7 +27,8 @@ const dashboardPath = "monitoring/dashboard.json"
 func wantAlerts() []string {
 	return []string{
 		"LLMEngineKVCacheNearFull", "LLMEnginePreemptions", "LLMEngineQueueHigh", "LLMEngineTTFTOverSLO",
-		"SaturationAdapterAPIServiceUnavailable", "SaturationAdapterScrapeErrors", "SaturationAdapterUnknownPods", "SaturationAdapterValuesNotServed",
+		"SaturationAdapterAPIServiceNotOwned", "SaturationAdapterAPIServiceUnavailable", "SaturationAdapterScrapeErrors", "SaturationAdapterUnknownPods",
+		"SaturationAdapterValuesNotServed",
 	}
 }
 
@@ -87,6 +88,7 @@ func TestChartPrometheusRuleValues(t *testing.T) {
 		"--set", "prometheusRule.engines.ttftP95.thresholdSeconds=0.5", "--set", "prometheusRule.engines.ttftP95.window=3m",
 		"--set", "prometheusRule.engines.ttftP95.for=7m",
 		"--set", "prometheusRule.adapter.scrapeErrorRatio.threshold=0.25",
+		"--set", "prometheusRule.adapter.apiServiceNotOwned.for=15m",
 		"--set", "prometheusRule.labels.release=kube-prometheus-stack"))
 	pr := only[*prometheusRule](t, objs, adapterName)
 	if pr.Labels["release"] != "kube-prometheus-stack" {
@@ -109,6 +111,9 @@ func TestChartPrometheusRuleValues(t *testing.T) {
 		for _, r := range g.Rules {
 			if r.Alert == "LLMEngineTTFTOverSLO" && (r.For != "7m" || !strings.Contains(r.Annotations["description"], "over the 0.5s SLO, for 7m")) {
 				t.Errorf("TTFT alert for %q, description %q", r.For, r.Annotations["description"])
+			}
+			if r.Alert == "SaturationAdapterAPIServiceNotOwned" && (r.For != "15m" || !strings.Contains(r.Annotations["description"], "for 15m:")) {
+				t.Errorf("ownership alert for %q, description %q", r.For, r.Annotations["description"])
 			}
 		}
 	}
@@ -231,12 +236,12 @@ func TestDashboard(t *testing.T) {
 }
 
 // checkSelfMetricsDocumented fails the test when expr (from what) selects a
-// saturation_adapter_ metric that the README's metric table does not list. A
+// saturation_adapter_ metric that the documented metric table does not list. A
 // histogram's _bucket, _count and _sum series count as the histogram.
 func checkSelfMetricsDocumented(t *testing.T, what, expr string) {
 	t.Helper()
 	documented := map[string]string{}
-	for _, row := range readmeTable(t, "## The adapter's own metrics") {
+	for _, row := range docTable(t, "docs/operations.md", "## The adapter's own metrics") {
 		documented[row[0]] = row[1]
 	}
 	e, err := promQL().ParseExpr(expr)
@@ -256,7 +261,7 @@ func checkSelfMetricsDocumented(t *testing.T, what, expr string) {
 				}
 			}
 			if _, ok := documented[name]; !ok {
-				t.Errorf("%s uses %s, which the README's metric table does not list", what, m.Value)
+				t.Errorf("%s uses %s, which the documented metric table does not list", what, m.Value)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // TLS modes, as the chart's tls.mode names them.
@@ -200,6 +202,49 @@ func checkCertManager(t *testing.T, objs []any, apis []*apiService, secret strin
 		}
 		if a.Spec.InsecureSkipTLSVerify || len(a.Spec.CABundle) > 0 {
 			t.Errorf("APIService %s: want neither insecureSkipTLSVerify nor a caBundle of its own", a.Name)
+		}
+	}
+}
+
+// TestTLSDocRBAC: the RBAC excerpt of docs/tls.md ("RBAC for this mode") is the
+// self-managed install's: the rules of the ClusterRole saturation-adapter:apiservices
+// and of the Role saturation-adapter:serving-cert, as kustomize renders them and as
+// the chart renders them with its defaults.
+func TestTLSDocRBAC(t *testing.T) {
+	doc, err := os.ReadFile("../docs/tls.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "RBAC for this mode")
+	if !ok {
+		t.Fatal("docs/tls.md has no \"RBAC for this mode\"")
+	}
+	_, block, ok := strings.Cut(after, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok {
+		t.Fatal("docs/tls.md: no yaml block after \"RBAC for this mode\"")
+	}
+	parts := strings.Split(block, "\n---\n")
+	if len(parts) != 2 {
+		t.Fatalf("docs/tls.md's RBAC excerpt: %d parts, want the ClusterRole's rules --- the Role's", len(parts))
+	}
+	var documented [2][]rbacv1.PolicyRule
+	for i, p := range parts {
+		if err := yaml.UnmarshalStrict([]byte(p), &documented[i]); err != nil {
+			t.Fatalf("docs/tls.md's RBAC excerpt, part %d: %v\n%s", i+1, err, p)
+		}
+	}
+	for name, objs := range map[string][]any{
+		renderedPath:                   decodeFile(t, renderedPath),
+		"helm template (the defaults)": decode(t, "helm template", mustHelmTemplate(t)),
+	} {
+		apiRole := only[*rbacv1.ClusterRole](t, objs, "saturation-adapter:apiservices")
+		if diff := cmp.Diff(apiRole.Rules, documented[0]); diff != "" {
+			t.Errorf("docs/tls.md's ClusterRole rules and %s's (-%s +docs):\n%s", name, name, diff)
+		}
+		role := only[*rbacv1.Role](t, objs, "saturation-adapter:serving-cert")
+		if diff := cmp.Diff(role.Rules, documented[1]); diff != "" {
+			t.Errorf("docs/tls.md's Role rules and %s's (-%s +docs):\n%s", name, name, diff)
 		}
 	}
 }

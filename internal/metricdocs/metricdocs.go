@@ -1,7 +1,7 @@
-// Package metricdocs reads the README's table of the adapter's own metrics, so
-// that each package's tests can check that what it registers is documented:
-// names, types, label names and, for labels with a fixed set of values, the
-// values.
+// Package metricdocs reads the documentation's table of the adapter's own
+// metrics (Doc), so that each package's tests can check that what it registers is
+// documented: names, types, label names and, for labels with a fixed set of
+// values, the values.
 package metricdocs
 
 import (
@@ -14,7 +14,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Metric is one row of the README's metric table.
+// Doc is the document holding the table, relative to the repository's root.
+const Doc = "docs/operations.md"
+
+// Metric is one row of the metric table.
 type Metric struct {
 	// Type is "counter", "gauge" or "histogram".
 	Type string
@@ -29,7 +32,8 @@ var (
 	literal = regexp.MustCompile("`([^`]+)`")
 )
 
-// Read parses the table rows of the README at path. Errors name the file.
+// Read parses the table rows of the document at path (Doc, from the test's
+// directory). Errors name the file.
 func Read(path string) (map[string]Metric, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -54,7 +58,7 @@ func Read(path string) (map[string]Metric, error) {
 	return out, nil
 }
 
-// FromFamilies describes gathered metric families as the README would: type,
+// FromFamilies describes gathered metric families as the table would: type,
 // label names and the label values seen, sorted. Labels listed in open keep nil
 // values (their values are not documented one by one).
 func FromFamilies(fams []*dto.MetricFamily, open ...string) map[string]Metric {

@@ -1,7 +1,7 @@
 // Package shdoc reads the shell commands a Markdown document shows: its ```sh
 // blocks, the commands in them as a reader copies them, and a command's words as
-// a shell splits them. The README tests use it to run the README's commands as
-// written.
+// a shell splits them. The documentation's tests use it to run the commands of the
+// README and docs/ as written.
 package shdoc
 
 import (
@@ -20,20 +20,28 @@ type Block struct {
 	Text string
 }
 
-// Blocks returns the ```sh blocks of a Markdown text, in order.
+// Blocks returns the ```sh blocks of a Markdown text, in order. A line starting
+// with # inside any fenced block (a YAML comment) is no heading. A block indented
+// in a list item loses its fence's indentation, as Markdown renders it.
 func Blocks(md string) []Block {
 	var out []Block
-	section, in := "", false
+	section, in, other, indent := "", false, false, ""
 	var cur Block
 	for i, line := range strings.Split(md, "\n") {
+		fence := strings.HasPrefix(strings.TrimSpace(line), "```")
 		switch {
 		case in && strings.TrimSpace(line) == "```":
 			in = false
 			out = append(out, cur)
 		case in:
-			cur.Text += line + "\n"
+			cur.Text += strings.TrimPrefix(line, indent) + "\n"
+		case other:
+			other = !fence
 		case strings.TrimSpace(line) == "```sh":
 			in, cur = true, Block{Section: section, Line: i + 1}
+			indent = line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+		case fence:
+			other = true
 		case strings.HasPrefix(line, "#"):
 			section = strings.TrimSpace(strings.TrimLeft(line, "#"))
 		}

@@ -24,10 +24,20 @@ func TestCommands(t *testing.T) {
 
 // TestBlocks: each ```sh block with its section and fence line; other fences are not shell.
 func TestBlocks(t *testing.T) {
-	md := "# Top\n```sh\na\n```\n## Sub `x`\n```yaml\nk: v\n```\n```sh\nb\nc\n```\n"
-	want := []Block{{Section: "Top", Line: 2, Text: "a\n"}, {Section: "Sub `x`", Line: 9, Text: "b\nc\n"}}
+	md := "# Top\n```sh\na\n```\n## Sub `x`\n```yaml\n# a comment, no heading\nk: v\n```\n```sh\nb\nc\n```\n"
+	want := []Block{{Section: "Top", Line: 2, Text: "a\n"}, {Section: "Sub `x`", Line: 10, Text: "b\nc\n"}}
 	if diff := cmp.Diff(want, Blocks(md)); diff != "" {
 		t.Errorf("Blocks (-want +got):\n%s", diff)
+	}
+	// In a list item: the fence's indentation goes, so a here-document ends where
+	// bash ends it and the command after it is seen.
+	md = "## Roll back\n1. Recreate it:\n\n   ```sh\n   cat > f <<EOF\n   {}\n   EOF\n   kubectl wait x\n   ```\n"
+	want = []Block{{Section: "Roll back", Line: 4, Text: "cat > f <<EOF\n{}\nEOF\nkubectl wait x\n"}}
+	if diff := cmp.Diff(want, Blocks(md)); diff != "" {
+		t.Errorf("Blocks of an indented block (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"cat > f <<EOF", "kubectl wait x"}, Commands(want[0].Text)); diff != "" {
+		t.Errorf("Commands of an indented block (-want +got):\n%s", diff)
 	}
 }
 

@@ -196,7 +196,7 @@ func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *po
 	}
 	a.set(key, info, ReasonNoZeroCapableInput, bad, fmt.Sprintf(
 		"minReplicas is 0 but %s is computed from the pods only: at zero pods there is nothing to read and this HPA never scales up again. "+
-			"Scale from zero needs a metric with a gateway input (a policy with gateway: in the adapter's --config; README \"Scale to zero\")",
+			"Scale from zero needs a metric with a gateway input (a policy with gateway: in the adapter's --config; docs/scale-to-zero.md)",
 		strings.Join(names, ", ")))
 }
 

@@ -142,7 +142,7 @@ func TestGatewaySeen(t *testing.T) {
 	}
 }
 
-// The README's metric table documents these metrics.
+// The documented metric table documents these metrics.
 func TestMetricsDocumented(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -156,7 +156,7 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	documented, err := metricdocs.Read("../../README.md")
+	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,15 +164,15 @@ func TestMetricsDocumented(t *testing.T) {
 	for name, g := range got {
 		d, ok := documented[name]
 		if !ok {
-			t.Errorf("README lacks %s", name)
+			t.Errorf("the metric table lacks %s", name)
 			continue
 		}
 		if d.Type != g.Type || len(d.Labels) != len(g.Labels) {
-			t.Errorf("%s: README %+v, registry %+v", name, d, g)
+			t.Errorf("%s: documented %+v, registry %+v", name, d, g)
 		}
 		for l, vals := range g.Labels {
 			if strings.Join(d.Labels[l], ",") != strings.Join(vals, ",") {
-				t.Errorf("%s label %s: README %v, registry %v", name, l, d.Labels[l], vals)
+				t.Errorf("%s label %s: documented %v, registry %v", name, l, d.Labels[l], vals)
 			}
 		}
 	}

@@ -193,7 +193,7 @@ func (c *Checker) record(r Result) {
 	case StateOtherService:
 		klog.ErrorS(nil, "APIService routes to another service: HPAs using it do not reach this adapter",
 			"apiService", r.APIService, "servedBy", r.ServedBy, "product", r.Product, "adapterService", c.self.String(),
-			"fix", "uninstall or disable the other product's APIService, then apply this adapter's (see the README's migration section)")
+			"fix", "uninstall or disable the other product's APIService, then apply this adapter's (see docs/migration.md)")
 	case StateLocal:
 		klog.ErrorS(nil, "APIService is served by kube-apiserver itself, not by this adapter",
 			"apiService", r.APIService, "adapterService", c.self.String())

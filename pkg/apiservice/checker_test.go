@@ -218,7 +218,7 @@ func TestNewCheckerErrors(t *testing.T) {
 	}
 }
 
-// TestMetricsDocumented keeps the README's metric table and the Checker's gauge
+// TestMetricsDocumented keeps the documented metric table and the Checker's gauge
 // in step: name, type and label.
 func TestMetricsDocumented(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -231,7 +231,7 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	documented, err := metricdocs.Read("../../README.md")
+	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestMetricsDocumented(t *testing.T) {
 		want[name] = documented[name]
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("README's metric table and the registry differ (-README +registry):\n%s", diff)
+		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
 	}
 	if len(got) != 1 {
 		t.Errorf("gathered %d families, want 1", len(got))

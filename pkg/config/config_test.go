@@ -1,6 +1,7 @@
 package config
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,34 +178,51 @@ func TestLoaderReload(t *testing.T) {
 	}
 }
 
-// Every policy file the README shows parses, and the workload example is
-// Example() verbatim.
-func TestREADMEExamples(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
-	if err != nil {
+// Every policy file the documentation shows parses (README.md and docs/, a
+// fragment holding only the prometheus section under a minimal header), and the
+// workload example of docs/policies.md is Example() verbatim.
+func TestDocExamples(t *testing.T) {
+	docs := []string{"../../README.md"}
+	if err := filepath.WalkDir("../../docs", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			docs = append(docs, path)
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	if !strings.Contains(readme, "```yaml\n"+string(Example())+"```") {
-		t.Error("the README's workload example is not config.Example()")
-	}
-	blocks := 0
-	for _, part := range strings.Split(readme, "```yaml\n")[1:] {
-		body, _, _ := strings.Cut(part, "```")
-		if !strings.HasPrefix(body, "apiVersion: "+APIVersion) {
-			continue
-		}
-		blocks++
-		f, err := Parse([]byte(body))
-		if err == nil {
-			_, err = f.Catalog(builtin())
-		}
+	blocks, fragments := 0, 0
+	for _, doc := range docs {
+		raw, err := os.ReadFile(doc)
 		if err != nil {
-			t.Errorf("README policy file does not parse: %v\n%s", err, body)
+			t.Fatal(err)
+		}
+		md := string(raw)
+		if strings.HasSuffix(doc, "/policies.md") && !strings.Contains(md, "```yaml\n"+string(Example())+"```") {
+			t.Errorf("%s: the workload example is not config.Example()", doc)
+		}
+		for _, part := range strings.Split(md, "```yaml\n")[1:] {
+			body, _, _ := strings.Cut(part, "```")
+			switch {
+			case strings.HasPrefix(body, "apiVersion: "+APIVersion):
+				blocks++
+			case strings.HasPrefix(body, "prometheus:\n"):
+				fragments++
+				body = "apiVersion: " + APIVersion + "\nkind: PolicyConfig\npolicies: []\n" + body
+			default:
+				continue
+			}
+			f, err := Parse([]byte(body))
+			if err == nil {
+				_, err = f.Catalog(builtin())
+			}
+			if err != nil {
+				t.Errorf("%s: policy file does not parse: %v\n%s", doc, err, body)
+			}
 		}
 	}
-	if blocks < 2 {
-		t.Errorf("found %d policy files in the README, want at least 2", blocks)
+	if blocks < 2 || fragments < 1 {
+		t.Errorf("found %d policy files and %d prometheus sections in the documentation, want at least 2 and 1", blocks, fragments)
 	}
 }
 

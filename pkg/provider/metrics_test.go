@@ -13,7 +13,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
-// TestMetricsDocumented keeps the README's metric table and this package's
+// TestMetricsDocumented keeps the documented metric table and this package's
 // metrics in step: names, types, labels and every value of a fixed label.
 func TestMetricsDocumented(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -34,7 +34,7 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("%s has no help text", f.GetName())
 		}
 	}
-	documented, err := metricdocs.Read("../../README.md")
+	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestMetricsDocumented(t *testing.T) {
 		want[name] = documented[name]
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("README's metric table and the registry differ (-README +registry):\n%s", diff)
+		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
 	}
 	if len(got) != 3 {
 		t.Errorf("gathered %d families, want the 3 of the provider", len(got))

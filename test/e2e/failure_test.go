@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
@@ -130,6 +134,38 @@ func TestSelectorMatchesNothing(t *testing.T) {
 	}
 	holdReplicas(t, s, name, sel, 2, 20*time.Second)
 	t.Logf("replicas held at 2 for 20 s")
+	checkNoNamespacePaths(t, s)
+}
+
+// checkNoNamespacePaths: requests without a namespace, as a person sends them through
+// the aggregator (docs/troubleshooting.md). The API serves External metrics under
+// /namespaces/{ns}/ only, so the cluster-wide path `kubectl get --raw` sends matches no
+// route: 404 NotFound. Only an empty namespace segment, which kubectl's path cleaning
+// never sends (a plain HTTP client here), reaches the adapter's own 400.
+func checkNoNamespacePaths(t *testing.T, s *stack.Stack) {
+	t.Helper()
+	ctx := context.Background()
+	const clusterWide = "/apis/external.metrics.k8s.io/v1beta1/llm_saturation"
+	var code int
+	res := s.Cluster.Client.CoreV1().RESTClient().Get().RequestURI(clusterWide).Do(ctx).StatusCode(&code)
+	if code != http.StatusNotFound || !apierrors.IsNotFound(res.Error()) {
+		t.Errorf("GET %s through the aggregator: HTTP %d (%v), want 404 NotFound", clusterWide, code, res.Error())
+	}
+	t.Logf("GET %s through the aggregator: HTTP %d: %v", clusterWide, code, res.Error())
+	client, err := rest.HTTPClientFor(s.Cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const emptySegment = "/apis/external.metrics.k8s.io/v1beta1/namespaces//llm_saturation"
+	resp, err := client.Get(s.Cluster.URL + emptySegment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "a namespace is required") {
+		t.Errorf("GET %s through the aggregator: HTTP %d %s, want the adapter's 400 asking for a namespace", emptySegment, resp.StatusCode, body)
+	}
 }
 
 func waitReadyCount(t *testing.T, s *stack.Stack, name string, sel labels.Selector, n int32) {

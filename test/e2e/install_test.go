@@ -45,30 +45,42 @@ const (
 	servingCertSecret = "saturation-adapter-serving-cert"
 )
 
-// installBlocks are the README blocks TestInstall runs as written (TestReadmeCommands
-// checks the table in test/e2e/README.md against it).
-var installBlocks = []readmeRef{
+// installBlocks are the documented blocks TestInstall runs as written
+// (TestReadmeCommands checks the tables in test/e2e/README.md against it).
+var installBlocks = []docRef{
 	saveSpecBlock, releaseBlock, helmBlock, debugBlock, uninstallBlock, helmUninstallBlock, ownKustomizationBlock,
-	customMetricsBlock,
+	customMetricsBlock, troubleshootingCheckBlock, troubleshootingDeleteBlock, migrationStockBlock, migrationSaveBlock,
+	migrationCheckBlock, migrationDescribeBlock, upgradingCheckBlock, upgradingPatchBlock,
 }
 
 var (
-	saveSpecBlock         = readmeRef{"Run it against a cluster", "kubectl get apiservice"}
-	releaseBlock          = readmeRef{"Install with kubectl (kustomize)", "make release"}
-	ownKustomizationBlock = readmeRef{"Install with kubectl (kustomize)", "mkdir -p my-install"}
-	helmBlock             = readmeRef{"Install with Helm", "helm install"}
-	uninstallBlock        = readmeRef{"Check, monitor, uninstall", "kubectl delete apiservice"}
-	helmUninstallBlock    = readmeRef{"Check, monitor, uninstall", "helm uninstall"}
-	debugBlock            = readmeRef{"Check, monitor, uninstall", "kubectl get --raw"}
-	customMetricsBlock    = readmeRef{"Per-pod values (`custom.metrics.k8s.io`)", "kubectl apply -f manifests/rendered/custom-metrics.yaml"}
+	releaseBlock          = docRef{"README.md", "Install", "make release"}
+	helmBlock             = docRef{"README.md", "Install", "helm install"}
+	debugBlock            = docRef{"README.md", "Check it", "kubectl get --raw"}
+	saveSpecBlock         = docRef{"docs/install.md", "Before you install", "kubectl get apiservice"}
+	ownKustomizationBlock = docRef{"docs/install.md", "Your own kustomization", "mkdir -p my-install"}
+	uninstallBlock        = docRef{"docs/install.md", "Uninstall", "kubectl delete apiservice"}
+	helmUninstallBlock    = docRef{"docs/install.md", "Uninstall", "helm uninstall"}
+	customMetricsBlock    = docRef{"docs/concepts.md", "Per-pod values (`custom.metrics.k8s.io`)", "kubectl apply -f manifests/rendered/custom-metrics.yaml"}
+
+	troubleshootingCheckBlock  = docRef{"docs/troubleshooting.md", "Troubleshooting", "kubectl get apiservice"}
+	troubleshootingDeleteBlock = docRef{"docs/troubleshooting.md", "Uninstall or namespace deletion hangs", "kubectl delete apiservice"}
+	migrationStockBlock        = docRef{"docs/migration.md", "1. Take stock", "# Who owns"}
+	migrationSaveBlock         = docRef{"docs/migration.md", "2. Keep the way back", "kubectl get apiservice"}
+	migrationCheckBlock        = docRef{"docs/migration.md", "4. Install saturation-adapter", "kubectl wait"}
+	migrationDescribeBlock     = docRef{"docs/migration.md", "5. Move HPAs one by one", "kubectl describe hpa"}
+	upgradingCheckBlock        = docRef{"docs/upgrading.md", "To the verified-TLS install (from `insecureSkipTLSVerify: true`)", "kubectl get apiservice"}
+	upgradingPatchBlock        = docRef{"docs/upgrading.md", "To the verified-TLS install (from `insecureSkipTLSVerify: true`)", "kubectl patch apiservice"}
 )
 
-// TestInstall follows the README's install section on a local control plane, as a new
-// user would: each README block runs as written, through bash, in a copy of this
-// checkout (tracked and untracked files, as a clone has them), with the built kubectl
-// and helm on PATH and KUBECONFIG naming the cluster. The only edits are the README's
-// own placeholders (<ns>, <name>) and, where a subtest says so, the variant a block
-// names or values added to the Helm install.
+// TestInstall follows the documented install (the README's, and docs/install.md) on a
+// local control plane, as a new user would: each documented block runs as written,
+// through bash, in a copy of this checkout (tracked and untracked files, as a clone has
+// them), with the built kubectl and helm on PATH and KUBECONFIG naming the cluster. The
+// only edits are the documents' own placeholders (<ns>, <name>) and, where a subtest
+// says so, the variant a block names or values added to the Helm install. Around the
+// install it runs the checks of docs/troubleshooting.md, docs/migration.md and
+// docs/upgrading.md that read or repair a live install.
 //
 // The adapter really runs as its Deployment's pods: the node agent runs the image the
 // README installs (registry.example.com/saturation-adapter:v0.1.0; saturation-adapter:dev
@@ -82,7 +94,7 @@ var (
 // kube-proxy would (nodeagent/services.go), and verifies TLS with the caBundle the
 // adapter wrote itself (self-managed), the one cainjector would inject (cert-manager,
 // stood in for by certManagerStandIn) or the one given (the chart's secret mode), or
-// skips it (insecure). Each live subtest ends with the README's uninstall and checks
+// skips it (insecure). Each live subtest ends with the documented uninstall and checks
 // that nothing is left and discovery answers.
 //
 // The Prometheus Operator cannot run here: the monitoring objects, and every other
@@ -222,14 +234,14 @@ func (e *installEnv) setupCommands(t *testing.T, root, tools, helm string) {
 func (e *installEnv) kustomizeRelease(t *testing.T) {
 	e.requireClean(t)
 	// On a cluster where no one owns the API yet, the saved spec is empty.
-	e.runBlock(t, readmeBlock(t, saveSpecBlock), nil)
+	e.runBlock(t, docBlock(t, saveSpecBlock), nil)
 	if b, err := os.ReadFile(filepath.Join(e.repo, "previous-apiservice-spec.json")); err != nil || len(b) != 0 {
 		t.Errorf("previous-apiservice-spec.json = %q, %v; want an empty file on a cluster without the APIService", b, err)
 	}
-	e.runBlock(t, readmeBlock(t, releaseBlock), nil)
+	e.runBlock(t, docBlock(t, releaseBlock), nil)
 	e.checkInstalled(t, readmeImage, tlsWant{secret: servingCertSecret})
 
-	// The README's debug commands, with an HPA of manifests/examples on the vLLM pods.
+	// The README's check commands, with an HPA of manifests/examples on the vLLM pods.
 	ctx := context.Background()
 	if _, err := e.cluster.Kubectl(ctx, "apply", "-n", llmNamespace, "-f", filepath.Join(e.repo, "manifests/examples/hpa-saturation.yaml")); err != nil {
 		t.Fatal(err)
@@ -239,9 +251,9 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 	}()
 	// `kubectl describe hpa <name>` names no namespace: the HPA's goes with its name.
 	subst := map[string]string{"<ns>": llmNamespace, "<name>": "-n " + llmNamespace + " vllm-saturation"}
-	cmds := shdoc.Commands(readmeBlock(t, debugBlock))
+	cmds := shdoc.Commands(docBlock(t, debugBlock))
 	if len(cmds) != 3 {
-		t.Fatalf("README debug block: %d commands, want the metric, the catalog and describe hpa", len(cmds))
+		t.Fatalf("README check block: %d commands, want the metric, the catalog and describe hpa", len(cmds))
 	}
 	var value externalmetrics.ExternalMetricValueList
 	if err := json.Unmarshal(e.run(t, cmds[0], subst), &value); err != nil {
@@ -268,19 +280,56 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 	if !strings.Contains(describe, "llm_saturation") || !strings.Contains(describe, "400m") {
 		t.Errorf("%s does not show llm_saturation at 400m:\n%s", cmds[2], describe)
 	}
+	e.checkDocsOnInstall(t)
 
 	deletions := e.watchDeletions(t)
-	e.runBlock(t, readmeBlock(t, uninstallBlock), nil)
+	e.runBlock(t, docBlock(t, uninstallBlock), nil)
 	e.checkUninstalled(t)
 	checkAPIServicesFirst(t, deletions())
 }
 
-// kustomizeCustomMetrics: the README's own-kustomization block (the custom-metrics
+// checkDocsOnInstall runs the documented blocks that read a live install, on the
+// default install with the example HPA (vllm-saturation in llm, its metric already
+// valid): troubleshooting's first look, the migration's stock-taking, saved spec,
+// install check and HPA check, and the upgrade's TLS check.
+func (e *installEnv) checkDocsOnInstall(t *testing.T) {
+	t.Helper()
+	subst := map[string]string{"<ns>": llmNamespace, "<name>": "vllm-saturation"}
+	wantIn := func(ref docRef, out string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s, %q: the output lacks %q:\n%s", ref.File, ref.Section, w, out)
+			}
+		}
+	}
+	wantIn(troubleshootingCheckBlock, string(e.runBlock(t, docBlock(t, troubleshootingCheckBlock), subst)),
+		"v1beta1.external.metrics.k8s.io", "True", "ValidMetricFound", `"metricName":"llm_saturation"`)
+	wantIn(migrationStockBlock, string(e.runBlock(t, docBlock(t, migrationStockBlock), nil)),
+		stack.AdapterNamespace+"/"+stack.AdapterService+"\n", llmNamespace+"/vllm-saturation: llm_saturation\n")
+
+	e.runBlock(t, docBlock(t, migrationSaveBlock), nil)
+	var spec apiregv1.APIServiceSpec
+	b, err := os.ReadFile(filepath.Join(e.repo, "previous-apiservice-spec.json"))
+	if err != nil || json.Unmarshal(b, &spec) != nil || spec.Service == nil || spec.Service.Name != stack.AdapterService {
+		t.Errorf("previous-apiservice-spec.json = %q (%v): want the spec of the APIService, routed to %s", b, err, stack.AdapterService)
+	}
+
+	wantIn(migrationCheckBlock, string(e.runBlock(t, docBlock(t, migrationCheckBlock), nil)), `"name":"llm_saturation"`)
+	wantIn(migrationDescribeBlock, string(e.runBlock(t, docBlock(t, migrationDescribeBlock), subst)), "ValidMetricFound", "llm_saturation")
+	// Verified TLS: insecureSkipTLSVerify unset, a caBundle (base64 of "-----BEGIN").
+	out := string(e.runBlock(t, docBlock(t, upgradingCheckBlock), nil))
+	if strings.HasPrefix(out, "true") || !strings.Contains(out, "LS0tLS1CRUdJTi") {
+		t.Errorf("%s: %q, want no insecureSkipTLSVerify and a PEM caBundle", upgradingCheckBlock.File, out)
+	}
+}
+
+// kustomizeCustomMetrics: docs/install.md's own-kustomization block (the custom-metrics
 // variant), the per-pod query, then the uninstall's APIService line and its
 // `kubectl delete -k my-install`.
 func (e *installEnv) kustomizeCustomMetrics(t *testing.T) {
 	e.requireClean(t)
-	e.runBlock(t, readmeBlock(t, ownKustomizationBlock), nil)
+	e.runBlock(t, docBlock(t, ownKustomizationBlock), nil)
 	e.checkInstalled(t, readmeImage, tlsWant{secret: servingCertSecret})
 	e.checkPerPod(t)
 	e.uninstallOwnKustomization(t)
@@ -291,12 +340,12 @@ func (e *installEnv) kustomizeCustomMetrics(t *testing.T) {
 // APIService line and a delete of the same file.
 func (e *installEnv) kustomizeAsShipped(t *testing.T) {
 	e.requireClean(t)
-	cmds := shdoc.Commands(readmeBlock(t, customMetricsBlock))
+	cmds := shdoc.Commands(docBlock(t, customMetricsBlock))
 	if len(cmds) != 3 {
-		t.Fatalf("README per-pod block: %q, want the apply, its -k alternative and the query", cmds)
+		t.Fatalf("docs/concepts.md per-pod block: %q, want the apply, its -k alternative and the query", cmds)
 	}
 	e.run(t, cmds[0], nil)
-	// Not README commands: the block goes straight to the query.
+	// Not documented commands: the block goes straight to the query.
 	e.run(t, "kubectl wait --for=condition=Available apiservice/v1beta1.external.metrics.k8s.io apiservice/v1beta2.custom.metrics.k8s.io --timeout=2m", nil)
 	e.checkInstalled(t, devImage, tlsWant{secret: servingCertSecret})
 	// The block's `# or: kubectl apply -k manifests/custom-metrics` applies the same
@@ -305,7 +354,9 @@ func (e *installEnv) kustomizeAsShipped(t *testing.T) {
 		t.Errorf("$ %s after the rendered file: want every object unchanged, none created:\n%s", cmds[1], out)
 	}
 	e.checkPerPod(t)
-	e.run(t, shdoc.Commands(readmeBlock(t, uninstallBlock))[0], nil)
+	// docs/troubleshooting.md's way out of a hanging uninstall: the APIServices first
+	// (both custom.metrics.k8s.io versions exist here), then the rest.
+	e.runBlock(t, docBlock(t, troubleshootingDeleteBlock), nil)
 	e.run(t, "kubectl delete -f manifests/rendered/custom-metrics.yaml --ignore-not-found", nil)
 	e.checkUninstalled(t)
 }
@@ -314,7 +365,7 @@ func (e *installEnv) kustomizeAsShipped(t *testing.T) {
 // pod's own llm_saturation through the aggregator.
 func (e *installEnv) checkPerPod(t *testing.T) {
 	t.Helper()
-	cmds := shdoc.Commands(readmeBlock(t, customMetricsBlock))
+	cmds := shdoc.Commands(docBlock(t, customMetricsBlock))
 	query := cmds[len(cmds)-1]
 	var pods struct {
 		Items []struct {
@@ -332,13 +383,13 @@ func (e *installEnv) checkPerPod(t *testing.T) {
 	}
 }
 
-// uninstallOwnKustomization runs the README's uninstall for an own kustomization: the
+// uninstallOwnKustomization runs docs/install.md's uninstall for an own kustomization: the
 // APIService line and the `# or: kubectl delete -k my-install` alternative.
 func (e *installEnv) uninstallOwnKustomization(t *testing.T) {
 	t.Helper()
-	uninstall := shdoc.Commands(readmeBlock(t, uninstallBlock))
+	uninstall := shdoc.Commands(docBlock(t, uninstallBlock))
 	if len(uninstall) != 3 || uninstall[2] != "kubectl delete -k my-install --ignore-not-found" {
-		t.Fatalf("README uninstall block: %q, want the APIServices, the release file and its `# or: kubectl delete -k my-install --ignore-not-found`", uninstall)
+		t.Fatalf("docs/install.md uninstall block: %q, want the APIServices, the release file and its `# or: kubectl delete -k my-install --ignore-not-found`", uninstall)
 	}
 	e.run(t, uninstall[0], nil)
 	e.run(t, uninstall[2], nil)
@@ -351,13 +402,23 @@ func (e *installEnv) kustomizeInsecure(t *testing.T) {
 	e.requireClean(t)
 	e.ownKustomizationAs(t, "../manifests/insecure")
 	e.checkInstalled(t, readmeImage, tlsWant{insecure: true})
+	// docs/upgrading.md's repair of an APIService left insecure by an earlier install.
+	e.runBlock(t, docBlock(t, upgradingPatchBlock), nil)
+	agg, err := aggregator.NewForConfig(e.cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if api, err := agg.ApiregistrationV1().APIServices().Get(context.Background(), stack.APIServiceName, metav1.GetOptions{}); err != nil || api.Spec.InsecureSkipTLSVerify {
+		t.Errorf("after %s's patch: APIService %+v (%v), want insecureSkipTLSVerify gone", upgradingPatchBlock.File, api, err)
+	}
 	e.uninstallOwnKustomization(t)
 }
 
-// helm: the README's Helm install (chart defaults: self-managed TLS) and uninstall.
+// helm: the README's Helm install (chart defaults: self-managed TLS) and docs/install.md's
+// uninstall.
 func (e *installEnv) helm(t *testing.T) {
 	e.requireClean(t)
-	e.runBlock(t, readmeBlock(t, helmBlock), nil)
+	e.runBlock(t, docBlock(t, helmBlock), nil)
 	e.checkInstalled(t, readmeImage, tlsWant{secret: servingCertSecret})
 	ns, err := e.cluster.Client.CoreV1().Namespaces().Get(context.Background(), stack.AdapterNamespace, metav1.GetOptions{})
 	if err != nil {
@@ -367,7 +428,7 @@ func (e *installEnv) helm(t *testing.T) {
 		t.Errorf("namespace label pod-security.kubernetes.io/enforce = %q, want restricted", got)
 	}
 	deletions := e.watchDeletions(t)
-	e.runBlock(t, readmeBlock(t, helmUninstallBlock), nil)
+	e.runBlock(t, docBlock(t, helmUninstallBlock), nil)
 	e.checkUninstalled(t)
 	checkAPIServicesFirst(t, deletions())
 }
@@ -544,7 +605,7 @@ func (e *installEnv) checkUninstalled(t *testing.T) {
 	}
 }
 
-// run runs one command line through bash in the checkout copy, with the README's
+// run runs one command line through bash in the checkout copy, with the documents'
 // placeholders replaced, and returns its stdout; it fails the test on an error.
 func (e *installEnv) run(t *testing.T, command string, subst map[string]string) []byte {
 	t.Helper()
@@ -558,7 +619,7 @@ func (e *installEnv) run(t *testing.T, command string, subst map[string]string) 
 	return out
 }
 
-// runBlock runs a README block as one bash script (-e -o pipefail: it stops at the
+// runBlock runs a documented block as one bash script (-e -o pipefail: it stops at the
 // first failing command), logs it and its output, and returns its stdout.
 func (e *installEnv) runBlock(t *testing.T, block string, subst map[string]string) []byte {
 	t.Helper()
@@ -567,9 +628,9 @@ func (e *installEnv) runBlock(t *testing.T, block string, subst map[string]strin
 	}
 	out, err := e.bash(block)
 	if err != nil {
-		t.Fatalf("README block:\n%s\nfailed: %v", block, err)
+		t.Fatalf("documented block:\n%s\nfailed: %v", block, err)
 	}
-	t.Logf("README block:\n%s----- stdout -----\n%s", block, out)
+	t.Logf("documented block:\n%s----- stdout -----\n%s", block, out)
 	return out
 }
 

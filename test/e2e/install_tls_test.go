@@ -26,7 +26,7 @@ var adapterDNSNames = []string{
 	stack.AdapterService + "." + stack.AdapterNamespace + ".svc.cluster.local",
 }
 
-// kustomizeCertManager: the README's own-kustomization block with manifests/cert-manager,
+// kustomizeCertManager: docs/install.md's own-kustomization block with manifests/cert-manager,
 // without cert-manager: a stand-in (certManagerStandIn) does what cert-manager and its
 // cainjector would, and the aggregator verifies the adapter with the CA injected.
 func (e *installEnv) kustomizeCertManager(t *testing.T) {
@@ -72,27 +72,27 @@ func (e *installEnv) startCertManagerStandIn(t *testing.T) *controlplane.CA {
 }
 
 // helmWith runs the README's Helm install with values added after its image tag,
-// checks the install with want, and runs the README's Helm uninstall.
+// checks the install with want, and runs docs/install.md's Helm uninstall.
 func (e *installEnv) helmWith(t *testing.T, values string, want tlsWant) {
 	t.Helper()
-	block := readmeBlock(t, helmBlock)
+	block := docBlock(t, helmBlock)
 	const tag = "--set image.tag=v0.1.0"
 	if !strings.Contains(block, tag) {
 		t.Fatalf("README Helm block has no %q:\n%s", tag, block)
 	}
 	e.runBlock(t, strings.Replace(block, tag, tag+" "+values, 1), nil)
 	e.checkInstalled(t, readmeImage, want)
-	e.runBlock(t, readmeBlock(t, helmUninstallBlock), nil)
+	e.runBlock(t, docBlock(t, helmUninstallBlock), nil)
 	e.checkUninstalled(t)
 }
 
-// ownKustomizationAs runs the README's own-kustomization block with variant in place of
+// ownKustomizationAs runs docs/install.md's own-kustomization block with variant in place of
 // the custom-metrics variant it names, waiting for the External metrics APIService only.
 func (e *installEnv) ownKustomizationAs(t *testing.T, variant string) {
 	t.Helper()
-	block := readmeBlock(t, ownKustomizationBlock)
+	block := docBlock(t, ownKustomizationBlock)
 	if !strings.Contains(block, "../manifests/custom-metrics") {
-		t.Fatalf("README own-kustomization block does not name ../manifests/custom-metrics:\n%s", block)
+		t.Fatalf("docs/install.md's own-kustomization block does not name ../manifests/custom-metrics:\n%s", block)
 	}
 	block = strings.ReplaceAll(block, "../manifests/custom-metrics", variant)
 	block = strings.ReplaceAll(block, " apiservice/v1beta2.custom.metrics.k8s.io", "") // not in this variant

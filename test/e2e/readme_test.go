@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,100 +15,152 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
-// readmeRef names a README block: the first one in Section whose text starts with Prefix.
-type readmeRef struct{ Section, Prefix string }
+// docRef names a documented block: the first ```sh block under the heading Section of
+// File (README.md, or a page under docs/) whose text starts with Prefix.
+type docRef struct{ File, Section, Prefix string }
 
-// readme returns the repository's README.md.
-func readme(t *testing.T) string {
+// userDocs returns the documents whose commands TestReadmeCommands accounts for:
+// README.md and every Markdown file under docs/, relative to the repository's root.
+func userDocs(t *testing.T, root string) []string {
+	t.Helper()
+	docs := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			docs = append(docs, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docs
+}
+
+// docText returns the document file (relative to the repository's root).
+func docText(t *testing.T, file string) string {
 	t.Helper()
 	root, err := stack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	b, err := os.ReadFile(filepath.Join(root, file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
 }
 
-// readmeBlock returns the README block ref names; the test fails if there is none.
-func readmeBlock(t *testing.T, ref readmeRef) string {
+// docBlock returns the block ref names; the test fails if there is none.
+func docBlock(t *testing.T, ref docRef) string {
 	t.Helper()
-	for _, b := range shdoc.Blocks(readme(t)) {
+	for _, b := range shdoc.Blocks(docText(t, ref.File)) {
 		if b.Section == ref.Section && strings.HasPrefix(b.Text, ref.Prefix) {
 			return b.Text
 		}
 	}
-	t.Fatalf("README: no ```sh block in section %q starting with %q", ref.Section, ref.Prefix)
+	t.Fatalf("%s: no ```sh block in section %q starting with %q", ref.File, ref.Section, ref.Prefix)
 	return ""
 }
 
-// readmeRun is what a test outside this module runs of the README: the commands
-// of Sections' blocks that start with Prefix. The test itself fails when one of
-// them is not run, or not run as written.
-type readmeRun struct {
-	Sections []string
+// docSection is a section of a document.
+type docSection struct{ File, Section string }
+
+// docRun is what a test outside this module runs of the documentation: the commands
+// of Sections' blocks that start with Prefix. The test itself fails when one of them
+// is not run, or not run as written.
+type docRun struct {
+	Sections []docSection
 	Prefix   string
 }
 
-// readmeRunners are the tests besides TestInstall that the README commands table
+// docRunners are the tests besides TestInstall that the documented commands table
 // names, with what each runs.
-var readmeRunners = map[string]readmeRun{
-	"TestReadmeExplainCommands": {Sections: []string{"`adapter explain`: evaluate /metrics offline", "Prometheus, Thanos or Mimir as the source"}, Prefix: "adapter explain "},
-	"TestReadmeSimulateTable":   {Sections: []string{"`lab simulate`: compare autoscaling policies on your traffic"}, Prefix: "lab simulate "},
-	"TestReadmeSetPointTables":  {Sections: []string{"Choose your set points: calibrate → simulate → HPA"}, Prefix: "lab simulate "},
+var docRunners = map[string]docRun{
+	"TestReadmeExplainCommands": {Sections: []docSection{
+		{"README.md", "Check it"},
+		{"docs/explain.md", "`adapter explain`: evaluate /metrics offline"},
+		{"docs/prometheus.md", "Prometheus, Thanos or Mimir as the source"},
+	}, Prefix: "adapter explain "},
+	"TestReadmeSimulateTable":    {Sections: []docSection{{"docs/lab.md", "`lab simulate`: compare autoscaling policies on your traffic"}}, Prefix: "lab simulate "},
+	"TestReadmeSetPointTables":   {Sections: []docSection{{"docs/lab.md", "Choose your set points: calibrate → simulate → HPA"}}, Prefix: "lab simulate "},
+	"TestLabDocEmulatorCommands": {Sections: []docSection{{"docs/lab.md", "`lab emulator`: an engine for tests and demos"}}, Prefix: "lab emulator "},
+	"TestDrainDocCommands":       {Sections: []docSection{{"docs/drain.md", "`drain`: let vLLM finish before a scale-down stops it"}}, Prefix: "drain "},
 }
 
-// TestReadmeCommands: every command of the README's ```sh blocks has a row in
-// test/e2e/README.md's "README commands" table saying which test or CI script
-// runs it as written, or, beginning "not run", why it cannot run there. A row
-// naming TestInstall must be a command of the blocks TestInstall runs
-// (installBlocks); one naming another test, a command of what readmeRunners says
-// that test runs; one naming `.ci/run`, a line of .ci/run. A README command
-// without a row, or a row without a README command, fails.
+// docCommand is one command of a document's ```sh blocks: its file, the section it
+// is in ("" in a table row that stands for every section of the file) and the
+// command.
+type docCommand struct {
+	file, section, cmd string
+}
+
+// TestReadmeCommands: every command of the ```sh blocks of the README and of every
+// page under docs/ has a row in test/e2e/README.md's "Documented commands" tables
+// (one per document) saying which test or CI script runs it as written, or,
+// beginning "not run", why it cannot run there. A row naming TestInstall must be a
+// command of the blocks TestInstall runs (installBlocks); one naming another test, a
+// command of what docRunners says that test runs; one naming `.ci/run`, a line of
+// .ci/run. A documented command without a row, or a row without a documented
+// command, fails.
 func TestReadmeCommands(t *testing.T) {
 	root, err := stack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	type where struct {
-		cmd   string
+		docCommand
 		block shdoc.Block
 	}
-	var readmeCmds []where
-	for _, b := range shdoc.Blocks(readme(t)) {
-		for _, c := range shdoc.Commands(b.Text) {
-			readmeCmds = append(readmeCmds, where{c, b})
+	var docCmds []where
+	for _, file := range userDocs(t, root) {
+		for _, b := range shdoc.Blocks(docText(t, file)) {
+			for _, c := range shdoc.Commands(b.Text) {
+				docCmds = append(docCmds, where{docCommand{file, b.Section, c}, b})
+			}
 		}
 	}
-	rows := commandTable(t, filepath.Join(root, "test", "e2e", "README.md"))
+	if len(docCmds) < 50 {
+		t.Fatalf("%d documented commands: the documents were not found", len(docCmds))
+	}
+	rows := commandTables(t, filepath.Join(root, "test", "e2e", "README.md"))
 	var missing, stale []string
-	for _, w := range readmeCmds {
-		runBy, ok := rows[w.cmd]
+	used := map[docCommand]bool{}
+	for _, w := range docCmds {
+		key := w.docCommand
+		runBy, ok := rows[key]
 		if !ok {
-			missing = append(missing, w.cmd)
+			key.section = ""
+			runBy, ok = rows[key]
+		}
+		if !ok {
+			missing = append(missing, w.file+": "+w.cmd)
 			continue
 		}
-		if msg := runsIt(root, runBy, w.cmd, w.block); msg != "" {
-			t.Errorf("README line %d: %q: %s", w.block.Line, w.cmd, msg)
+		used[key] = true
+		if msg := runsIt(root, runBy, w.file, w.cmd, w.block); msg != "" {
+			t.Errorf("%s line %d: %q: %s", w.file, w.block.Line, w.cmd, msg)
 		}
 	}
-	for cmd, runBy := range rows {
-		if !slices.ContainsFunc(readmeCmds, func(w where) bool { return w.cmd == cmd }) {
-			stale = append(stale, cmd)
+	for dc, runBy := range rows {
+		if !used[dc] {
+			stale = append(stale, dc.file+": "+dc.cmd)
 		}
-		checkRunBy(t, root, cmd, runBy)
+		checkRunBy(t, root, dc.cmd, runBy)
 	}
+	slices.Sort(missing)
 	slices.Sort(stale)
 	if len(missing)+len(stale) > 0 {
-		t.Errorf("test/e2e/README.md's README commands table (-README +table):\n%s", cmp.Diff(missing, stale))
+		t.Errorf("test/e2e/README.md's documented commands tables (-documents +tables):\n%s", cmp.Diff(missing, stale))
 	}
 }
 
-// runsIt says what is wrong with the claim that runBy runs cmd of block as
+// runsIt says what is wrong with the claim that runBy runs cmd of file's block as
 // written, or "".
-func runsIt(root, runBy, cmd string, block shdoc.Block) string {
+func runsIt(root, runBy, file, cmd string, block shdoc.Block) string {
 	m := testName.FindStringSubmatch(runBy)
 	switch {
 	case strings.HasPrefix(runBy, "`.ci/run`"):
@@ -117,51 +170,66 @@ func runsIt(root, runBy, cmd string, block shdoc.Block) string {
 		}
 	case m == nil || !strings.HasPrefix(runBy, m[0]):
 	case m[1] == "TestInstall":
-		ran := slices.ContainsFunc(installBlocks, func(r readmeRef) bool {
-			return r.Section == block.Section && strings.HasPrefix(block.Text, r.Prefix)
+		ran := slices.ContainsFunc(installBlocks, func(r docRef) bool {
+			return r.File == file && r.Section == block.Section && strings.HasPrefix(block.Text, r.Prefix)
 		})
 		if !ran {
 			return "the table says TestInstall runs it, but its block is not in installBlocks"
 		}
 	default:
-		r, ok := readmeRunners[m[1]]
+		r, ok := docRunners[m[1]]
 		if !ok {
-			return "the table names " + m[1] + ", which readmeRunners does not list"
+			return "the table names " + m[1] + ", which docRunners does not list"
 		}
-		if !slices.Contains(r.Sections, block.Section) || !strings.HasPrefix(cmd, r.Prefix) {
-			return "the table says " + m[1] + " runs it, but it runs only the " + r.Prefix + "commands of " + strings.Join(r.Sections, ", ")
+		if !slices.Contains(r.Sections, docSection{file, block.Section}) || !strings.HasPrefix(cmd, r.Prefix) {
+			return "the table says " + m[1] + " runs it, but it runs only the " + r.Prefix + "commands of " + fmt.Sprint(r.Sections)
 		}
 	}
 	return ""
 }
 
-// commandTable reads the rows (command → run by) of the table under the heading
-// "README commands".
-func commandTable(t *testing.T, path string) map[string]string {
+// commandTables reads the rows (document, section and command → run by) of the
+// tables under the heading "Documented commands": one table per document, under a
+// heading that names the document in backquotes (### `docs/migration.md`), and after
+// it, under a heading naming one of its sections (#### Roll back), the rows of that
+// section only.
+func commandTables(t *testing.T, path string) map[docCommand]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## README commands\n")
+	_, section, ok := strings.Cut(string(b), "\n## Documented commands\n")
 	if !ok {
-		t.Fatalf("%s: no \"## README commands\" section", path)
+		t.Fatalf("%s: no \"## Documented commands\" section", path)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	rows := map[string]string{}
+	rows := map[docCommand]string{}
+	file, sect := "", ""
 	for _, line := range strings.Split(section, "\n") {
+		if h, ok := strings.CutPrefix(line, "#### "); ok {
+			sect = strings.TrimSpace(h)
+			continue
+		}
+		if h, ok := strings.CutPrefix(line, "### "); ok {
+			file, sect = strings.Trim(strings.TrimSpace(h), "`"), ""
+			continue
+		}
 		if !strings.HasPrefix(line, "| `") {
 			continue
+		}
+		if file == "" {
+			t.Fatalf("%s: row %q before any ### `document` heading", path, line)
 		}
 		cells := tableCells(line)
 		if len(cells) < 2 {
 			t.Fatalf("%s: row %q: want | `command` | run by |", path, line)
 		}
-		cmd := strings.Trim(cells[0], "`")
-		if _, dup := rows[cmd]; dup {
-			t.Errorf("%s: %q has two rows", path, cmd)
+		dc := docCommand{file, sect, strings.Trim(cells[0], "`")}
+		if _, dup := rows[dc]; dup {
+			t.Errorf("%s: %s: %q has two rows", path, file, dc.cmd)
 		}
-		rows[cmd] = strings.TrimSpace(cells[1])
+		rows[dc] = strings.TrimSpace(cells[1])
 	}
 	return rows
 }

@@ -61,7 +61,7 @@ func TestExplainRealSamples(t *testing.T) {
 	}
 }
 
-// The JSON schema documented in the README: field names and null for absent values.
+// The JSON schema documented in docs/explain.md: field names and null for absent values.
 func TestExplainJSONSchema(t *testing.T) {
 	cmd := newExplainCommand()
 	var out bytes.Buffer
@@ -360,18 +360,10 @@ policies:
 	}
 }
 
-// The README's explain flag table names every flag of the command, with its
-// default.
+// The explain page's flag table (explainDoc) names every flag of the command,
+// with its default.
 func TestExplainFlagsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "## `adapter explain`")
-	if !ok {
-		t.Fatal("README has no adapter explain section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := docText(t, explainDoc)
 	documented := map[string]string{}
 	for _, line := range strings.Split(section, "\n") {
 		cells := strings.Split(line, "|")
@@ -396,15 +388,15 @@ func TestExplainFlagsDocumented(t *testing.T) {
 		d, ok := documented[f.Name]
 		switch {
 		case !ok:
-			t.Errorf("explain flag --%s is not in the README's explain table", f.Name)
+			t.Errorf("explain flag --%s is not in %s's flag table", f.Name, explainDoc)
 		case d == "the server's" || (d == "none" && f.DefValue == "[]"):
 		case d != f.DefValue && !sameDuration(d, f.DefValue):
-			t.Errorf("--%s: README says default %q, the command %q", f.Name, d, f.DefValue)
+			t.Errorf("--%s: %s says default %q, the command %q", f.Name, explainDoc, d, f.DefValue)
 		}
 		delete(documented, f.Name)
 	})
 	for name := range documented {
-		t.Errorf("the README documents explain flag --%s, which the command does not have", name)
+		t.Errorf("%s documents explain flag --%s, which the command does not have", explainDoc, name)
 	}
 }
 

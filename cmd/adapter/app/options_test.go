@@ -128,20 +128,12 @@ func TestDeprecatedSetPointFlags(t *testing.T) {
 	}
 }
 
-// The README's Flags section lists every flag of the adapter's own flag sets
-// (not the generic API server's or logging's, which it summarises), each with
-// its real default where the README gives a literal one, and no flag that does
-// not exist.
+// The flags reference (flagsDoc) lists every flag of the adapter's own flag sets
+// in its tables (not the generic API server's or logging's, which it
+// summarises), each with its real default where it gives a literal one, and no
+// flag that does not exist.
 func TestServerFlagsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n## Flags\n")
-	if !ok {
-		t.Fatal("README has no Flags section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := docText(t, flagsDoc)
 	documented := map[string]string{} // flag → default cell
 	for _, m := range regexp.MustCompile("(?m)^\\| `(--[a-z0-9-]+)` \\| ([^|]*) \\|").FindAllStringSubmatch(section, -1) {
 		documented[m[1]] = strings.TrimSpace(m[2])
@@ -160,7 +152,7 @@ func TestServerFlagsDocumented(t *testing.T) {
 			own["--"+f.Name] = true
 			cell, ok := documented["--"+f.Name]
 			if !ok {
-				t.Errorf("README Flags tables lack --%s (%s)", f.Name, f.Usage)
+				t.Errorf("%s's tables lack --%s (%s)", flagsDoc, f.Name, f.Usage)
 				return
 			}
 			// A literal default in backquotes must be the flag's; prose
@@ -171,14 +163,14 @@ func TestServerFlagsDocumented(t *testing.T) {
 				d2, err2 := time.ParseDuration(f.DefValue)
 				sameDuration := err1 == nil && err2 == nil && d1 == d2
 				if lit != f.DefValue && lit != strings.Trim(f.DefValue, "[]") && !sameDuration {
-					t.Errorf("README default of --%s is %q, the flag's is %q", f.Name, lit, f.DefValue)
+					t.Errorf("%s: the default of --%s is %q, the flag's is %q", flagsDoc, f.Name, lit, f.DefValue)
 				}
 			}
 		})
 	}
 	for f := range documented {
 		if !own[f] {
-			t.Errorf("README Flags tables list %s, which is not a flag of the adapter's own flag sets", f)
+			t.Errorf("%s's tables list %s, which is not a flag of the adapter's own flag sets", flagsDoc, f)
 		}
 	}
 }

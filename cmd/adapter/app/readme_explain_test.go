@@ -1,24 +1,38 @@
 package app
 
 import (
-	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
-
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
 )
 
-// The README sections whose `adapter explain` commands TestReadmeExplainCommands runs.
+// explainDocs are the documents and sections whose `adapter explain` commands
+// TestReadmeExplainCommands runs. exact marks a section whose every command is
+// followed by the output it prints, which must be what the command prints, byte
+// for byte.
+var explainDocs = []struct {
+	doc, section string
+	exact        bool
+}{
+	{"README.md", "Check it", true},
+	{explainDoc, "`adapter explain`: evaluate /metrics offline", false},
+	{"docs/prometheus.md", "Prometheus, Thanos or Mimir as the source", false},
+}
+
+// The documents holding the PolicyConfig blocks the explain commands use, and the
+// header those blocks start with.
 const (
-	explainSection           = "`adapter explain`: evaluate /metrics offline"
-	prometheusSourceSection  = "Prometheus, Thanos or Mimir as the source"
+	policiesDoc              = "docs/policies.md"
+	scaleToZeroDoc           = "docs/scale-to-zero.md"
 	readmePolicyConfigHeader = "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"
 )
 
-// readmeExplainFiles are the files the README's explain commands name, each a copy
+// readmeExplainFiles are the files the documented explain commands name, each a copy
 // of a real capture: an engine under load (4 waiting, saturation 0.8 at the
 // default set points), an idle vLLM V1 engine (saturation 0), hazard NC-04's
 // endpoint picker holding 380 requests for qwen3-32b-pool, and a real Prometheus
@@ -35,12 +49,13 @@ var readmeExplainFiles = map[string]string{
 	"answer.json": "testdata/prometheus/vllm-emulator_range.json",
 }
 
-// readmePolicies returns a policies.yaml made of the README's own PolicyConfig
-// blocks: the three workload policies (chat-saturation among them, the block
-// pkg/config checks as config.Example) and the gateway input's example
-// (qwen-demand).
-func readmePolicies(t *testing.T, md string) string {
+// readmePolicies returns a policies.yaml made of the documentation's own
+// PolicyConfig blocks: the three workload policies of docs/policies.md
+// (chat-saturation among them, the block pkg/config checks as config.Example) and
+// the gateway input's example of docs/scale-to-zero.md (qwen-demand).
+func readmePolicies(t *testing.T) string {
 	t.Helper()
+	md := docText(t, policiesDoc) + docText(t, scaleToZeroDoc)
 	var workload, gateway string
 	for _, block := range strings.Split(md, "```yaml\n")[1:] {
 		block, _, _ = strings.Cut(block, "```")
@@ -55,26 +70,36 @@ func readmePolicies(t *testing.T, md string) string {
 		}
 	}
 	if workload == "" || gateway == "" {
-		t.Fatal("README: no PolicyConfig block with the workload policies (batch-demand), or none with qwen-demand")
+		t.Fatalf("%s, %s: no PolicyConfig block with the workload policies (batch-demand), or none with qwen-demand", policiesDoc, scaleToZeroDoc)
 	}
 	return workload + gateway
 }
 
-// TestReadmeExplainCommands runs every `adapter explain` command of the README's
-// explain section and its Prometheus paste example as written, through the root
-// command, in a directory holding the files they name (readmeExplainFiles, and
-// policies.yaml from the README's own policy blocks), and checks what each
-// prints: the pods it names, the policy, and the value these captures give.
+// TestReadmeExplainCommands runs every `adapter explain` command of explainDocs'
+// sections as written, through the root command, in a directory holding the files
+// they name (readmeExplainFiles, and policies.yaml from the documentation's own
+// policy blocks), and checks what each prints: the pods it names, the policy, and
+// the value these captures give, and in an exact section the output shown.
 func TestReadmeExplainCommands(t *testing.T) {
-	md := readmeText(t)
-	cmds := append(readmeAdapterCommands(t, explainSection), readmeAdapterCommands(t, prometheusSourceSection)...)
-	files := map[string][]byte{"policies.yaml": []byte(readmePolicies(t, md))}
+	files := map[string][]byte{"policies.yaml": []byte(readmePolicies(t))}
 	for name, src := range readmeExplainFiles {
 		b, err := os.ReadFile(filepath.Join(repoRoot, src))
 		if err != nil {
 			t.Fatal(err)
 		}
 		files[name] = b
+	}
+	type command struct {
+		doctest.Command
+		doc, md string
+		exact   bool
+	}
+	var cmds []command
+	for _, d := range explainDocs {
+		md := docText(t, d.doc)
+		for _, c := range docAdapterCommands(t, d.doc, d.section) {
+			cmds = append(cmds, command{c, d.doc, md, d.exact})
+		}
 	}
 	dir := doctest.InCheckoutDir(t, repoRoot)
 	for name, b := range files {
@@ -85,12 +110,12 @@ func TestReadmeExplainCommands(t *testing.T) {
 	checks := readmeExplainChecks()
 	for _, c := range cmds {
 		if c.Args[0] != "explain" {
-			t.Errorf("README line %d: %s: want only explain commands here", c.Block.Line, c.Line)
+			t.Errorf("%s line %d: %s: want only explain commands here", c.doc, c.Block.Line, c.Line)
 			continue
 		}
 		check, ok := checks[c.Line]
 		if !ok {
-			t.Errorf("README line %d: %s: no check for this command in readmeExplainChecks", c.Block.Line, c.Line)
+			t.Errorf("%s line %d: %s: no check for this command in readmeExplainChecks", c.doc, c.Block.Line, c.Line)
 			continue
 		}
 		delete(checks, c.Line)
@@ -102,13 +127,18 @@ func TestReadmeExplainCommands(t *testing.T) {
 		if msg := check(out); msg != "" {
 			t.Errorf("%s: %s; it printed:\n%s", c.Line, msg, out)
 		}
+		if c.exact {
+			if want := doctest.Output(t, c.md, c.Block); out != want {
+				t.Errorf("%s line %d: the output shown for %s:\n%s\nit prints:\n%s", c.doc, c.Block.Line, c.Line, want, out)
+			}
+		}
 	}
 	for line := range checks {
-		t.Errorf("readmeExplainChecks has %q, which is no README command", line)
+		t.Errorf("readmeExplainChecks has %q, which is no documented command", line)
 	}
 }
 
-// readmeExplainChecks returns, for each README explain command as written, what
+// readmeExplainChecks returns, for each documented explain command as written, what
 // its output must show with readmeExplainFiles: "" when it does, else what is wrong.
 func readmeExplainChecks() map[string]func(out string) string {
 	pool := func(want ExplainPool, sources ...string) func(string) string {
@@ -146,6 +176,9 @@ func readmeExplainChecks() map[string]func(out string) string {
 	return map[string]func(string) string{
 		// The loaded engine at 4 waiting / 5 = 0.8 beside an idle one: the mean.
 		"adapter explain pod-a.prom pod-b.prom": pool(ExplainPool{Policy: "llm_saturation", Pods: 2, Value: f(0.4)}, "pod-a.prom", "pod-b.prom"),
+		// The same as a table; the README shows its output, checked byte for byte.
+		"adapter explain -o table pod-a.prom pod-b.prom": table(
+			"pod-a.prom  vllm-v1  ok     4", "pod-b.prom  vllm-v1  ok     0", "pool llm_saturation = 0.4 over 2 pods (0 unknown)"),
 		// 4 waiting / 25.
 		"adapter explain --queue-depth-set-point 25 pod-a.prom": pool(ExplainPool{Policy: "llm_saturation", Pods: 1, Value: f(0.16)}, "pod-a.prom"),
 		// One pod of three scrapes.

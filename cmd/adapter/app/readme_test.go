@@ -11,17 +11,23 @@ import (
 // repoRoot is the checkout's root, from this package's directory.
 const repoRoot = "../../.."
 
-// readmeText returns the repository's README.md.
-func readmeText(t *testing.T) string {
+// The documents whose adapter content these tests check, relative to repoRoot.
+const (
+	flagsDoc   = "docs/flags.md"
+	explainDoc = "docs/explain.md"
+)
+
+// docText returns the document doc (relative to the repository's root).
+func docText(t *testing.T, doc string) string {
 	t.Helper()
-	return doctest.Read(t, repoRoot, "README.md")
+	return doctest.Read(t, repoRoot, doc)
 }
 
-// readmeAdapterCommands returns the `adapter …` commands of the README's ```sh
-// blocks under the heading section (doctest.Commands).
-func readmeAdapterCommands(t *testing.T, section string) []doctest.Command {
+// docAdapterCommands returns the `adapter …` commands of doc's ```sh blocks under
+// the heading section (doctest.Commands).
+func docAdapterCommands(t *testing.T, doc, section string) []doctest.Command {
 	t.Helper()
-	return doctest.Commands(t, "README.md", readmeText(t), section, "adapter")
+	return doctest.Commands(t, doc, docText(t, doc), section, "adapter")
 }
 
 // runRoot runs `adapter args...` through the root command, as a user does, and

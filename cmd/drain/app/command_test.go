@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
 	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
 	"github.com/saturation-adapter/saturation-adapter/internal/testfixture/emulated"
 )
@@ -211,17 +213,18 @@ func assertSameFile(t *testing.T, want, got string) {
 	}
 }
 
-// The README's drain flag table lists every flag with its real default.
+// drainDoc is the drain helper's page, relative to the repository's root.
+const drainDoc = "docs/drain.md"
+
+// drainDocText returns drainDoc.
+func drainDocText(t *testing.T) string {
+	t.Helper()
+	return doctest.Read(t, "../../..", drainDoc)
+}
+
+// The drain page's flag table lists every flag with its real default.
 func TestDrainFlagsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "## `drain`")
-	if !ok {
-		t.Fatal("README has no drain section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := drainDocText(t)
 	documented := map[string]string{}
 	for _, line := range strings.Split(section, "\n") {
 		if cells := strings.Split(line, "|"); len(cells) > 3 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`--") {
@@ -231,7 +234,7 @@ func TestDrainFlagsDocumented(t *testing.T) {
 	got := map[string]string{}
 	NewCommand(BinaryName).Flags().VisitAll(func(f *pflag.Flag) {
 		got[f.Name] = f.DefValue
-		// Durations compare by value: the README says 10m where the flag says 10m0s.
+		// Durations compare by value: the page says 10m where the flag says 10m0s.
 		if want, err := time.ParseDuration(documented[f.Name]); err == nil {
 			if d, err := time.ParseDuration(f.DefValue); err == nil && d == want {
 				got[f.Name] = documented[f.Name]
@@ -239,6 +242,43 @@ func TestDrainFlagsDocumented(t *testing.T) {
 		}
 	})
 	if diff := cmp.Diff(documented, got); diff != "" {
-		t.Errorf("README drain flags (-README +command):\n%s", diff)
+		t.Errorf("%s's drain flags (-documented +command):\n%s", drainDoc, diff)
+	}
+}
+
+// TestDrainDocCommands runs the `drain` commands of the drain page's ```sh blocks
+// as written, through the root command: --help names every flag and both
+// commands a pod runs, --version prints the binary's name and version.
+func TestDrainDocCommands(t *testing.T) {
+	cmds := doctest.Commands(t, drainDoc, drainDocText(t), "`drain`: let vLLM finish before a scale-down stops it", BinaryName)
+	ran := map[string]bool{}
+	for _, c := range cmds {
+		cmd := NewCommand(BinaryName)
+		var out bytes.Buffer
+		cmd.SetArgs(c.Args)
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("%s: %v\n%s", c.Line, err, out.String())
+		}
+		var want []string
+		switch {
+		case slices.Contains(c.Args, "--help"):
+			want = []string{"drain install DIR", "/drain/drain --timeout=4m30s"}
+			cmd.Flags().VisitAll(func(f *pflag.Flag) { want = append(want, "--"+f.Name) })
+		case slices.Contains(c.Args, "--version"):
+			want = []string{BinaryName + " "}
+		default:
+			t.Errorf("%s line %d: %s: no check for this command", drainDoc, c.Block.Line, c.Line)
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s prints no %q:\n%s", c.Line, w, out.String())
+			}
+		}
+		ran[c.Args[0]] = true
+	}
+	if !ran["--help"] || !ran["--version"] {
+		t.Errorf("%s: ran %v, want drain --help and drain --version", drainDoc, ran)
 	}
 }

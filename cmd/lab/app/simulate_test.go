@@ -1,8 +1,6 @@
 package app
 
 import (
-	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,13 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
+	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
 )
 
 const azureConvTrace = "../../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv"
@@ -35,7 +32,7 @@ func runSimulate(t *testing.T, args ...string) (string, string, error) {
 }
 
 // TestSimulateCommand replays three minutes of the Azure conversation trace at
-// twice its rate under every built-in policy and the README's HPA, twice: the
+// twice its rate under every built-in policy and the recommended HPA, twice: the
 // table has a line per policy, the JSON and SVG are written, and the same seed
 // gives the same JSON.
 func TestSimulateCommand(t *testing.T) {
@@ -156,23 +153,23 @@ func TestSimulateProfileAndEngineFlags(t *testing.T) {
 	}
 }
 
-// simulateSection is the README section of `lab simulate`'s example.
+// simulateSection is the manual's section of `lab simulate`'s example.
 const simulateSection = "`lab simulate`: compare autoscaling policies on your traffic"
 
-// TestReadmeSimulateTable runs the README's `lab simulate` example as written,
+// TestReadmeSimulateTable runs the manual's `lab simulate` example as written,
 // from a directory like the checkout's root, and checks that it prints the
-// README's table and writes sim.json (the report of the table's seven policies,
+// manual's table and writes sim.json (the report of the table's seven policies,
 // the table's request count) and sim.svg (a chart with a panel per policy). The
 // whole hour at 8 times the rate takes 15 s of CPU, several minutes under -race,
 // so the race-enabled `make test-unit` skips it and runs it again without -race.
 func TestReadmeSimulateTable(t *testing.T) {
 	if testing.Short() || raceDetector {
-		t.Skip("the full-hour replay is slow under -race or -short; run: go test ./cmd/adapter/app -run TestReadmeSimulateTable")
+		t.Skip("the full-hour replay is slow under -race or -short; run: go test ./cmd/lab/app -run TestReadmeSimulateTable")
 	}
 	md := labDocText(t)
 	cmds := labDocCommands(t, simulateSection)
 	if len(cmds) != 1 {
-		t.Fatalf("%d commands in the README's simulate example, want 1", len(cmds))
+		t.Fatalf("%d commands in %s's simulate example, want 1", len(cmds), labDoc)
 	}
 	c := cmds[0]
 	dir := doctest.InCheckoutDir(t, repoRoot)
@@ -181,7 +178,7 @@ func TestReadmeSimulateTable(t *testing.T) {
 		t.Fatalf("%s: %v\n%s", c.Line, err, progress)
 	}
 	if table := doctest.Output(t, md, c.Block); out != table {
-		t.Errorf("README table:\n%s\n%s prints:\n%s", table, c.Line, out)
+		t.Errorf("%s table:\n%s\n%s prints:\n%s", labDoc, table, c.Line, out)
 	}
 	var rep struct {
 		Workload struct {
@@ -213,78 +210,13 @@ func TestReadmeSimulateTable(t *testing.T) {
 	}
 }
 
-// TestReadmeSimulateFlags: the README's flag table for `lab simulate` names
-// every flag the command has (and no other), with the command's defaults.
+// TestReadmeSimulateFlags: the manual's flag table for `lab simulate` (labDoc)
+// names every flag the command has (and no other), with the command's defaults.
 func TestReadmeSimulateFlags(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
-	start := strings.Index(text, "## `lab simulate`")
-	if start < 0 {
-		t.Fatal("no lab simulate section in the README")
-	}
-	section := text[start:]
-	if end := strings.Index(section[1:], "\n## "); end >= 0 {
-		section = section[:end+1]
-	}
-	tableAt := strings.Index(section, "| flag | default | meaning |")
-	if tableAt < 0 {
-		t.Fatal("no flag table in the README's lab simulate section")
-	}
-	var rows [][]string
-	for _, line := range strings.Split(section[tableAt:], "\n")[2:] {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		cells := strings.Split(strings.Trim(line, "|"), " | ")
-		if len(cells) != 3 {
-			t.Fatalf("README flag row %q: want 3 cells", line)
-		}
-		rows = append(rows, cells)
-	}
-	flagRE := regexp.MustCompile("`--([a-z0-9-]+)`")
-	cmd := NewSimulateCommand()
-	flags := cmd.Flags()
-	documented := map[string]bool{}
-	for _, row := range rows {
-		for _, m := range flagRE.FindAllStringSubmatch(row[0]+" "+row[2], -1) {
-			documented[m[1]] = true
-		}
-		// Defaults: one per flag of the first cell, comma-separated, compared
-		// when written as code (`120s`); prose such as "required" is not.
-		names := flagRE.FindAllStringSubmatch(row[0], -1)
-		defaults := strings.Split(row[1], ", ")
-		if len(defaults) != len(names) {
-			if len(names) > 1 && len(defaults) > 1 {
-				t.Errorf("README row %q: %d flags, %d defaults", row[0], len(names), len(defaults))
-			}
-			continue
-		}
-		for i, m := range names {
-			f := flags.Lookup(m[1])
-			d := defaults[i]
-			if f == nil || !strings.HasPrefix(d, "`") {
-				continue
-			}
-			if !sameDefault(strings.Trim(d, "`"), f.DefValue) {
-				t.Errorf("README: --%s defaults to %s, the command to %q", m[1], d, f.DefValue)
-			}
-		}
-	}
-	flags.VisitAll(func(f *pflag.Flag) {
-		if !f.Hidden && !documented[f.Name] {
-			t.Errorf("--%s is not in the README's simulate flag table", f.Name)
-		}
-		delete(documented, f.Name)
-	})
-	for name := range documented {
-		t.Errorf("the README's simulate flag table has --%s, which the command lacks", name)
-	}
+	checkFlagTable(t, simulateSection, NewSimulateCommand().Flags())
 }
 
-// sameDefault compares a README default with a flag's DefValue: durations by
+// sameDefault compares a documented default with a flag's DefValue: durations by
 // value (120s is 2m0s), numbers by value, anything else as text.
 func sameDefault(readme, def string) bool {
 	if a, err := time.ParseDuration(readme); err == nil {
@@ -299,7 +231,7 @@ func sameDefault(readme, def string) bool {
 }
 
 // TestSimulateUserHPAs: --hpa is repeatable and each manifest becomes a policy
-// named after it; the README's metric kinds are accepted (External and Pods
+// named after it; the manual's metric kinds are accepted (External and Pods
 // metrics of the adapter, Resource nvidia.com/gpu), and the ones it excludes are
 // rejected with the reason: Pods llm_demand_replicas, Pods metrics off the adapter
 // path.
@@ -353,7 +285,7 @@ func TestSimulateUserHPAs(t *testing.T) {
 
 // TestSimulateNeverServed: a request still waiting for its first token when
 // --drain-limit ends counts as a miss, and a quantile that falls on it reads
-// "never" (the README's Columns paragraph).
+// "never" (the manual's Columns paragraph).
 func TestSimulateNeverServed(t *testing.T) {
 	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "20s", "--policies", "", "--drain-limit", "1ms")
 	if err != nil {
@@ -371,17 +303,13 @@ func TestSimulateNeverServed(t *testing.T) {
 	}
 }
 
-// TestReadmeProfileExample: the README's engine profile is accepted by
+// TestReadmeProfileExample: the manual's engine profile is accepted by
 // --profile and is the emulator's default engine (the same table as no profile).
 func TestReadmeProfileExample(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
+	text := labDocText(t)
 	at := strings.Index(text, "An engine profile (YAML or JSON")
 	if at < 0 {
-		t.Fatal("no engine profile example in the README")
+		t.Fatalf("no engine profile example in %s", labDoc)
 	}
 	block := text[at:]
 	block = block[strings.Index(block, "```yaml\n")+len("```yaml\n"):]
@@ -393,13 +321,13 @@ func TestReadmeProfileExample(t *testing.T) {
 	args := []string{"--trace", azureConvTrace, "--length", "2m", "--rate-scale", "4", "--policies", "saturation"}
 	withProfile, progress, err := runSimulate(t, append(args, "--profile", profile)...)
 	if err != nil {
-		t.Fatalf("simulate --profile (the README's): %v\n%s", err, progress)
+		t.Fatalf("simulate --profile (the manual's): %v\n%s", err, progress)
 	}
 	without, _, err := runSimulate(t, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if withProfile != without {
-		t.Errorf("with the README's profile:\n%s\nwithout:\n%s", withProfile, without)
+		t.Errorf("with the manual's profile:\n%s\nwithout:\n%s", withProfile, without)
 	}
 }

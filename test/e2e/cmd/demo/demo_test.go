@@ -43,10 +43,10 @@ func TestDemo(t *testing.T) {
 		got := buf.String()
 		for _, want := range []string{
 			"HPA vllm: llm_saturation, type Value, value 1, 1–4 replicas",
-			"README (Run it against a cluster)",
+			"README (Your first HPA)",
 			"scale up    30 s window, at most +2 pods per 60 s   0 s window, at most +4 pods per 15 s",
 			"scale down  300 s window, at most -1 pod per 120 s  60 s window, at most -1 pod per 20 s",
-			"the README's periods are sized for vLLM's model load (minutes)",
+			"the documented periods are sized for vLLM's model load (minutes)",
 			" calm ", " burst ", "-- replay finished; watching the scale-down --",
 			"summary", `"2m/1" is 0.002 against a target of 1`,
 			"stopped; nothing left running",
@@ -72,7 +72,7 @@ func TestDemo(t *testing.T) {
 		}
 		got := buf.String()
 		for _, want := range []string{
-			"README (Scale to zero)", "scale up    0 s window, at most +4 pods per 60 s    0 s window, at most +4 pods per 15 s",
+			"docs/scale-to-zero.md", "scale up    0 s window, at most +4 pods per 60 s    0 s window, at most +4 pods per 15 s",
 			"vllm is at 0 replicas (ScaledToZero=True)",
 			"-- load over; watching the pool go back to zero --",
 			"summary (scale from zero)", "0 replicas",

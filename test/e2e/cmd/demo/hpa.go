@@ -16,11 +16,11 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
-// behavior is an HPA behavior the README recommends. The demo's own differs in its
-// periods only (demoBehavior), and the demo prints both (printBehavior).
+// behavior is an HPA behavior the documentation recommends. The demo's own differs in
+// its periods only (demoBehavior), and the demo prints both (printBehavior).
 type behavior struct {
-	// section names the README section that recommends it.
-	section string
+	// doc names the document (and section) that recommends it.
+	doc string
 	// upWindow, upPods, upPeriod: scale-up stabilization window (s), at most +upPods
 	// pods per upPeriod (s).
 	upWindow, upPods, upPeriod int32
@@ -29,15 +29,15 @@ type behavior struct {
 	downWindow, downPods, downPeriod int32
 }
 
-// The README's recommendations: "Run it against a cluster" for the burst story, "Scale to
-// zero and the gateway's queue" for --from-zero (no scale-up window: the first request
-// already waits a whole cold start).
+// The documentation's recommendations: the README's "Your first HPA" for the burst
+// story, docs/scale-to-zero.md's HPA for --from-zero (no scale-up window: the first
+// request already waits a whole cold start).
 var (
-	burstBehavior = behavior{section: "Run it against a cluster", upWindow: 30, upPods: 2, upPeriod: 60, downWindow: 300, downPods: 1, downPeriod: 120}
-	zeroBehavior  = behavior{section: "Scale to zero", upWindow: 0, upPods: 4, upPeriod: 60, downWindow: 600, downPods: 1, downPeriod: 120}
+	burstBehavior = behavior{doc: "README (Your first HPA)", upWindow: 30, upPods: 2, upPeriod: 60, downWindow: 300, downPods: 1, downPeriod: 120}
+	zeroBehavior  = behavior{doc: "docs/scale-to-zero.md", upWindow: 0, upPods: 4, upPeriod: 60, downWindow: 600, downPods: 1, downPeriod: 120}
 )
 
-// demoBehavior is the demo's HPA behavior. The README's periods are sized for vLLM's
+// demoBehavior is the demo's HPA behavior. The documented periods are sized for vLLM's
 // model load (minutes); the emulator loads in --cold-start (5 s) and the replay lasts 3
 // minutes, so the demo scales up without a window by up to 4 pods per 15 s and down after
 // a 60 s window by 1 pod per 20 s.
@@ -66,13 +66,13 @@ func (b behavior) down() string {
 	return fmt.Sprintf("%d s window, at most -%d pod per %d s", b.downWindow, b.downPods, b.downPeriod)
 }
 
-// printBehavior prints the demo's HPA behavior beside the README's recommendation, and
-// why they differ.
-func printBehavior(w io.Writer, readme behavior) {
-	fmt.Fprintf(w, "  %-10s  %-38s  %s\n", "behavior", fmt.Sprintf("README (%s)", readme.section), "this demo")
-	fmt.Fprintf(w, "  %-10s  %-38s  %s\n", "scale up", readme.up(), demoBehavior.up())
-	fmt.Fprintf(w, "  %-10s  %-38s  %s\n", "scale down", readme.down(), demoBehavior.down())
-	fmt.Fprintf(w, "  the README's periods are sized for vLLM's model load (minutes); the emulator loads in seconds and the replay lasts minutes\n")
+// printBehavior prints the demo's HPA behavior beside the documented recommendation,
+// and why they differ.
+func printBehavior(w io.Writer, documented behavior) {
+	fmt.Fprintf(w, "  %-10s  %-38s  %s\n", "behavior", documented.doc, "this demo")
+	fmt.Fprintf(w, "  %-10s  %-38s  %s\n", "scale up", documented.up(), demoBehavior.up())
+	fmt.Fprintf(w, "  %-10s  %-38s  %s\n", "scale down", documented.down(), demoBehavior.down())
+	fmt.Fprintf(w, "  the documented periods are sized for vLLM's model load (minutes); the emulator loads in seconds and the replay lasts minutes\n")
 }
 
 // scaleDownWait bounds the watch after the load: the scale-down window, one step per pod
