@@ -55,6 +55,10 @@ TEST_TOOLS_ENV = SATURATION_ADAPTER_HELM=$(HELM) SATURATION_ADAPTER_KUSTOMIZE=$(
 E2E_UNIT_PKGS := ./controlplane/... ./flowgate/... ./loadgen/... ./nodeagent/... ./stack/...
 test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
+	@# hack/release (its own module): the image builder, the chart packager and the push
+	@# to a loopback registry; TestDist checks the dist/ that hack's TestRelease just
+	@# wrote with make release, and runs each image's entrypoint as its user (root needed).
+	cd hack/release && $(TEST_TOOLS_ENV) SATURATION_ADAPTER_DIST=$(CURDIR)/$(RELEASE_DIR) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
 	@# The README's simulate commands replay whole hours: too slow under -race, so without it.
 	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/adapter/app
@@ -136,7 +140,7 @@ bench-scale:
 	$(BIN)/benchscale $(BENCH_SCALE_FLAGS)
 
 # Every Go module of the repository: the adapter, the e2e tests and the tool modules.
-GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm
+GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm hack/release
 
 verify: verify-manifests chart-lint lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

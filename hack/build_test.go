@@ -222,21 +222,54 @@ func TestVersionLDFlags(t *testing.T) {
 	}
 }
 
-// TestRelease runs the README's release command as written and checks its outputs:
-// the install with the image pinned to the version (otherwise the committed rendering),
-// the chart packaged with that version, and checksums.
+// TestRelease runs `make release` twice and checks that the second run writes the
+// same bytes (every digest the YAML and the chart pin is then the one the workflow
+// pushes), and its outputs: the install, otherwise the committed rendering, with the
+// adapter pinned by digest; the chart packaged with that version and both images pinned
+// by digest; checksums. hack/release's TestDist checks the images and SBOMs it wrote
+// (make test-unit runs it next, on this dist/).
 func TestRelease(t *testing.T) {
 	helm := os.Getenv("SATURATION_ADAPTER_HELM")
 	if helm == "" {
 		t.Fatal("SATURATION_ADAPTER_HELM is not set: run the tests with `make test-unit`, which builds helm into .cache/bin and sets it")
 	}
-	run(t, "..", "make", "-s", "release", "VERSION=v0.1.0", "IMAGE_REPO=registry.example.com/saturation-adapter")
-	dir := "../_output/release"
-
-	got, err := os.ReadFile(filepath.Join(dir, "saturation-adapter-v0.1.0.yaml"))
-	if err != nil {
+	dir := "../dist"
+	release := func() map[string][]byte {
+		run(t, "..", "make", "-s", "release", "VERSION=v0.1.0", "IMAGE_REPO=registry.example.com/saturation-adapter")
+		files := map[string][]byte{}
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			files[p], err = os.ReadFile(p)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
+	first := release()
+	second := release()
+	if len(first) != len(second) {
+		t.Errorf("make release wrote %d files, then %d", len(first), len(second))
+	}
+	for name, b := range first {
+		if !bytes.Equal(b, second[name]) {
+			t.Errorf("%s differs between two runs of make release", name)
+		}
+	}
+	var images []struct{ Name, Repository, Digest string }
+	if err := json.Unmarshal(first[filepath.Join(dir, "images.json")], &images); err != nil {
 		t.Fatal(err)
 	}
+	if len(images) != 2 || images[0].Repository != "registry.example.com/saturation-adapter" || images[1].Repository != "registry.example.com/saturation-adapter-drain" {
+		t.Fatalf("images.json: %+v", images)
+	}
+	adapterRef := images[0].Repository + "@" + images[0].Digest
+	drainRef := images[1].Repository + "@" + images[1].Digest
+
+	got := first[filepath.Join(dir, "saturation-adapter-v0.1.0.yaml")]
 	rendered, err := os.ReadFile("../manifests/rendered/saturation-adapter.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -248,12 +281,15 @@ func TestRelease(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
-	want := strings.Replace(body(rendered), "image: saturation-adapter:dev", "image: registry.example.com/saturation-adapter:v0.1.0", 1)
+	want := strings.Replace(body(rendered), "image: saturation-adapter:dev", "image: "+adapterRef, 1)
 	if diff := cmp.Diff(want, body(got)); diff != "" {
 		t.Errorf("release YAML vs rendered install with the image replaced (-want +got):\n%s", diff)
 	}
+	if !strings.Contains(string(got), drainRef) {
+		t.Errorf("the release YAML's header does not name the drain image %s", drainRef)
+	}
 
-	chart := filepath.Join(dir, "saturation-adapter-v0.1.0.tgz")
+	chart := filepath.Join(dir, "saturation-adapter-0.1.0.tgz")
 	files := untar(t, chart)
 	var meta struct {
 		Version    string `json:"version"`
@@ -266,25 +302,30 @@ func TestRelease(t *testing.T) {
 		t.Errorf("packaged Chart.yaml version %q appVersion %q, want 0.1.0 and v0.1.0", meta.Version, meta.AppVersion)
 	}
 	out := run(t, ".", helm, "template", "saturation-adapter", chart, "--namespace", "saturation-adapter")
-	if !strings.Contains(string(out), `image: "registry.example.com/saturation-adapter:v0.1.0"`) {
-		t.Error("the packaged chart does not default to image registry.example.com/saturation-adapter:v0.1.0")
+	if !strings.Contains(string(out), `image: "`+adapterRef+`"`) {
+		t.Errorf("the packaged chart does not default to image %s", adapterRef)
+	}
+	out = run(t, ".", helm, "install", "saturation-adapter", chart, "--namespace", "saturation-adapter", "--dry-run=client")
+	for _, ref := range []string{"Image: " + adapterRef, adapterRef, drainRef} {
+		if !strings.Contains(string(out), ref) {
+			t.Errorf("the chart's NOTES do not print %s", ref)
+		}
 	}
 
-	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"saturation-adapter-v0.1.0.yaml", "saturation-adapter-v0.1.0.tgz"} {
+	sums := first[filepath.Join(dir, "SHA256SUMS")]
+	for _, f := range []string{"saturation-adapter-v0.1.0.yaml", "saturation-adapter-0.1.0.tgz", "sbom/saturation-adapter_linux_amd64.cdx.json"} {
 		if !regexp.MustCompile(`(?m)^[0-9a-f]{64}  ` + regexp.QuoteMeta(f) + `$`).Match(sums) {
 			t.Errorf("SHA256SUMS lacks %s:\n%s", f, sums)
 		}
 	}
 
 	// A version that is not vMAJOR.MINOR.PATCH is refused.
-	cmd := exec.Command("make", "-s", "release", "VERSION=0.1")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION=0.1: want vMAJOR.MINOR.PATCH") {
-		t.Errorf("make release VERSION=0.1: err %v, output %s", err, out)
+	for _, v := range []string{"0.1", "v0.1", "latest"} {
+		cmd := exec.Command("make", "-s", "release", "VERSION="+v)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION="+v+": want vMAJOR.MINOR.PATCH") {
+			t.Errorf("make release VERSION=%s: err %v, output %s", v, err, out)
+		}
 	}
 }
 

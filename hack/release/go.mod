@@ -7,6 +7,7 @@ tool github.com/rhysd/actionlint/cmd/actionlint
 require (
 	github.com/CycloneDX/cyclonedx-go v0.12.0
 	github.com/CycloneDX/cyclonedx-gomod v1.10.0
+	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/rs/zerolog v1.35.1
 	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
