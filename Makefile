@@ -142,7 +142,7 @@ bench-scale:
 # Every Go module of the repository: the adapter, the e2e tests and the tool modules.
 GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm hack/release
 
-verify: verify-manifests chart-lint lint
+verify: verify-manifests chart-lint lint verify-workflows
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	cd test/e2e && CGO_ENABLED=0 $(GO) vet ./...
@@ -156,6 +156,20 @@ $(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
 	@mkdir -p $(@D)
 	@echo "Building golangci-lint once (a few minutes)"
 	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+# actionlint (github.com/rhysd/actionlint, a tool of hack/release's module) checks the
+# GitHub Actions workflows: syntax, expressions, permissions, known actions' inputs, and
+# the run: scripts through shellcheck when it is installed (Debian's shellcheck).
+ACTIONLINT := $(CACHE)/bin/actionlint
+ACTIONLINT_VERSION = $(shell cd hack/release && $(GO) list -m -f '{{.Version}}' github.com/rhysd/actionlint)
+$(ACTIONLINT): hack/release/go.mod hack/release/go.sum
+	@mkdir -p $(@D)
+	cd hack/release && $(GO) build -trimpath -ldflags '-X github.com/rhysd/actionlint.version=$(ACTIONLINT_VERSION)' \
+		-o $@ github.com/rhysd/actionlint/cmd/actionlint
+
+.PHONY: verify-workflows
+verify-workflows: $(ACTIONLINT)
+	$(ACTIONLINT) -shellcheck='$(shell command -v shellcheck)' -pyflakes= .github/workflows/*.yaml
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT)

@@ -319,12 +319,104 @@ func TestRelease(t *testing.T) {
 		}
 	}
 
+	checkWorkflowArtifacts(t, dir, "v0.1.0")
+
 	// A version that is not vMAJOR.MINOR.PATCH is refused.
 	for _, v := range []string{"0.1", "v0.1", "latest"} {
 		cmd := exec.Command("make", "-s", "release", "VERSION="+v)
 		cmd.Dir = ".."
 		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION="+v+": want vMAJOR.MINOR.PATCH") {
 			t.Errorf("make release VERSION=%s: err %v, output %s", v, err, out)
+		}
+	}
+}
+
+// checkWorkflowArtifacts checks that the release workflow publishes what make release
+// wrote into dir for version: the workflow runs make release on a v* tag, and every
+// dist/ path it pushes, attests or uploads (and every file its GitHub release step
+// uploads from dist/) exists there.
+func checkWorkflowArtifacts(t *testing.T, dir, version string) {
+	t.Helper()
+	data, err := os.ReadFile("../.github/workflows/release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		// sigs.k8s.io/yaml reads YAML 1.1, where the key on is the boolean true.
+		On struct {
+			Push struct{ Tags []string }
+		} `json:"true"`
+		Jobs map[string]struct {
+			Permissions map[string]string
+			Steps       []struct {
+				Name, Uses, Run string
+				With            map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(wf.On.Push.Tags, []string{"v*"}) {
+		t.Errorf("release workflow runs on tags %q, want [v*]", wf.On.Push.Tags)
+	}
+	job, ok := wf.Jobs["release"]
+	if !ok {
+		t.Fatal("release workflow has no job release")
+	}
+	for perm, want := range map[string]string{"id-token": "write", "packages": "write", "contents": "write", "attestations": "write"} {
+		if job.Permissions[perm] != want {
+			t.Errorf("release job permission %s: %q, want %s", perm, job.Permissions[perm], want)
+		}
+	}
+	expand := strings.NewReplacer(`"`, "", "$VERSION", version, "$CHART_VERSION", strings.TrimPrefix(version, "v"))
+	var paths []string
+	var uses []string
+	ranRelease := false
+	for _, st := range job.Steps {
+		uses = append(uses, strings.Split(st.Uses, "@")[0])
+		ranRelease = ranRelease || strings.Contains(st.Run, "make release VERSION=\"$VERSION\"")
+		text := st.Run
+		for _, v := range st.With {
+			text += "\n" + v
+		}
+		for _, m := range regexp.MustCompile(`dist/[A-Za-z0-9_.*/$-]+`).FindAllString(text, -1) {
+			paths = append(paths, strings.TrimPrefix(expand.Replace(m), "dist/"))
+		}
+		if strings.Contains(st.Run, "gh release create") {
+			// The files uploaded: the words after the options, from dist/.
+			line := st.Run[strings.Index(st.Run, "gh release create"):]
+			fields := strings.Fields(strings.ReplaceAll(line, "\\\n", " "))
+			for i, f := range fields {
+				if strings.HasPrefix(f, "\"saturation-adapter-") || f == "SHA256SUMS" || strings.HasPrefix(f, "sbom/") {
+					paths = append(paths, expand.Replace(f))
+				}
+				if f == "--notes-file" {
+					paths = append(paths, fields[i+1])
+				}
+			}
+		}
+	}
+	if !ranRelease {
+		t.Error("the release workflow does not run make release VERSION=\"$VERSION\"")
+	}
+	for _, u := range []string{"sigstore/cosign-installer", "actions/attest-build-provenance"} {
+		if !slices.Contains(uses, u) {
+			t.Errorf("the release workflow does not use %s", u)
+		}
+	}
+	for _, want := range []string{"saturation-adapter-" + version + ".yaml", "SHA256SUMS", "release-notes.md", "oci/images/saturation-adapter", "oci/charts/saturation-adapter"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("the release workflow does not publish dist/%s (it names %q)", want, paths)
+		}
+	}
+	for _, p := range paths {
+		if strings.Contains(p, "$") || p == "" {
+			continue // a shell variable: checked through the files it comes from
+		}
+		matches, err := filepath.Glob(filepath.Join(dir, p))
+		if err != nil || len(matches) == 0 {
+			t.Errorf("the release workflow publishes dist/%s: make release wrote no such file", p)
 		}
 	}
 }
