@@ -568,3 +568,53 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// TestInstallDoc checks that docs/install.md installs and verifies what the release
+// workflow publishes: the chart at CHART_REPO, the YAML under the release's download
+// URL as make release names it, images at IMAGE_REPO, and signatures by the workflow's
+// own identity at a v* tag.
+func TestInstallDoc(t *testing.T) {
+	doc, err := os.ReadFile("../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workflow, err := os.ReadFile("../.github/workflows/release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + ` \?= (\S+)$`).FindSubmatch(makefile)
+		if m == nil {
+			t.Fatalf("the Makefile has no %s ?= default", name)
+		}
+		return string(m[1])
+	}
+	imageRepo, chartRepo, source := def("IMAGE_REPO"), def("CHART_REPO"), def("RELEASE_SOURCE")
+	for _, want := range []string{
+		"helm install saturation-adapter oci://" + chartRepo + "/saturation-adapter --version X.Y.Z ",
+		"kubectl apply -f " + source + "/releases/download/vX.Y.Z/saturation-adapter-vX.Y.Z.yaml\n",
+		`IDENTITY="` + source + `/.github/workflows/release.yaml@refs/tags/$VERSION"`,
+		"ISSUER=https://token.actions.githubusercontent.com\n",
+		"grep -o '" + imageRepo + "@sha256:",
+		"grep -o '" + imageRepo + "-drain@sha256:",
+		"sha256sum -c SHA256SUMS",
+	} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/install.md lacks %q", want)
+		}
+	}
+	// The workflow publishes to the same repositories and uploads the YAML the doc
+	// downloads; the identity the doc verifies is this workflow's file.
+	for _, want := range []string{"IMAGE_REPO: " + imageRepo + "\n", "CHART_REPO: " + chartRepo + "\n", `"saturation-adapter-$VERSION.yaml"`, "cosign sign"} {
+		if !strings.Contains(string(workflow), want) {
+			t.Errorf("the release workflow lacks %q", want)
+		}
+	}
+	if source != "https://github.com/saturation-adapter/saturation-adapter" {
+		t.Errorf("RELEASE_SOURCE %s: the GitHub repository the workflow runs in", source)
+	}
+}
