@@ -96,14 +96,14 @@ func PackageChart(dir string, s ChartSettings, created time.Time) (*PackagedChar
 		return nil, fmt.Errorf("%s: no Chart.yaml", dir)
 	}
 	if chartYAML, err = setScalar(chartYAML, []string{"version"}, chartVersion); err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	if chartYAML, err = setScalar(chartYAML, []string{"appVersion"}, s.Version); err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	for _, k := range sortedKeys(s.Annotations) {
 		if chartYAML, err = setScalar(chartYAML, []string{"annotations", k}, s.Annotations[k]); err != nil {
-			return nil, fmt.Errorf("Chart.yaml: %w", err)
+			return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 		}
 	}
 	files["Chart.yaml"] = chartYAML
@@ -122,13 +122,13 @@ func PackageChart(dir string, s ChartSettings, created time.Time) (*PackagedChar
 	}
 	metadata, err := yaml.YAMLToJSON(chartYAML)
 	if err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	if err := json.Unmarshal(metadata, &meta); err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	if meta.APIVersion != "v2" || meta.Name == "" {
-		return nil, fmt.Errorf("Chart.yaml: apiVersion %q name %q: want v2 and a name", meta.APIVersion, meta.Name)
+		return nil, fmt.Errorf("chart metadata (Chart.yaml): apiVersion %q name %q: want v2 and a name", meta.APIVersion, meta.Name)
 	}
 	if meta.Name != filepath.Base(dir) {
 		return nil, fmt.Errorf("chart %q is in directory %q: Helm wants them equal", meta.Name, filepath.Base(dir))

@@ -170,7 +170,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		if fs.NArg() == 0 {
-			return errors.New("usage: release push <OCI layout dir>=<registry/repository:tag>...")
+			return errors.New("usage: release push <OCI layout dir>=<registry/repository:tag> [more pairs]")
 		}
 		for _, a := range fs.Args() {
 			dir, ref, ok := strings.Cut(a, "=")
