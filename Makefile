@@ -273,7 +273,8 @@ RELEASE_BINARIES := adapter drain
 # Per-worktree (not the shared .cache): hack/release is this checkout's code.
 RELEASE_BIN := _output/release-bin
 RELEASE_TOOL := _output/tools/release
-RELEASE_PROVENANCE = -version '$(VERSION)' -revision '$(GIT_COMMIT)' -created '$(BUILD_DATE)' -source '$(RELEASE_SOURCE)'
+# Outside a git checkout (a source archive) the revision is "unknown" and the time 1970's.
+RELEASE_PROVENANCE = -version '$(VERSION)' -revision '$(or $(GIT_COMMIT),unknown)' -created '$(BUILD_DATE)' -source '$(RELEASE_SOURCE)'
 # A kustomization that must sit two levels under the repository root: kustomize accepts
 # only relative paths to its bases.
 RELEASE_KUSTOMIZATION := _output/release-kustomization
@@ -306,6 +307,10 @@ release: $(KUSTOMIZE) $(RELEASE_TOOL)
 	$(RELEASE_TOOL) chart $(RELEASE_PROVENANCE) -chart $(CHART) -images $(RELEASE_DIR)/images.json -out $(RELEASE_DIR)
 	$(RELEASE_TOOL) notes -changelog CHANGELOG.md -version '$(VERSION)' $(RELEASE_NOTES_FLAGS) > $(RELEASE_DIR)/release-notes.md
 	cd $(RELEASE_DIR) && sha256sum $(RELEASE_NAME).yaml saturation-adapter-$(CHART_VERSION).tgz sbom/*.cdx.json > SHA256SUMS
+	@# Transitional: the README's install commands still name _output/release/ (its
+	@# rewrite moves them to the published release, docs/install.md); drop this then.
+	@mkdir -p _output/release && cp $(RELEASE_DIR)/$(RELEASE_NAME).yaml _output/release/ && \
+		cp $(RELEASE_DIR)/saturation-adapter-$(CHART_VERSION).tgz _output/release/$(RELEASE_NAME).tgz
 	@echo "wrote $(RELEASE_DIR)/: $(RELEASE_NAME).yaml, saturation-adapter-$(CHART_VERSION).tgz, oci/, sbom/, images.json, release-notes.md, SHA256SUMS"
 
 clean:

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,6 +102,7 @@ func TestInstall(t *testing.T) {
 	t.Run("HelmSecret", e.helmSecret)
 	t.Run("HelmCertManager", e.helmCertManager)
 	t.Run("HelmInsecure", e.helmInsecure)
+	t.Run("PublishedRelease", e.publishedRelease)
 	t.Run("DryRun", e.dryRun)
 }
 
@@ -111,6 +115,8 @@ type installEnv struct {
 	dir string
 	// adapters runs the adapter's pods.
 	adapters *nodeagent.Agent
+	// registry is a loopback OCI registry (host:port) standing in for ghcr.io.
+	registry string
 }
 
 func startInstallEnv(t *testing.T) *installEnv {
@@ -149,10 +155,23 @@ func startInstallEnv(t *testing.T) *installEnv {
 		t.Fatal(err)
 	}
 	adapter := nodeagent.Engine{Binary: filepath.Join(bin, "adapter"), Args: []string{"--bind-address=$(POD_IP)"}, InCluster: true}
+	// Released images (by digest): from the loopback registry, or from the OCI layouts
+	// of the make release the README runs in the checkout's copy, unpacked for this
+	// machine's platform and run as the image says (its entrypoint, user 65534).
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	regHost := strings.TrimPrefix(reg.URL, "http://")
+	repo := filepath.Join(dir, "repo")
+	images := &releaseImages{
+		dist: func() string { return filepath.Join(repo, "dist") }, registries: []string{regHost},
+		args: adapter.Args, logf: logf,
+	}
+	t.Cleanup(images.close)
 	adapterAgent, err := nodeagent.Start(ctx, nodeagent.Options{
 		Client: c.Client, Namespace: stack.AdapterNamespace, LogDir: filepath.Join(dir, "pods"), Logf: logf,
 		Subnet: byte(subnet), APIServer: apiURL.Host, Services: true,
 		Engines: map[string]nodeagent.Engine{readmeImage: adapter, devImage: adapter},
+		Resolve: images.resolve,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +203,7 @@ func startInstallEnv(t *testing.T) *installEnv {
 		t.Fatal(err)
 	}
 
-	e := &installEnv{cluster: c, repo: filepath.Join(dir, "repo"), dir: dir, adapters: adapterAgent}
+	e := &installEnv{cluster: c, repo: repo, dir: dir, adapters: adapterAgent, registry: regHost}
 	e.setupCommands(t, root, tools, helm)
 	return e
 }
@@ -227,7 +246,9 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 		t.Errorf("previous-apiservice-spec.json = %q, %v; want an empty file on a cluster without the APIService", b, err)
 	}
 	e.runBlock(t, readmeBlock(t, releaseBlock), nil)
-	e.checkInstalled(t, readmeImage, tlsWant{secret: servingCertSecret})
+	// The release pins the image by digest: the agent runs the adapter unpacked from the
+	// image make release built.
+	e.checkInstalled(t, releasedImage(t, filepath.Join(e.repo, "dist")), tlsWant{secret: servingCertSecret})
 
 	// The README's debug commands, with an HPA of manifests/examples on the vLLM pods.
 	ctx := context.Background()

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
+)
+
+// publishedRelease installs a release as docs/install.md says, from what the release
+// workflow publishes, with loopback stand-ins for ghcr.io and GitHub's release
+// downloads: `make release` for the stand-in registry (the workflow's build), the
+// workflow's own push step (its run script, with its environment) into a loopback OCI
+// registry (go-containerregistry's pkg/registry), the release files served under
+// GitHub's download path. Then, as written but for the hosts: the doc's checksum
+// verification, its kubectl line, the wait, its uninstall; its Helm line from oci://
+// (with --plain-http added: the stand-in speaks HTTP), the NOTES naming the image, and
+// the uninstall. The adapter's pods run the binary unpacked from the image the node
+// agent pulls from the registry by the digest the YAML and the chart pin.
+// (cosign verify needs Sigstore: not here.)
+func (e *installEnv) publishedRelease(t *testing.T) {
+	e.requireClean(t)
+	const version, chartVersion = "v0.1.0", "0.1.0"
+	imageRepo := e.registry + "/saturation-adapter/saturation-adapter"
+	chartRepo := e.registry + "/saturation-adapter/charts"
+	e.run(t, "make -s release VERSION="+version+" IMAGE_REPO="+imageRepo+" CHART_REPO="+chartRepo, nil)
+	dist := filepath.Join(e.repo, "dist")
+	adapterRef := releasedImage(t, dist)
+	if !strings.HasPrefix(adapterRef, imageRepo+"@sha256:") {
+		t.Fatalf("make release pinned %s, want %s@sha256:…", adapterRef, imageRepo)
+	}
+
+	env := "export VERSION=" + version + " CHART_VERSION=" + chartVersion + " IMAGE_REPO=" + imageRepo + " CHART_REPO=" + chartRepo + "\n"
+	pushed := string(e.runBlock(t, env+workflowStep(t, e.repo, "Push the images and the chart"), nil))
+	if !strings.Contains(pushed, adapterRef) {
+		t.Errorf("the push printed %q, want %s among the references pushed", pushed, adapterRef)
+	}
+
+	mux := http.NewServeMux()
+	downloads := "/saturation-adapter/saturation-adapter/releases/download/" + version + "/"
+	mux.Handle(downloads, http.StripPrefix(downloads, http.FileServer(http.Dir(dist))))
+	github := httptest.NewServer(mux)
+	defer github.Close()
+	subst := map[string]string{
+		"https://github.com/saturation-adapter/saturation-adapter/releases/download": github.URL + "/saturation-adapter/saturation-adapter/releases/download",
+		"oci://ghcr.io/saturation-adapter/charts":                                    "oci://" + chartRepo,
+		"vX.Y.Z": version,
+		"X.Y.Z":  chartVersion,
+	}
+	doc := installDoc(t, e.repo)
+	setVersion := doc.block(t, "Verify before installing", "VERSION=")
+	e.runBlock(t, setVersion+doc.block(t, "Verify before installing", "curl"), subst)
+
+	e.runBlock(t, doc.block(t, "Install", "kubectl apply -f"), subst)
+	e.runBlock(t, doc.block(t, "Install", "kubectl wait"), subst)
+	e.checkInstalled(t, adapterRef, tlsWant{secret: servingCertSecret})
+	e.runBlock(t, setVersion+doc.block(t, "Uninstall", "kubectl delete apiservice"), subst)
+	e.checkUninstalled(t)
+
+	helmLine := strings.TrimSpace(doc.block(t, "Install", "helm install")) + " --plain-http\n"
+	notes := string(e.runBlock(t, helmLine, subst))
+	if !strings.Contains(notes, "Image: "+adapterRef) {
+		t.Errorf("helm install's NOTES do not name the image %s:\n%s", adapterRef, notes)
+	}
+	e.checkInstalled(t, adapterRef, tlsWant{secret: servingCertSecret})
+	e.runBlock(t, readmeBlock(t, helmUninstallBlock), nil)
+	e.checkUninstalled(t)
+	if _, err := os.Stat(filepath.Join(e.repo, "saturation-adapter-"+version+".yaml")); err != nil {
+		t.Errorf("the doc's download: %v", err)
+	}
+}
+
+// mdDoc is a Markdown file's sh blocks.
+type mdDoc []shdoc.Block
+
+func installDoc(t *testing.T, repo string) mdDoc {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mdDoc(shdoc.Blocks(string(b)))
+}
+
+// block returns the text of the first block of section starting with prefix.
+func (d mdDoc) block(t *testing.T, section, prefix string) string {
+	t.Helper()
+	for _, b := range d {
+		if b.Section == section && strings.HasPrefix(b.Text, prefix) {
+			return b.Text
+		}
+	}
+	t.Fatalf("docs/install.md: no sh block in section %q starting with %q", section, prefix)
+	return ""
+}
+
+// workflowStep returns the run script of the release workflow's step named name.
+func workflowStep(t *testing.T, repo, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, ".github", "workflows", "release.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Steps []struct{ Name, Run string }
+		}
+	}
+	if err := yaml.Unmarshal(b, &wf); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range wf.Jobs["release"].Steps {
+		if st.Name == name && st.Run != "" {
+			return st.Run
+		}
+	}
+	t.Fatalf("the release workflow has no step %q with a run script", name)
+	return ""
+}
