@@ -72,8 +72,12 @@ func (r *releaseImages) binary(image string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if got, err := idx.Digest(); err != nil || got.String() != ref.DigestStr() {
-		return "", fmt.Errorf("index digest %s, want %s (%v)", got, ref.DigestStr(), err)
+	got, err := idx.Digest()
+	if err != nil {
+		return "", err
+	}
+	if got.String() != ref.DigestStr() {
+		return "", fmt.Errorf("index digest %s, want %s", got, ref.DigestStr())
 	}
 	img, err := hostPlatformImage(idx)
 	if err != nil {
