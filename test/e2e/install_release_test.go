@@ -4,13 +4,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
+	"github.com/saturation-adapter/saturation-adapter/test/e2e/stack"
 )
 
 // publishedRelease installs a release as docs/install.md says, from what the release
@@ -122,4 +125,49 @@ func workflowStep(t *testing.T, repo, name string) string {
 	}
 	t.Fatalf("the release workflow has no step %q with a run script", name)
 	return ""
+}
+
+// TestKubectlKustomize: `kubectl kustomize` (the kustomize built into the kubectl the
+// tests run) renders every kustomization a user may apply with `kubectl apply -k` as
+// the kustomize that renders manifests/rendered/ and the release YAML does.
+func TestKubectlKustomize(t *testing.T) {
+	tools, _, err := stack.DirsFromEnv()
+	if err != nil {
+		t.Skip(err)
+	}
+	root, err := stack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(b []byte) string { // without the rendering's header comments
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(l, "#") {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	for dir, rendered := range map[string]string{
+		"manifests":                "saturation-adapter.yaml",
+		"manifests/custom-metrics": "custom-metrics.yaml",
+		"manifests/cert-manager":   "saturation-adapter-cert-manager.yaml",
+		"manifests/insecure":       "saturation-adapter-insecure.yaml",
+		"manifests/monitoring":     "monitoring.yaml",
+	} {
+		t.Run(dir, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(tools, "kubectl"), "kustomize", filepath.Join(root, dir))
+			got, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("kubectl kustomize %s: %v", dir, err)
+			}
+			want, err := os.ReadFile(filepath.Join(root, "manifests", "rendered", rendered))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(body(want), body(got)); diff != "" {
+				t.Errorf("kubectl kustomize %s vs manifests/rendered/%s (-rendered +kubectl):\n%s", dir, rendered, diff)
+			}
+		})
+	}
 }
