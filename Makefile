@@ -254,7 +254,8 @@ image:
 #                                         pinned by digest
 #   saturation-adapter-X.Y.Z.tgz          the chart, version X.Y.Z, images pinned by digest
 #   oci/charts/saturation-adapter/        the chart as the OCI artifact `helm push` makes
-#   release-notes.md                      the version's CHANGELOG.md section
+#   release-notes.md                      the version's CHANGELOG.md section, then the
+#                                         install lines (CHART_REPO) and the images
 #   SHA256SUMS                            of the YAML, the chart and the SBOMs
 # Every file is a function of the commit (times are the commit's): a second run writes
 # the same bytes, so the digests in the YAML and the chart are those the workflow pushes.
@@ -305,7 +306,8 @@ release: $(KUSTOMIZE) $(RELEASE_TOOL)
 		  $(KUSTOMIZE) build $(RELEASE_KUSTOMIZATION); } > $(RELEASE_DIR)/$(RELEASE_NAME).yaml; \
 		rm -rf $(RELEASE_KUSTOMIZATION)
 	$(RELEASE_TOOL) chart $(RELEASE_PROVENANCE) -chart $(CHART) -images $(RELEASE_DIR)/images.json -out $(RELEASE_DIR)
-	$(RELEASE_TOOL) notes -changelog CHANGELOG.md -version '$(VERSION)' $(RELEASE_NOTES_FLAGS) > $(RELEASE_DIR)/release-notes.md
+	$(RELEASE_TOOL) notes -changelog CHANGELOG.md -version '$(VERSION)' $(RELEASE_NOTES_FLAGS) \
+		-images $(RELEASE_DIR)/images.json -chart-repo '$(CHART_REPO)' -source '$(RELEASE_SOURCE)' > $(RELEASE_DIR)/release-notes.md
 	cd $(RELEASE_DIR) && sha256sum $(RELEASE_NAME).yaml saturation-adapter-$(CHART_VERSION).tgz sbom/*.cdx.json > SHA256SUMS
 	@# Transitional: the README's install commands still name _output/release/ (its
 	@# rewrite moves them to the published release, docs/install.md); drop this then.

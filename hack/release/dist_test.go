@@ -166,8 +166,15 @@ func TestDist(t *testing.T) {
 		len(m.Layers) != 1 || m.Layers[0].MediaType != ChartLayerMediaType || m.Layers[0].Digest.Hex != hex.EncodeToString(h[:]) {
 		t.Errorf("chart artifact: tag %q manifest %+v, want tag %s and the .tgz as its one layer", desc.Annotations[refNameAnnotation], m, chartVersion)
 	}
-	if notes, err := os.ReadFile(filepath.Join(dist, "release-notes.md")); err != nil || len(bytes.TrimSpace(notes)) == 0 {
-		t.Errorf("release-notes.md: %q, %v", notes, err)
+	notes, err := os.ReadFile(filepath.Join(dist, "release-notes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Install\n", "--version " + chartVersion + " ", "/releases/download/" + version + "/saturation-adapter-" + version + ".yaml",
+		records[0].Repository + "@" + records[0].Digest, records[1].Repository + "@" + records[1].Digest} {
+		if !bytes.Contains(notes, []byte(want)) {
+			t.Errorf("release-notes.md lacks %q:\n%s", want, notes)
+		}
 	}
 }
 

@@ -149,6 +149,9 @@ func run(ctx context.Context, args []string) error {
 		changelog := fs.String("changelog", "CHANGELOG.md", "the changelog")
 		version := fs.String("version", "", "release version")
 		require := fs.Bool("require-section", false, "fail unless the changelog has a section for the version")
+		images := fs.String("images", "", "images.json of `release images`: adds an install section naming them")
+		chartRepo := fs.String("chart-repo", "", "where the chart is published (with -images)")
+		source := fs.String("source", "https://github.com/saturation-adapter/saturation-adapter", "repository URL (with -images)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -162,6 +165,16 @@ func run(ctx context.Context, args []string) error {
 		notes, err := ReleaseNotes(b, *version, *require)
 		if err != nil {
 			return err
+		}
+		if *images != "" {
+			if *chartRepo == "" {
+				return errors.New("-images needs -chart-repo")
+			}
+			recs, err := readImages(*images)
+			if err != nil {
+				return err
+			}
+			notes += "\n" + InstallNotes(*version, *chartRepo, *source, recs)
 		}
 		_, err = os.Stdout.WriteString(notes)
 		return err
@@ -303,13 +316,9 @@ var ChartImageValues = map[string]string{
 // images.json file pinned by digest (repository and digest of its values block) and
 // listed, by digest, in the Artifact Hub annotations.
 func chartSettings(imagesFile, version string) (ChartSettings, error) {
-	b, err := os.ReadFile(imagesFile)
+	records, err := readImages(imagesFile)
 	if err != nil {
 		return ChartSettings{}, err
-	}
-	var records []ImageRecord
-	if err := json.Unmarshal(b, &records); err != nil {
-		return ChartSettings{}, fmt.Errorf("%s: %w", imagesFile, err)
 	}
 	s := ChartSettings{Version: version, Values: map[string]string{}, Annotations: map[string]string{}}
 	type ahImage struct {
@@ -342,4 +351,17 @@ func chartSettings(imagesFile, version string) (ChartSettings, error) {
 	s.Annotations["artifacthub.io/images"] = string(ah)
 	s.Annotations["artifacthub.io/prerelease"] = strconv.FormatBool(strings.Contains(version, "-"))
 	return s, nil
+}
+
+// readImages reads an images.json of `release images`.
+func readImages(file string) ([]ImageRecord, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var records []ImageRecord
+	if err := json.Unmarshal(b, &records); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return records, nil
 }

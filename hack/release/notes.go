@@ -58,3 +58,24 @@ func ReleaseNotes(changelog []byte, version string, requireSection bool) (string
 	}
 	return fmt.Sprintf("_CHANGELOG.md has no section for %s yet: these are its Unreleased entries._\n\n%s", version, s), nil
 }
+
+// InstallNotes returns the release notes' install section: the one-line installs from
+// the published chart and YAML, and the images by digest, for version (vX.Y.Z). The
+// chart is at <chartRepo>/saturation-adapter; the YAML among the GitHub release's files
+// of source.
+func InstallNotes(version, chartRepo, source string, images []ImageRecord) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Install\n\n```sh\n")
+	fmt.Fprintf(&b, "helm install saturation-adapter oci://%s/saturation-adapter --version %s --namespace saturation-adapter --create-namespace\n",
+		chartRepo, strings.TrimPrefix(version, "v"))
+	fmt.Fprintf(&b, "# or\nkubectl apply -f %s/releases/download/%s/saturation-adapter-%s.yaml\n```\n\n", source, version, version)
+	b.WriteString("Images (multi-platform indexes, signed keyless by the release workflow; `docs/install.md` says how to verify them):\n\n")
+	for _, im := range images {
+		var platforms []string
+		for _, p := range im.Platforms {
+			platforms = append(platforms, p.Platform)
+		}
+		fmt.Fprintf(&b, "- `%s@%s` (%s)\n", im.Repository, im.Digest, strings.Join(platforms, ", "))
+	}
+	return b.String()
+}

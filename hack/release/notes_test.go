@@ -67,3 +67,19 @@ func TestRunRefusesBadInput(t *testing.T) {
 		t.Errorf("push dir: %v", err)
 	}
 }
+
+func TestInstallNotes(t *testing.T) {
+	got := InstallNotes("v1.2.3", "registry.example.com/charts", "https://example.com/src", []ImageRecord{{
+		Repository: "registry.example.com/sa", Digest: "sha256:ab",
+		Platforms: []PlatformRecord{{Platform: "linux/amd64"}, {Platform: "linux/arm64/v8"}},
+	}})
+	for _, want := range []string{
+		"helm install saturation-adapter oci://registry.example.com/charts/saturation-adapter --version 1.2.3 ",
+		"kubectl apply -f https://example.com/src/releases/download/v1.2.3/saturation-adapter-v1.2.3.yaml\n",
+		"- `registry.example.com/sa@sha256:ab` (linux/amd64, linux/arm64/v8)\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("install notes lack %q:\n%s", want, got)
+		}
+	}
+}
