@@ -1,4 +1,8 @@
-# saturation-adapter images, one per binary that runs in a cluster:
+# saturation-adapter images, one per binary that runs in a cluster, for users with a
+# container engine. Releases are not built from this file: `make release` builds both
+# images without one, reproducibly, on a base made in code (hack/release,
+# docs/install.md); keep the two alike (static binaries, user 65534, OCI labels).
+#
 #   adapter (the default target): the API server, `docker build --target adapter`
 #   drain: the engine pods' preStop helper, `docker build --target drain`
 # `make image` builds both (IMAGE and DRAIN_IMAGE), passing VERSION, GIT_COMMIT,
@@ -61,7 +65,8 @@ LABEL org.opencontainers.image.title="saturation-adapter-drain" \
       org.opencontainers.image.created="${BUILD_DATE}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/drain /drain
-USER 65532:65532
+# nobody, as in the released images and the manifests' securityContext.
+USER 65534:65534
 ENTRYPOINT ["/drain"]
 
 # The adapter image (the default target, last). Static, shell-less, non-root base: CA
@@ -80,7 +85,7 @@ LABEL org.opencontainers.image.title="saturation-adapter" \
       org.opencontainers.image.created="${BUILD_DATE}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/adapter /adapter
-# distroless's nonroot user; the Deployment runs it as 65534 instead, which works too
-# since the binary is world-executable and the adapter writes only to --cert-dir.
-USER 65532:65532
+# nobody (distroless has it too), as in the released images and the Deployment's
+# securityContext; the adapter writes only to --cert-dir.
+USER 65534:65534
 ENTRYPOINT ["/adapter"]

@@ -55,6 +55,10 @@ TEST_TOOLS_ENV = SATURATION_ADAPTER_HELM=$(HELM) SATURATION_ADAPTER_KUSTOMIZE=$(
 E2E_UNIT_PKGS := ./controlplane/... ./flowgate/... ./loadgen/... ./nodeagent/... ./stack/...
 test-unit: tools
 	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
+	@# hack/release (its own module): the image builder, the chart packager and the push
+	@# to a loopback registry; TestDist checks the dist/ that hack's TestRelease just
+	@# wrote with make release, and runs each image's entrypoint as its user (root needed).
+	cd hack/release && $(TEST_TOOLS_ENV) SATURATION_ADAPTER_DIST=$(CURDIR)/$(RELEASE_DIR) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
 	@# docs/lab.md's simulate commands replay whole hours: too slow under -race, so without it.
 	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/lab/app
@@ -136,9 +140,9 @@ bench-scale:
 	$(BIN)/benchscale $(BENCH_SCALE_FLAGS)
 
 # Every Go module of the repository: the adapter, the e2e tests and the tool modules.
-GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm
+GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm hack/release
 
-verify: verify-manifests chart-lint lint
+verify: verify-manifests chart-lint lint verify-workflows
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	cd test/e2e && CGO_ENABLED=0 $(GO) vet ./...
@@ -153,10 +157,25 @@ $(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
 	@echo "Building golangci-lint once (a few minutes)"
 	cd hack/lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
+# actionlint (github.com/rhysd/actionlint, a tool of hack/release's module) checks the
+# GitHub Actions workflows: syntax, expressions, permissions, known actions' inputs, and
+# the run: scripts through shellcheck when it is installed (Debian's shellcheck).
+ACTIONLINT := $(CACHE)/bin/actionlint
+ACTIONLINT_VERSION = $(shell cd hack/release && $(GO) list -m -f '{{.Version}}' github.com/rhysd/actionlint)
+$(ACTIONLINT): hack/release/go.mod hack/release/go.sum
+	@mkdir -p $(@D)
+	cd hack/release && $(GO) build -trimpath -ldflags '-X github.com/rhysd/actionlint.version=$(ACTIONLINT_VERSION)' \
+		-o $@ github.com/rhysd/actionlint/cmd/actionlint
+
+.PHONY: verify-workflows
+verify-workflows: $(ACTIONLINT)
+	$(ACTIONLINT) -shellcheck='$(shell command -v shellcheck)' -pyflakes= .github/workflows/*.yaml
+
 .PHONY: lint
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	cd test/e2e && CGO_ENABLED=0 $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
+	cd hack/release && $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 # --- manifests, chart, image and release -------------------------------------------------
 # kustomize and helm are built from the Go module proxy into the ignored .cache/bin, each
@@ -224,36 +243,73 @@ image:
 	docker build --target adapter -t $(IMAGE) $(DOCKER_BUILD_ARGS) .
 	docker build --target drain -t $(DRAIN_IMAGE) $(DOCKER_BUILD_ARGS) .
 
-# `make release VERSION=v1.2.3 [IMAGE_REPO=registry.example.com/saturation-adapter]`
-# writes to $(RELEASE_DIR):
-#   saturation-adapter-<version>.yaml   the default install (manifests/) with the image
-#                                       pinned to $(IMAGE_REPO):<version>
-#   saturation-adapter-<version>.tgz    the chart, version <version without v>, appVersion
-#                                       <version>, image.repository $(IMAGE_REPO)
-#   SHA256SUMS
-# It builds no image: `make image IMAGE=$(IMAGE_REPO):<version> VERSION=<version>` does.
-IMAGE_REPO ?= saturation-adapter
-RELEASE_DIR ?= _output/release
+# `make release VERSION=vX.Y.Z [IMAGE_REPO=…] [CHART_REPO=…]` writes, into $(RELEASE_DIR)/,
+# exactly what .github/workflows/release.yaml publishes for tag vX.Y.Z (it runs this
+# target, then pushes and signs what it wrote). No container engine and no Helm needed:
+#   oci/images/saturation-adapter/        OCI layouts of the adapter and drain images: an
+#   oci/images/saturation-adapter-drain/  index each (linux/amd64, linux/arm64), tagged vX.Y.Z
+#   sbom/<image>_linux_<arch>.cdx.json    a CycloneDX SBOM per platform image
+#   images.json                           repositories, index and platform digests, SBOMs
+#   saturation-adapter-vX.Y.Z.yaml        the default install (manifests/), both images
+#                                         pinned by digest
+#   saturation-adapter-X.Y.Z.tgz          the chart, version X.Y.Z, images pinned by digest
+#   oci/charts/saturation-adapter/        the chart as the OCI artifact `helm push` makes
+#   release-notes.md                      the version's CHANGELOG.md section, then the
+#                                         install lines (CHART_REPO) and the images
+#   SHA256SUMS                            of the YAML, the chart and the SBOMs
+# Every file is a function of the commit (times are the commit's): a second run writes
+# the same bytes, so the digests in the YAML and the chart are those the workflow pushes.
+# hack/release (its own module) builds the images with go-containerregistry on a base
+# built in code, the SBOMs with cyclonedx-gomod, and packages the chart.
+IMAGE_REPO ?= ghcr.io/saturation-adapter/saturation-adapter
+CHART_REPO ?= ghcr.io/saturation-adapter/charts
+RELEASE_SOURCE ?= https://github.com/saturation-adapter/saturation-adapter
+RELEASE_DIR ?= dist
+# The workflow sets it: a tag without its CHANGELOG.md section fails the release.
+RELEASE_NOTES_FLAGS ?=
 RELEASE_NAME = saturation-adapter-$(VERSION)
+CHART_VERSION = $(patsubst v%,%,$(VERSION))
+RELEASE_ARCHES := amd64 arm64
+RELEASE_BINARIES := adapter drain
+# Per-worktree (not the shared .cache): hack/release is this checkout's code.
+RELEASE_BIN := _output/release-bin
+RELEASE_TOOL := _output/tools/release
+# Outside a git checkout (a source archive) the revision is "unknown" and the time 1970's.
+RELEASE_PROVENANCE = -version '$(VERSION)' -revision '$(or $(GIT_COMMIT),unknown)' -created '$(BUILD_DATE)' -source '$(RELEASE_SOURCE)'
 # A kustomization that must sit two levels under the repository root: kustomize accepts
 # only relative paths to its bases.
 RELEASE_KUSTOMIZATION := _output/release-kustomization
-release: tools
+
+.PHONY: release-tool
+release-tool: $(RELEASE_TOOL)
+$(RELEASE_TOOL): hack/release/go.mod hack/release/go.sum $(wildcard hack/release/*.go)
+	cd hack/release && $(GO) build -trimpath -o $(CURDIR)/$@ .
+
+release: $(KUSTOMIZE) $(RELEASE_TOOL)
 	@case '$(VERSION)' in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "VERSION=$(VERSION): want vMAJOR.MINOR.PATCH[-PRERELEASE]"; exit 1;; esac
-	@mkdir -p $(RELEASE_DIR)
-	@rm -rf $(RELEASE_KUSTOMIZATION) && mkdir -p $(RELEASE_KUSTOMIZATION) && \
-		printf 'resources:\n- ../../manifests\nimages:\n- name: saturation-adapter\n  newName: %s\n  newTag: %s\n' \
-			'$(IMAGE_REPO)' '$(VERSION)' > $(RELEASE_KUSTOMIZATION)/kustomization.yaml && \
-		{ echo '# saturation-adapter $(VERSION): the default install (manifests/), image $(IMAGE_REPO):$(VERSION).'; \
-		  $(KUSTOMIZE) build $(RELEASE_KUSTOMIZATION); } > $(RELEASE_DIR)/$(RELEASE_NAME).yaml && \
+	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@# Static (CGO_ENABLED=0), without VCS stamping (the ldflags carry the commit), so the
+	@# binaries depend on nothing but the commit and the toolchain.
+	@for arch in $(RELEASE_ARCHES); do for b in $(RELEASE_BINARIES); do \
+		echo "build linux/$$arch $$b"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -buildvcs=false \
+			-ldflags '-s -w $(VERSION_LDFLAGS)' -o $(RELEASE_BIN)/linux_$$arch/$$b ./cmd/$$b || exit 1; \
+	done; done
+	$(RELEASE_TOOL) images $(RELEASE_PROVENANCE) -bin-dir $(RELEASE_BIN) -image-repo '$(IMAGE_REPO)' -out $(RELEASE_DIR)
+	@set -e; adapter=$$($(RELEASE_TOOL) digest $(RELEASE_DIR)/oci/images/saturation-adapter); \
+		drain=$$($(RELEASE_TOOL) digest $(RELEASE_DIR)/oci/images/saturation-adapter-drain); \
+		rm -rf $(RELEASE_KUSTOMIZATION) && mkdir -p $(RELEASE_KUSTOMIZATION); \
+		printf 'resources:\n- ../../manifests\nimages:\n- name: saturation-adapter\n  newName: %s\n  digest: %s\n' \
+			'$(IMAGE_REPO)' "$$adapter" > $(RELEASE_KUSTOMIZATION)/kustomization.yaml; \
+		{ echo '# saturation-adapter $(VERSION): the default install (manifests/).'; \
+		  echo "# Images: $(IMAGE_REPO)@$$adapter, drain helper for engine pods $(IMAGE_REPO)-drain@$$drain."; \
+		  $(KUSTOMIZE) build $(RELEASE_KUSTOMIZATION); } > $(RELEASE_DIR)/$(RELEASE_NAME).yaml; \
 		rm -rf $(RELEASE_KUSTOMIZATION)
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-		cp -r $(CHART) "$$tmp/chart" && \
-		sed -i.orig 's|^  repository: .*|  repository: $(IMAGE_REPO)|' "$$tmp/chart/values.yaml" && rm "$$tmp/chart/values.yaml.orig" && \
-		$(HELM) package "$$tmp/chart" --version '$(patsubst v%,%,$(VERSION))' --app-version '$(VERSION)' -d "$$tmp/pkg" >/dev/null && \
-		cp "$$tmp/pkg/saturation-adapter-$(patsubst v%,%,$(VERSION)).tgz" $(RELEASE_DIR)/$(RELEASE_NAME).tgz
-	cd $(RELEASE_DIR) && sha256sum $(RELEASE_NAME).yaml $(RELEASE_NAME).tgz > SHA256SUMS
-	@echo "wrote $(RELEASE_DIR)/$(RELEASE_NAME).yaml, $(RELEASE_DIR)/$(RELEASE_NAME).tgz, $(RELEASE_DIR)/SHA256SUMS"
+	$(RELEASE_TOOL) chart $(RELEASE_PROVENANCE) -chart $(CHART) -images $(RELEASE_DIR)/images.json -out $(RELEASE_DIR)
+	$(RELEASE_TOOL) notes -changelog CHANGELOG.md -version '$(VERSION)' $(RELEASE_NOTES_FLAGS) \
+		-images $(RELEASE_DIR)/images.json -chart-repo '$(CHART_REPO)' -source '$(RELEASE_SOURCE)' > $(RELEASE_DIR)/release-notes.md
+	cd $(RELEASE_DIR) && sha256sum $(RELEASE_NAME).yaml saturation-adapter-$(CHART_VERSION).tgz sbom/*.cdx.json > SHA256SUMS
+	@echo "wrote $(RELEASE_DIR)/: $(RELEASE_NAME).yaml, saturation-adapter-$(CHART_VERSION).tgz, oci/, sbom/, images.json, release-notes.md, SHA256SUMS"
 
 clean:
-	rm -rf $(BIN) _output
+	rm -rf $(BIN) _output $(RELEASE_DIR)

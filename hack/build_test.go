@@ -222,21 +222,54 @@ func TestVersionLDFlags(t *testing.T) {
 	}
 }
 
-// TestRelease runs the README's release command as written and checks its outputs:
-// the install with the image pinned to the version (otherwise the committed rendering),
-// the chart packaged with that version, and checksums.
+// TestRelease runs `make release` twice and checks that the second run writes the
+// same bytes (every digest the YAML and the chart pin is then the one the workflow
+// pushes), and its outputs: the install, otherwise the committed rendering, with the
+// adapter pinned by digest; the chart packaged with that version and both images pinned
+// by digest; checksums. hack/release's TestDist checks the images and SBOMs it wrote
+// (make test-unit runs it next, on this dist/).
 func TestRelease(t *testing.T) {
 	helm := os.Getenv("SATURATION_ADAPTER_HELM")
 	if helm == "" {
 		t.Fatal("SATURATION_ADAPTER_HELM is not set: run the tests with `make test-unit`, which builds helm into .cache/bin and sets it")
 	}
-	run(t, "..", "make", "-s", "release", "VERSION=v0.1.0", "IMAGE_REPO=registry.example.com/saturation-adapter")
-	dir := "../_output/release"
-
-	got, err := os.ReadFile(filepath.Join(dir, "saturation-adapter-v0.1.0.yaml"))
-	if err != nil {
+	dir := "../dist"
+	release := func() map[string][]byte {
+		run(t, "..", "make", "-s", "release", "VERSION=v0.1.0", "IMAGE_REPO=registry.example.com/saturation-adapter")
+		files := map[string][]byte{}
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			files[p], err = os.ReadFile(p)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
+	first := release()
+	second := release()
+	if len(first) != len(second) {
+		t.Errorf("make release wrote %d files, then %d", len(first), len(second))
+	}
+	for name, b := range first {
+		if !bytes.Equal(b, second[name]) {
+			t.Errorf("%s differs between two runs of make release", name)
+		}
+	}
+	var images []struct{ Name, Repository, Digest string }
+	if err := json.Unmarshal(first[filepath.Join(dir, "images.json")], &images); err != nil {
 		t.Fatal(err)
 	}
+	if len(images) != 2 || images[0].Repository != "registry.example.com/saturation-adapter" || images[1].Repository != "registry.example.com/saturation-adapter-drain" {
+		t.Fatalf("images.json: %+v", images)
+	}
+	adapterRef := images[0].Repository + "@" + images[0].Digest
+	drainRef := images[1].Repository + "@" + images[1].Digest
+
+	got := first[filepath.Join(dir, "saturation-adapter-v0.1.0.yaml")]
 	rendered, err := os.ReadFile("../manifests/rendered/saturation-adapter.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -248,12 +281,15 @@ func TestRelease(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
-	want := strings.Replace(body(rendered), "image: saturation-adapter:dev", "image: registry.example.com/saturation-adapter:v0.1.0", 1)
+	want := strings.Replace(body(rendered), "image: saturation-adapter:dev", "image: "+adapterRef, 1)
 	if diff := cmp.Diff(want, body(got)); diff != "" {
 		t.Errorf("release YAML vs rendered install with the image replaced (-want +got):\n%s", diff)
 	}
+	if !strings.Contains(string(got), drainRef) {
+		t.Errorf("the release YAML's header does not name the drain image %s", drainRef)
+	}
 
-	chart := filepath.Join(dir, "saturation-adapter-v0.1.0.tgz")
+	chart := filepath.Join(dir, "saturation-adapter-0.1.0.tgz")
 	files := untar(t, chart)
 	var meta struct {
 		Version    string `json:"version"`
@@ -266,25 +302,122 @@ func TestRelease(t *testing.T) {
 		t.Errorf("packaged Chart.yaml version %q appVersion %q, want 0.1.0 and v0.1.0", meta.Version, meta.AppVersion)
 	}
 	out := run(t, ".", helm, "template", "saturation-adapter", chart, "--namespace", "saturation-adapter")
-	if !strings.Contains(string(out), `image: "registry.example.com/saturation-adapter:v0.1.0"`) {
-		t.Error("the packaged chart does not default to image registry.example.com/saturation-adapter:v0.1.0")
+	if !strings.Contains(string(out), `image: "`+adapterRef+`"`) {
+		t.Errorf("the packaged chart does not default to image %s", adapterRef)
+	}
+	out = run(t, ".", helm, "install", "saturation-adapter", chart, "--namespace", "saturation-adapter", "--dry-run=client")
+	for _, ref := range []string{"Image: " + adapterRef, adapterRef, drainRef} {
+		if !strings.Contains(string(out), ref) {
+			t.Errorf("the chart's NOTES do not print %s", ref)
+		}
 	}
 
-	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"saturation-adapter-v0.1.0.yaml", "saturation-adapter-v0.1.0.tgz"} {
+	sums := first[filepath.Join(dir, "SHA256SUMS")]
+	for _, f := range []string{"saturation-adapter-v0.1.0.yaml", "saturation-adapter-0.1.0.tgz", "sbom/saturation-adapter_linux_amd64.cdx.json"} {
 		if !regexp.MustCompile(`(?m)^[0-9a-f]{64}  ` + regexp.QuoteMeta(f) + `$`).Match(sums) {
 			t.Errorf("SHA256SUMS lacks %s:\n%s", f, sums)
 		}
 	}
 
+	checkWorkflowArtifacts(t, dir, "v0.1.0")
+
 	// A version that is not vMAJOR.MINOR.PATCH is refused.
-	cmd := exec.Command("make", "-s", "release", "VERSION=0.1")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION=0.1: want vMAJOR.MINOR.PATCH") {
-		t.Errorf("make release VERSION=0.1: err %v, output %s", err, out)
+	for _, v := range []string{"0.1", "v0.1", "latest"} {
+		cmd := exec.Command("make", "-s", "release", "VERSION="+v)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION="+v+": want vMAJOR.MINOR.PATCH") {
+			t.Errorf("make release VERSION=%s: err %v, output %s", v, err, out)
+		}
+	}
+}
+
+// checkWorkflowArtifacts checks that the release workflow publishes what make release
+// wrote into dir for version: the workflow runs make release on a v* tag, and every
+// dist/ path it pushes, attests or uploads (and every file its GitHub release step
+// uploads from dist/) exists there.
+func checkWorkflowArtifacts(t *testing.T, dir, version string) {
+	t.Helper()
+	data, err := os.ReadFile("../.github/workflows/release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		// sigs.k8s.io/yaml reads YAML 1.1, where the key on is the boolean true.
+		On struct {
+			Push struct{ Tags []string }
+		} `json:"true"`
+		Jobs map[string]struct {
+			Permissions map[string]string
+			Steps       []struct {
+				Name, Uses, Run string
+				With            map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(wf.On.Push.Tags, []string{"v*"}) {
+		t.Errorf("release workflow runs on tags %q, want [v*]", wf.On.Push.Tags)
+	}
+	job, ok := wf.Jobs["release"]
+	if !ok {
+		t.Fatal("release workflow has no job release")
+	}
+	for perm, want := range map[string]string{"id-token": "write", "packages": "write", "contents": "write", "attestations": "write"} {
+		if job.Permissions[perm] != want {
+			t.Errorf("release job permission %s: %q, want %s", perm, job.Permissions[perm], want)
+		}
+	}
+	expand := strings.NewReplacer(`"`, "", "$VERSION", version, "$CHART_VERSION", strings.TrimPrefix(version, "v"))
+	var paths []string
+	var uses []string
+	ranRelease := false
+	for _, st := range job.Steps {
+		uses = append(uses, strings.Split(st.Uses, "@")[0])
+		ranRelease = ranRelease || strings.Contains(st.Run, "make release VERSION=\"$VERSION\"")
+		text := st.Run
+		for _, v := range st.With {
+			text += "\n" + v
+		}
+		for _, m := range regexp.MustCompile(`dist/[A-Za-z0-9_.*/$-]+`).FindAllString(text, -1) {
+			paths = append(paths, strings.TrimPrefix(expand.Replace(m), "dist/"))
+		}
+		if strings.Contains(st.Run, "gh release create") {
+			// The files uploaded: the words after the options, from dist/.
+			line := st.Run[strings.Index(st.Run, "gh release create"):]
+			fields := strings.Fields(strings.ReplaceAll(line, "\\\n", " "))
+			for i, f := range fields {
+				if strings.HasPrefix(f, "\"saturation-adapter-") || f == "SHA256SUMS" || strings.HasPrefix(f, "sbom/") {
+					paths = append(paths, expand.Replace(f))
+				}
+				if f == "--notes-file" {
+					paths = append(paths, fields[i+1])
+				}
+			}
+		}
+	}
+	if !ranRelease {
+		t.Error("the release workflow does not run make release VERSION=\"$VERSION\"")
+	}
+	for _, u := range []string{"sigstore/cosign-installer", "actions/attest-build-provenance"} {
+		if !slices.Contains(uses, u) {
+			t.Errorf("the release workflow does not use %s", u)
+		}
+	}
+	for _, want := range []string{"saturation-adapter-" + version + ".yaml", "SHA256SUMS", "release-notes.md", "oci/images/saturation-adapter", "oci/charts/saturation-adapter"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("the release workflow does not publish dist/%s (it names %q)", want, paths)
+		}
+	}
+	for _, p := range paths {
+		if strings.Contains(p, "$") || p == "" {
+			continue // a shell variable: checked through the files it comes from
+		}
+		matches, err := filepath.Glob(filepath.Join(dir, p))
+		if err != nil || len(matches) == 0 {
+			t.Errorf("the release workflow publishes dist/%s: make release wrote no such file", p)
+		}
 	}
 }
 
@@ -433,5 +566,61 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 	if err := os.WriteFile(dst, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInstallDoc checks that the README installs, and docs/install.md verifies, what the release
+// workflow publishes: the chart at CHART_REPO, the YAML under the release's download
+// URL as make release names it, images at IMAGE_REPO, and signatures by the workflow's
+// own identity at a v* tag.
+func TestInstallDoc(t *testing.T) {
+	install, err := os.ReadFile("../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The README has the install lines, docs/install.md the verification.
+	doc := append(append(readme, '\n'), install...)
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workflow, err := os.ReadFile("../.github/workflows/release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + ` \?= (\S+)$`).FindSubmatch(makefile)
+		if m == nil {
+			t.Fatalf("the Makefile has no %s ?= default", name)
+		}
+		return string(m[1])
+	}
+	imageRepo, chartRepo, source := def("IMAGE_REPO"), def("CHART_REPO"), def("RELEASE_SOURCE")
+	for _, want := range []string{
+		"helm install saturation-adapter oci://" + chartRepo + "/saturation-adapter --version X.Y.Z ",
+		"kubectl apply -f " + source + "/releases/download/vX.Y.Z/saturation-adapter-vX.Y.Z.yaml\n",
+		`IDENTITY="` + source + `/.github/workflows/release.yaml@refs/tags/$VERSION"`,
+		"ISSUER=https://token.actions.githubusercontent.com\n",
+		"grep -o '" + imageRepo + "@sha256:",
+		"grep -o '" + imageRepo + "-drain@sha256:",
+		"sha256sum -c SHA256SUMS",
+	} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("README.md and docs/install.md lack %q", want)
+		}
+	}
+	// The workflow publishes to the same repositories and uploads the YAML the doc
+	// downloads; the identity the doc verifies is this workflow's file.
+	for _, want := range []string{"IMAGE_REPO: " + imageRepo + "\n", "CHART_REPO: " + chartRepo + "\n", `"saturation-adapter-$VERSION.yaml"`, "cosign sign"} {
+		if !strings.Contains(string(workflow), want) {
+			t.Errorf("the release workflow lacks %q", want)
+		}
+	}
+	if source != "https://github.com/saturation-adapter/saturation-adapter" {
+		t.Errorf("RELEASE_SOURCE %s: the GitHub repository the workflow runs in", source)
 	}
 }

@@ -260,6 +260,41 @@ func TestChartOptions(t *testing.T) {
 				t.Errorf("policyTypes (-want +got):\n%s", diff)
 			}
 		}},
+		{"network policy with gateway inputs", []string{"--set", "networkPolicy.enabled=true", "--set-json", `policyConfig={"apiVersion":"saturation-adapter.io/v1alpha1","kind":"PolicyConfig","policies":[` +
+			`{"name":"a","kind":"demand","terms":[{"kind":"queueDepth","setPoint":5}],"gateway":{"selector":"app=epp","port":9443,"match":{"inference_pool":"a"}}},` +
+			`{"name":"b","kind":"demand","terms":[{"kind":"queueDepth","setPoint":5}],"gateway":{"selector":"app=epp-b","match":{"inference_pool":"b"}}},` +
+			`{"name":"c","kind":"demand","terms":[{"kind":"queueDepth","setPoint":5}]}]}`,
+			"--set-json", `networkPolicy.gateways.to=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"llm-gateway"}}}]`}, func(t *testing.T, objs []any) {
+			np := only[*networkingv1.NetworkPolicy](t, objs, adapterName)
+			var ports [][]int
+			for _, e := range np.Spec.Egress {
+				var p []int
+				for _, port := range e.Ports {
+					p = append(p, port.Port.IntValue())
+				}
+				ports = append(ports, p)
+			}
+			// The engines, the endpoint pickers (9090, their --metrics-port default, and
+			// the port policy a names), the API server.
+			if diff := cmp.Diff([][]int{{8000}, {9090, 9443}, {443, 6443}}, ports); diff != "" {
+				t.Errorf("egress ports (-want +got):\n%s", diff)
+			}
+			if to := np.Spec.Egress[1].To; len(to) != 1 || to[0].NamespaceSelector == nil {
+				t.Errorf("gateway egress to = %+v, want networkPolicy.gateways.to", to)
+			}
+		}},
+		{"network policy, gateway input read from Prometheus", []string{"--set", "networkPolicy.enabled=true", "--set", "flags.source=prometheus",
+			"--set", "flags.prometheusUrl=http://prometheus-operated.monitoring:9090", "--set-json", `policyConfig={"apiVersion":"saturation-adapter.io/v1alpha1","kind":"PolicyConfig","policies":[` +
+				`{"name":"a","kind":"demand","terms":[{"kind":"queueDepth","setPoint":5}],"gateway":{"selector":"app=epp","port":9443,"match":{"inference_pool":"a"}}}]}`}, func(t *testing.T, objs []any) {
+			np := only[*networkingv1.NetworkPolicy](t, objs, adapterName)
+			for _, e := range np.Spec.Egress {
+				for _, p := range e.Ports {
+					if p.Port.IntValue() == 9443 {
+						t.Errorf("egress to the gateway's port 9443 although its series come from Prometheus: %+v", np.Spec.Egress)
+					}
+				}
+			}
+		}},
 		{"extra args last, logging", []string{"--set", "extraArgs={--profiling=false}", "--set", "logging.format=json", "--set", "logging.verbosity=2"}, func(t *testing.T, objs []any) {
 			args := only[*appsv1.Deployment](t, objs, adapterName).Spec.Template.Spec.Containers[0].Args
 			if args[len(args)-1] != "--profiling=false" || flagValue(args, "--logging-format") != "json" || flagValue(args, "--v") != "2" {
@@ -326,8 +361,14 @@ func checkServiceMonitor(t *testing.T, sm *serviceMonitor, caSecret string, inse
 		t.Fatalf("%d endpoints", len(sm.Spec.Endpoints))
 	}
 	e := sm.Spec.Endpoints[0]
-	if e.Port != "https" || e.Scheme != "https" || e.Path != "/metrics" || !e.HonorLabels || e.BearerTokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+	if e.Port != "https" || e.Scheme != "https" || e.Path != "/metrics" || !e.HonorLabels {
 		t.Errorf("endpoint = %+v", e)
+	}
+	// The token comes from a Secret (authorization), not Prometheus's own token file
+	// (bearerTokenFile, deprecated by the Prometheus Operator).
+	if a := e.Authorization; e.BearerTokenFile != "" || a == nil || a.Type != "Bearer" || a.Credentials == nil ||
+		a.Credentials.Name != metricsTokenSecret || a.Credentials.Key != "token" {
+		t.Errorf("endpoint bearerTokenFile %q authorization %+v, want Bearer from Secret %s key token", e.BearerTokenFile, e.Authorization, metricsTokenSecret)
 	}
 	tls := e.TLSConfig
 	switch {
@@ -359,7 +400,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "flags.scrapeTimeout=soon"}, "/flags/scrapeTimeout"},
 		{[]string{"--set", "image.digest=latest"}, "/image/digest"},
 		{[]string{"--set", "flags.scrapeCaFile=/ca.pem", "--set", "flags.scrapeInsecureSkipVerify=true"}, "exclude each other"},
-		{[]string{"--set", "prometheusRule.engines.kvCacheUsage.threshold=95"}, "/prometheusRule/engines/kvCacheUsage/threshold"},
+		{[]string{"--set", "prometheusRule.engines.saturated.kvCacheUsage=95"}, "/prometheusRule/engines/saturated/kvCacheUsage"},
+		{[]string{"--set", "prometheusRule.engines.ttftSLO.objective=99"}, "/prometheusRule/engines/ttftSLO/objective"},
+		{[]string{"--set", "prometheusRule.engines.preemptions.window=5 minutes"}, "/prometheusRule/engines/preemptions/window"},
+		{[]string{"--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.credentials.name=token"}, "serviceMonitor.credentials.key is required"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := helmTemplate(t, tc.args...)
@@ -418,11 +462,11 @@ func TestChartNotes(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"defaults", nil, "image saturation-adapter:dev."},
+		{"defaults", nil, "Image: saturation-adapter:dev\n"},
 		{"tag", []string{"--set", "image.repository=registry.example.com/saturation-adapter", "--set", "image.tag=v0.1.0"},
-			"image registry.example.com/saturation-adapter:v0.1.0."},
+			"Image: registry.example.com/saturation-adapter:v0.1.0\n"},
 		{"digest", []string{"--set", "image.repository=registry.example.com/saturation-adapter", "--set", "image.tag=v0.1.0", "--set", "image.digest=" + digest},
-			"image registry.example.com/saturation-adapter@" + digest + "."},
+			"Image: registry.example.com/saturation-adapter@" + digest + "\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"install", releaseName, chartDir, "--namespace", namespace, "--dry-run=client"}, tt.args...)
@@ -438,7 +482,7 @@ func TestChartNotes(t *testing.T) {
 			if !strings.Contains(first, tt.want) {
 				t.Errorf("NOTES begin %q, want them to name the %s", first, tt.want)
 			}
-			if tt.name != "defaults" && strings.Contains(first, "dev") {
+			if _, image, _ := strings.Cut(first, "Image: "); tt.name != "defaults" && strings.Contains(strings.SplitN(image, "\n", 2)[0], "dev") {
 				t.Errorf("NOTES begin %q: the chart's appVersion dev is not what was deployed", first)
 			}
 		})

@@ -40,6 +40,8 @@ const (
 
 	externalAPIService = "v1beta1.external.metrics.k8s.io"
 	servingCertSecret  = "saturation-adapter-serving-cert"
+	// metricsTokenSecret holds the token Prometheus scrapes /metrics with (monitoring/).
+	metricsTokenSecret = "saturation-adapter-metrics-token"
 )
 
 // installs returns the rendered install variants: each is a whole install.
@@ -115,9 +117,11 @@ func TestRenderedObjects(t *testing.T) {
 		{insecurePath, sorted(baseObjects())},
 		{monitoringPath, []string{
 			"ClusterRole /saturation-adapter:metrics-reader",
-			"ClusterRoleBinding /saturation-adapter:prometheus-metrics-reader",
+			"ClusterRoleBinding /saturation-adapter:metrics-reader",
 			"ConfigMap saturation-adapter/saturation-adapter-dashboard",
 			"PrometheusRule saturation-adapter/saturation-adapter",
+			"Secret saturation-adapter/saturation-adapter-metrics-token",
+			"ServiceAccount saturation-adapter/saturation-adapter-metrics",
 			"ServiceMonitor saturation-adapter/saturation-adapter",
 		}},
 	} {

@@ -22,11 +22,12 @@ import (
 
 const dashboardPath = "monitoring/dashboard.json"
 
-// wantAlerts are the alerts issue 10 asks for: the field's engine alerts and the
-// adapter's own.
+// wantAlerts are the alerts of the rules: the engines' saturation that hurts (a growing
+// queue with the KV cache full, sustained preemptions, a TTFT SLO burning its budget)
+// and the adapter's own.
 func wantAlerts() []string {
 	return []string{
-		"LLMEngineKVCacheNearFull", "LLMEnginePreemptions", "LLMEngineQueueHigh", "LLMEngineTTFTOverSLO",
+		"LLMEnginePreemptions", "LLMEngineSaturated", "LLMEngineTTFTSLOBurn",
 		"SaturationAdapterAPIServiceNotOwned", "SaturationAdapterAPIServiceUnavailable", "SaturationAdapterScrapeErrors", "SaturationAdapterUnknownPods",
 		"SaturationAdapterValuesNotServed",
 	}
@@ -82,34 +83,39 @@ func TestPrometheusRules(t *testing.T) {
 // that the rules stay valid with other values and with custom.metrics.k8s.io.
 func TestChartPrometheusRuleValues(t *testing.T) {
 	objs := decode(t, "helm template", mustHelmTemplate(t, "--set", "prometheusRule.enabled=true", "--set", "customMetrics.enabled=true",
-		"--set", "prometheusRule.engines.queueWaiting.threshold=25",
-		"--set", "prometheusRule.engines.kvCacheUsage.threshold=0.9",
-		"--set", "prometheusRule.engines.preemptions.threshold=10", "--set", "prometheusRule.engines.preemptions.window=10m",
-		"--set", "prometheusRule.engines.ttftP95.thresholdSeconds=0.5", "--set", "prometheusRule.engines.ttftP95.window=3m",
-		"--set", "prometheusRule.engines.ttftP95.for=7m",
+		"--set", "prometheusRule.engines.saturated.queueFloor=25", "--set", "prometheusRule.engines.saturated.growthPerMinute=2",
+		"--set", "prometheusRule.engines.saturated.kvCacheUsage=0.85", "--set", "prometheusRule.engines.saturated.window=15m",
+		"--set", "prometheusRule.engines.preemptions.ratePerSecond=0.1", "--set", "prometheusRule.engines.preemptions.window=10m",
+		"--set-string", "prometheusRule.engines.ttftSLO.le=1.0", "--set", "prometheusRule.engines.ttftSLO.objective=0.95",
+		"--set", "prometheusRule.engines.ttftSLO.burnRate=6", "--set", "prometheusRule.engines.ttftSLO.longWindow=6h",
+		"--set", "prometheusRule.engines.ttftSLO.shortWindow=30m", "--set", "prometheusRule.engines.ttftSLO.minRequestsPerSecond=0.5",
+		"--set", "prometheusRule.engines.ttftSLO.for=7m",
 		"--set", "prometheusRule.adapter.scrapeErrorRatio.threshold=0.25",
 		"--set", "prometheusRule.adapter.apiServiceNotOwned.for=15m",
+		"--set", "prometheusRule.adapter.valuesNotServed.ratePerSecond=0.05", "--set", "prometheusRule.adapter.valuesNotServed.window=15m",
 		"--set", "prometheusRule.labels.release=kube-prometheus-stack"))
 	pr := only[*prometheusRule](t, objs, adapterName)
 	if pr.Labels["release"] != "kube-prometheus-stack" {
 		t.Errorf("labels = %v, want release=kube-prometheus-stack added", pr.Labels)
 	}
 	alerts := checkRules(t, pr)
-	for name, want := range map[string]string{
-		"LLMEngineQueueHigh":                     "> 25",
-		"LLMEngineKVCacheNearFull":               "> 0.9",
-		"LLMEnginePreemptions":                   "[10m])) > 10",
-		"LLMEngineTTFTOverSLO":                   "[3m]))) > 0.5",
-		"SaturationAdapterScrapeErrors":          "> 0.25",
-		"SaturationAdapterAPIServiceUnavailable": `name=~"v1beta1.external.metrics.k8s.io|v1beta2.custom.metrics.k8s.io|v1beta1.custom.metrics.k8s.io"`,
+	for name, wants := range map[string][]string{
+		"LLMEngineSaturated":                     {"avg_over_time(vllm:num_requests_waiting[15m])) > 25", "[15m])) * 60 > 2", "[15m])) > 0.85"},
+		"LLMEnginePreemptions":                   {"[10m])) > 0.1"},
+		"LLMEngineTTFTSLOBurn":                   {`le="1.0"}[6h]`, `le="1.0"}[30m]`, "> (6 * (1 - 0.95))", "_count[30m])) > 0.5"},
+		"SaturationAdapterScrapeErrors":          {"> 0.25"},
+		"SaturationAdapterValuesNotServed":       {`{result!="ok"}[15m])) > 0.05`},
+		"SaturationAdapterAPIServiceUnavailable": {`name=~"v1beta1.external.metrics.k8s.io|v1beta2.custom.metrics.k8s.io|v1beta1.custom.metrics.k8s.io"`},
 	} {
-		if !strings.Contains(alerts[name], want) {
-			t.Errorf("%s expr %q lacks %q", name, alerts[name], want)
+		for _, want := range wants {
+			if !strings.Contains(alerts[name], want) {
+				t.Errorf("%s expr %q lacks %q", name, alerts[name], want)
+			}
 		}
 	}
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
-			if r.Alert == "LLMEngineTTFTOverSLO" && (r.For != "7m" || !strings.Contains(r.Annotations["description"], "over the 0.5s SLO, for 7m")) {
+			if r.Alert == "LLMEngineTTFTSLOBurn" && (r.For != "7m" || !strings.Contains(r.Annotations["description"], "waited over 1.0s for a first token in the last 6h (and the last 30m): over 6 times the error budget of objective 0.95")) {
 				t.Errorf("TTFT alert for %q, description %q", r.For, r.Annotations["description"])
 			}
 			if r.Alert == "SaturationAdapterAPIServiceNotOwned" && (r.For != "15m" || !strings.Contains(r.Annotations["description"], "for 15m:")) {
@@ -287,9 +293,19 @@ func TestMonitoringObjects(t *testing.T) {
 	if diff := cmp.Diff([]rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}, role.Rules); diff != "" {
 		t.Errorf("metrics-reader rules (-want +got):\n%s", diff)
 	}
-	b := only[*rbacv1.ClusterRoleBinding](t, objs, "saturation-adapter:prometheus-metrics-reader")
-	if b.RoleRef.Name != role.Name || len(b.Subjects) == 0 {
-		t.Errorf("binding = %+v", b)
+	// The token in the ServiceMonitor's Secret is the one of a ServiceAccount bound to
+	// that role, in the ServiceMonitor's namespace (the Prometheus Operator reads
+	// credentials there).
+	sa := only[*corev1.ServiceAccount](t, objs, "saturation-adapter-metrics")
+	secret := only[*corev1.Secret](t, objs, metricsTokenSecret)
+	if secret.Type != corev1.SecretTypeServiceAccountToken || secret.Annotations[corev1.ServiceAccountNameKey] != sa.Name ||
+		secret.Namespace != sm.Namespace || sa.Namespace != sm.Namespace {
+		t.Errorf("token Secret %s/%s type %s annotations %v: want a %s token of ServiceAccount %s/%s", secret.Namespace, secret.Name,
+			secret.Type, secret.Annotations, corev1.SecretTypeServiceAccountToken, sa.Namespace, sa.Name)
+	}
+	b := only[*rbacv1.ClusterRoleBinding](t, objs, "saturation-adapter:metrics-reader")
+	if diff := cmp.Diff([]rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}, b.Subjects); b.RoleRef.Name != role.Name || diff != "" {
+		t.Errorf("binding to %s, subjects (-want +got):\n%s", b.RoleRef.Name, diff)
 	}
 
 	cm := only[*corev1.ConfigMap](t, objs, "saturation-adapter-dashboard")

@@ -94,7 +94,11 @@ type serviceMonitor struct {
 			Interval        string `json:"interval"`
 			HonorLabels     bool   `json:"honorLabels"`
 			BearerTokenFile string `json:"bearerTokenFile"`
-			TLSConfig       *struct {
+			Authorization   *struct {
+				Type        string                    `json:"type"`
+				Credentials *corev1.SecretKeySelector `json:"credentials"`
+			} `json:"authorization"`
+			TLSConfig *struct {
 				ServerName         string `json:"serverName"`
 				InsecureSkipVerify bool   `json:"insecureSkipVerify"`
 				CA                 *struct {

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,14 +51,25 @@ const (
 // installBlocks are the documented blocks TestInstall runs as written
 // (TestReadmeCommands checks the tables in test/e2e/README.md against it).
 var installBlocks = []docRef{
-	saveSpecBlock, releaseBlock, helmBlock, debugBlock, uninstallBlock, helmUninstallBlock, ownKustomizationBlock,
+	saveSpecBlock, releaseBlock, devApplyBlock, devDeleteBlock, helmBlock, debugBlock, uninstallBlock, helmUninstallBlock, ownKustomizationBlock,
+	readmeHelmBlock, readmeApplyBlock, readmeWaitBlock, verifyVersionBlock, verifyChecksumsBlock,
 	customMetricsBlock, troubleshootingCheckBlock, troubleshootingDeleteBlock, migrationStockBlock, migrationSaveBlock,
 	migrationCheckBlock, migrationDescribeBlock, upgradingCheckBlock, upgradingPatchBlock,
 }
 
 var (
-	releaseBlock          = docRef{"README.md", "Install", "make release"}
-	helmBlock             = docRef{"README.md", "Install", "helm install"}
+	// The README's install of a published release (PublishedRelease runs them against
+	// loopback stand-ins for ghcr.io and GitHub's downloads).
+	readmeHelmBlock      = docRef{"README.md", "Install", "helm install"}
+	readmeApplyBlock     = docRef{"README.md", "Install", "kubectl apply -f"}
+	readmeWaitBlock      = docRef{"README.md", "Install", "kubectl wait"}
+	verifyVersionBlock   = docRef{"docs/install.md", "Verify before installing", "VERSION="}
+	verifyChecksumsBlock = docRef{"docs/install.md", "Verify before installing", "curl"}
+	// A release built from the checkout (docs/install.md's development section).
+	releaseBlock   = docRef{"docs/install.md", "Development: building a release from source", "make release"}
+	devApplyBlock  = docRef{"docs/install.md", "Development: building a release from source", "kubectl apply -f dist/"}
+	devDeleteBlock = docRef{"docs/install.md", "Development: building a release from source", "kubectl delete -f dist/"}
+	helmBlock      = docRef{"docs/install.md", "Development: building a release from source", "helm install saturation-adapter charts/"}
 	debugBlock            = docRef{"README.md", "Check it", "kubectl get --raw"}
 	saveSpecBlock         = docRef{"docs/install.md", "Before you install", "kubectl get apiservice"}
 	ownKustomizationBlock = docRef{"docs/install.md", "Your own kustomization", "mkdir -p my-install"}
@@ -111,6 +125,7 @@ func TestInstall(t *testing.T) {
 	t.Run("HelmSecret", e.helmSecret)
 	t.Run("HelmCertManager", e.helmCertManager)
 	t.Run("HelmInsecure", e.helmInsecure)
+	t.Run("PublishedRelease", e.publishedRelease)
 	t.Run("DryRun", e.dryRun)
 }
 
@@ -123,6 +138,8 @@ type installEnv struct {
 	dir string
 	// adapters runs the adapter's pods.
 	adapters *nodeagent.Agent
+	// registry is a loopback OCI registry (host:port) standing in for ghcr.io.
+	registry string
 }
 
 func startInstallEnv(t *testing.T) *installEnv {
@@ -161,10 +178,23 @@ func startInstallEnv(t *testing.T) *installEnv {
 		t.Fatal(err)
 	}
 	adapter := nodeagent.Engine{Binary: filepath.Join(bin, "adapter"), Args: []string{"--bind-address=$(POD_IP)"}, InCluster: true}
+	// Released images (by digest): from the loopback registry, or from the OCI layouts
+	// of the make release the README runs in the checkout's copy, unpacked for this
+	// machine's platform and run as the image says (its entrypoint, user 65534).
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	regHost := strings.TrimPrefix(reg.URL, "http://")
+	repo := filepath.Join(dir, "repo")
+	images := &releaseImages{
+		dist: func() string { return filepath.Join(repo, "dist") }, registries: []string{regHost},
+		args: adapter.Args, logf: logf,
+	}
+	t.Cleanup(images.close)
 	adapterAgent, err := nodeagent.Start(ctx, nodeagent.Options{
 		Client: c.Client, Namespace: stack.AdapterNamespace, LogDir: filepath.Join(dir, "pods"), Logf: logf,
 		Subnet: byte(subnet), APIServer: apiURL.Host, Services: true,
 		Engines: map[string]nodeagent.Engine{readmeImage: adapter, devImage: adapter},
+		Resolve: images.resolve,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +226,7 @@ func startInstallEnv(t *testing.T) *installEnv {
 		t.Fatal(err)
 	}
 
-	e := &installEnv{cluster: c, repo: filepath.Join(dir, "repo"), dir: dir, adapters: adapterAgent}
+	e := &installEnv{cluster: c, repo: repo, dir: dir, adapters: adapterAgent, registry: regHost}
 	e.setupCommands(t, root, tools, helm)
 	return e
 }
@@ -239,7 +269,10 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 		t.Errorf("previous-apiservice-spec.json = %q, %v; want an empty file on a cluster without the APIService", b, err)
 	}
 	e.runBlock(t, docBlock(t, releaseBlock), nil)
-	e.checkInstalled(t, readmeImage, tlsWant{secret: servingCertSecret})
+	e.runBlock(t, docBlock(t, devApplyBlock), nil)
+	// The release pins the image by digest: the agent runs the adapter unpacked from the
+	// image make release built.
+	e.checkInstalled(t, releasedImage(t, filepath.Join(e.repo, "dist")), tlsWant{secret: servingCertSecret})
 
 	// The README's check commands, with an HPA of manifests/examples on the vLLM pods.
 	ctx := context.Background()
@@ -283,7 +316,8 @@ func (e *installEnv) kustomizeRelease(t *testing.T) {
 	e.checkDocsOnInstall(t)
 
 	deletions := e.watchDeletions(t)
-	e.runBlock(t, docBlock(t, uninstallBlock), nil)
+	e.run(t, shdoc.Commands(docBlock(t, uninstallBlock))[0], nil) // the APIServices first
+	e.runBlock(t, docBlock(t, devDeleteBlock), nil)
 	e.checkUninstalled(t)
 	checkAPIServicesFirst(t, deletions())
 }
@@ -389,7 +423,7 @@ func (e *installEnv) uninstallOwnKustomization(t *testing.T) {
 	t.Helper()
 	uninstall := shdoc.Commands(docBlock(t, uninstallBlock))
 	if len(uninstall) != 3 || uninstall[2] != "kubectl delete -k my-install --ignore-not-found" {
-		t.Fatalf("docs/install.md uninstall block: %q, want the APIServices, the release file and its `# or: kubectl delete -k my-install --ignore-not-found`", uninstall)
+		t.Fatalf("docs/install.md uninstall block: %q, want the APIServices, the release's file and its `# or: kubectl delete -k my-install --ignore-not-found`", uninstall)
 	}
 	e.run(t, uninstall[0], nil)
 	e.run(t, uninstall[2], nil)

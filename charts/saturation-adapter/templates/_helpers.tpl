@@ -40,16 +40,28 @@ app.kubernetes.io/part-of: saturation-adapter
 {{- end }}
 {{- end }}
 
-{{/* repository@digest, else repository:tag (tag defaults to appVersion). */}}
-{{- define "saturation-adapter.image" -}}
-{{- if .Values.image.digest }}
-{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .Values.image.digest) }}
-{{- fail (printf "image.digest=%q: want sha256:<64 hex digits>" .Values.image.digest) }}
+{{/* The reference of an image value (dict "image" <value> "field" <its path>
+"appVersion" <.Chart.AppVersion>): repository@digest, else repository:tag (tag defaults
+to appVersion). A released chart sets digests (make release). */}}
+{{- define "saturation-adapter.imageRef" -}}
+{{- if .image.digest }}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .image.digest) }}
+{{- fail (printf "%s.digest=%q: want sha256:<64 hex digits>" .field .image.digest) }}
 {{- end }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) }}
+{{- printf "%s:%s" .image.repository (toString (default .appVersion .image.tag)) }}
 {{- end }}
+{{- end }}
+
+{{/* The adapter's image. */}}
+{{- define "saturation-adapter.image" -}}
+{{- include "saturation-adapter.imageRef" (dict "image" .Values.image "field" "image" "appVersion" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The drain helper's image, for the engines' initContainers (NOTES). */}}
+{{- define "saturation-adapter.drainImage" -}}
+{{- include "saturation-adapter.imageRef" (dict "image" .Values.drain.image "field" "drain.image" "appVersion" .Chart.AppVersion) }}
 {{- end }}
 
 {{/* The APIServices this release registers, in order. */}}

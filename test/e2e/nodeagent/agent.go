@@ -66,6 +66,11 @@ type Options struct {
 	// Engines maps a container image to how it runs. Pods whose first container's image is
 	// not listed are marked Failed.
 	Engines map[string]Engine
+	// Resolve, when set, is asked for an image Engines does not list, as a kubelet pulls
+	// an image it has not seen (an image reference by digest, resolved to the binary
+	// unpacked from that image); false: unknown, the pod is marked Failed. It may be
+	// called more than once for one image.
+	Resolve func(image string) (Engine, bool)
 	// ColdStart is how long a pod stays Running-but-not-Ready before its engine starts
 	// (model download and load in real life).
 	ColdStart time.Duration
@@ -252,7 +257,8 @@ func (a *Agent) sync(pod *corev1.Pod) {
 		ctx, cancel := context.WithCancel(a.ctx)
 		r = &podRun{name: pod.Name, uid: pod.UID, ip: a.allocIP(), port: a.port(pod), cancel: cancel, done: make(chan struct{})}
 		if len(pod.Spec.Containers) > 0 {
-			r.inCluster = a.o.Engines[pod.Spec.Containers[0].Image].InCluster
+			eng, _ := a.engine(pod.Spec.Containers[0].Image)
+			r.inCluster = eng.InCluster
 		}
 		a.pods[pod.UID] = r
 		a.wg.Add(1)
@@ -372,11 +378,22 @@ func (a *Agent) run(ctx context.Context, r *podRun, pod *corev1.Pod) {
 	}
 }
 
+// engine returns how image runs: Options.Engines, else Options.Resolve.
+func (a *Agent) engine(image string) (Engine, bool) {
+	if eng, ok := a.o.Engines[image]; ok {
+		return eng, true
+	}
+	if a.o.Resolve != nil {
+		return a.o.Resolve(image)
+	}
+	return Engine{}, false
+}
+
 // admit finds the engine of the pod's image (a pod with an unknown image is
 // marked Failed), binds the pod to the agent's node as the scheduler would, and
 // marks it Running with its IP but not Ready.
 func (a *Agent) admit(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container) (Engine, bool) {
-	eng, ok := a.o.Engines[c.Image]
+	eng, ok := a.engine(c.Image)
 	if !ok {
 		a.o.Logf("pod %s: no engine for image %q", pod.Name, c.Image)
 		_ = a.setStatus(ctx, r, func(s *corev1.PodStatus) {
