@@ -30,27 +30,36 @@ type Config struct {
 // pass over the scheduled batch):
 //
 //	Base + PerSeq × scheduled requests + PerPrefillToken × prefill tokens
+//	     + PerContextToken × context tokens
 //
 // Prefill tokens are all scheduled tokens of requests that are not decoding (new
-// prompts, prompt chunks, and recomputation after a preemption).
+// prompts, prompt chunks, and recomputation after a preemption). Context tokens
+// are the tokens already in the KV cache of every scheduled request, which
+// attention reads once per step: a decode step over long conversations costs
+// more than one over short ones, as a memory-bound engine's does.
 type StepTimeModel struct {
 	// Base is the fixed cost of a step: reading the weights once, scheduling,
 	// sampling, kernel launches.
 	Base time.Duration
-	// PerSeq is the added cost of each scheduled request (its KV reads in attention
-	// and its share of the compute).
+	// PerSeq is the added cost of each scheduled request (its share of the
+	// matrix products, sampling).
 	PerSeq time.Duration
 	// PerPrefillToken is the added cost of each prefill token (compute-bound).
 	PerPrefillToken time.Duration
+	// PerContextToken is the added cost of each token of context a scheduled
+	// request holds in the KV cache (its KV read in attention: memory-bound).
+	PerContextToken time.Duration
 }
 
 // Duration returns the time of a step that schedules seqs requests, prefillTokens
-// of whose tokens are prefill tokens. It is 0 for an empty step.
-func (m StepTimeModel) Duration(seqs, prefillTokens int) time.Duration {
+// of whose tokens are prefill tokens, holding contextTokens tokens of context in
+// the KV cache between them before the step. It is 0 for an empty step.
+func (m StepTimeModel) Duration(seqs, prefillTokens, contextTokens int) time.Duration {
 	if seqs == 0 {
 		return 0
 	}
-	return m.Base + time.Duration(seqs)*m.PerSeq + time.Duration(prefillTokens)*m.PerPrefillToken
+	return m.Base + time.Duration(seqs)*m.PerSeq + time.Duration(prefillTokens)*m.PerPrefillToken +
+		time.Duration(contextTokens)*m.PerContextToken
 }
 
 // DefaultConfig returns an engine roughly like Llama-3.1-8B-Instruct (bf16) on one
@@ -89,8 +98,9 @@ func DefaultConfig() Config {
 		MaxModelLen:         131072,
 		StepTime: StepTimeModel{
 			Base:            6 * time.Millisecond,
-			PerSeq:          60 * time.Microsecond,
+			PerSeq:          25 * time.Microsecond,
 			PerPrefillToken: 35 * time.Microsecond,
+			PerContextToken: 40 * time.Nanosecond,
 		},
 	}
 }
@@ -117,9 +127,9 @@ func (c Config) Validate() error {
 			c.MaxModelLen, c.NumBlocks-1, c.BlockSize, (c.NumBlocks-1)*c.BlockSize))
 	}
 	st := c.StepTime
-	if st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 {
+	if st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 || st.PerContextToken < 0 {
 		errs = append(errs, fmt.Errorf("step time coefficients must be >= 0, got %+v", st))
-	} else if st.Duration(1, 0) <= 0 {
+	} else if st.Duration(1, 0, 0) <= 0 {
 		errs = append(errs, errors.New("step time of a one-request decode step must be > 0"))
 	}
 	return errors.Join(errs...)
