@@ -11,7 +11,7 @@ import (
 func newTestFleet(t *testing.T, reqs []Request, coldStart time.Duration) (*fleet, *fullRecorder) {
 	t.Helper()
 	rec := newFullRecorder(len(reqs))
-	return newFleet(slowEngine(), coldStart, epoch(), reqs, rec, time.Hour), rec
+	return newFleet(slowEngine(), ColdStart{Mean: coldStart}, epoch(), reqs, rec, time.Hour), rec
 }
 
 // ttfts returns the TTFT of every request, -1 for none.

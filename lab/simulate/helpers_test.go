@@ -32,11 +32,13 @@ func every(start, end, gap time.Duration, out int) []Request {
 func sec(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
 // testConfig is DefaultConfig on slowEngine with a 1 s TTFT SLO, a 100 %
-// target, 10 s oracle intervals and 1 s samples.
+// target, 10 s oracle intervals, 1 s samples, a fixed cold start and clients
+// that never give up.
 func testConfig(coldStart time.Duration) Config {
 	c := DefaultConfig()
 	c.Engine = slowEngine()
 	c.ColdStart = coldStart
+	c.ColdStartSpread, c.ReadinessProbePeriod, c.AbandonAfter = 0, 0, 0 // exact, hand-computed times
 	c.TTFTSLO = time.Second
 	c.SLOTarget = 1
 	c.OracleInterval = 10 * time.Second

@@ -89,9 +89,10 @@ func runOracle(cfg Config, w Workload, attainable []bool) (*oracleResult, error)
 	}
 	var res *oracleResult
 	for round := 0; ; round++ {
-		sched, initial := shapeSchedule(raw, L, cfg.ColdStart)
+		cs := cfg.coldStart()
+		sched, initial := shapeSchedule(raw, L, cs.Mean, cs.Max())
 		out, err := runFleet(cfg, w, initial, func(*fleet) (autoscaler, error) {
-			return &schedulePolicy{events: scheduleEvents(sched, L, cfg.ColdStart)}, nil
+			return &schedulePolicy{events: scheduleEvents(sched, L, cs)}, nil
 		})
 		if err != nil {
 			return nil, err
@@ -127,7 +128,8 @@ func within(first, arrived, slo time.Duration) bool { return first != unset && f
 func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) ([]int, int, error) {
 	L := cfg.OracleInterval
 	K := len(allowed)
-	state := newFleet(cfg.Engine, 0, epoch(), w.Requests, nopRecorder{}, w.Duration)
+	state := newFleet(cfg.Engine, ColdStart{}, epoch(), w.Requests, nopRecorder{}, w.Duration)
+	state.abandonAfter = cfg.AbandonAfter
 	sched := make([]int, K)
 	prev, infeasible := cfg.MinReplicas, 0
 	for k := range K {
@@ -235,10 +237,11 @@ func (f *fleet) setReady(r int) error {
 	return nil
 }
 
-// shapeSchedule is step 2 of the oracle: fill dips shorter than the cold start
-// and hold the first cold start's largest count. It returns the schedule and the
-// initial fleet.
-func shapeSchedule(raw []int, L, coldStart time.Duration) ([]int, int) {
+// shapeSchedule is step 2 of the oracle: fill dips shorter than the mean cold
+// start and hold the largest count of the intervals that start before the
+// longest cold start ends (no pod started at 0 may be Ready by then). It
+// returns the schedule and the initial fleet.
+func shapeSchedule(raw []int, L, coldStart, longest time.Duration) ([]int, int) {
 	s := slices.Clone(raw)
 	W := int(coldStart / L)
 	if W > 0 {
@@ -258,27 +261,34 @@ func shapeSchedule(raw []int, L, coldStart time.Duration) ([]int, int) {
 	// Intervals starting before the first cold start ends cannot get new pods.
 	first := 0
 	for k := range s {
-		if time.Duration(k)*L < coldStart || k == 0 {
+		if time.Duration(k)*L < longest || k == 0 {
 			first = max(first, s[k])
 		}
 	}
 	for k := range s {
-		if time.Duration(k)*L < coldStart || k == 0 {
+		if time.Duration(k)*L < longest || k == 0 {
 			s[k] = first
 		}
 	}
 	return s, first
 }
 
-// scheduleEvents turns a schedule into pod creations a cold start ahead of each
-// rise and drains at the start of each fall.
-func scheduleEvents(s []int, L, coldStart time.Duration) []scheduleEvent {
+// scheduleEvents turns a schedule into pod creations, each its own cold start
+// ahead of the rise that needs it (the oracle knows every pod's draw, the j-th
+// pod it starts drawing the j-th cold start as every fleet's j-th new pod
+// does), and drains at the start of each fall.
+func scheduleEvents(s []int, L time.Duration, cs ColdStart) []scheduleEvent {
 	var ev []scheduleEvent
+	started := 0
 	for k := 1; k < len(s); k++ {
 		b := time.Duration(k) * L
 		switch d := s[k] - s[k-1]; {
 		case d > 0:
-			ev = append(ev, scheduleEvent{at: b - coldStart, create: d})
+			for j := range d {
+				c := cs.draw(started, s[k-1]+j)
+				started++
+				ev = append(ev, scheduleEvent{at: max(0, b-c), create: 1, readyAt: b})
+			}
 		case d < 0:
 			ev = append(ev, scheduleEvent{at: b, drain: -d})
 		}
@@ -300,3 +310,4 @@ type nopRecorder struct{}
 func (nopRecorder) firstToken(int, time.Duration) {}
 func (nopRecorder) finished(int, time.Duration)   {}
 func (nopRecorder) rejected(int)                  {}
+func (nopRecorder) abandoned(int)                 {}

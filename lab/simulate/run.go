@@ -18,9 +18,21 @@ import (
 type Config struct {
 	// Engine is the shape of every replica's engine.
 	Engine emulator.Config
-	// ColdStart is the time from a pod's creation to Ready (model load); the pod
-	// costs GPU time throughout.
-	ColdStart time.Duration
+	// ColdStart is the mean time from a pod's creation to Ready (image pull,
+	// model load, graph capture, readiness probe); the pod costs GPU time
+	// throughout. Each pod draws its own (see the ColdStart type):
+	// ColdStartSpread is the relative spread of its engine's start, in [0, 1),
+	// ReadinessProbePeriod the probe period that notices it, and
+	// NodeProvisioning, when > 0, the delay of a pod that needs a new node
+	// (WarmNodes nodes exist from the start, one pod each).
+	ColdStart            time.Duration
+	ColdStartSpread      float64
+	ReadinessProbePeriod time.Duration
+	NodeProvisioning     time.Duration
+	WarmNodes            int
+	// AbandonAfter is how long a client waits for its first token before it
+	// gives up (the request is aborted and counts as a miss); 0 waits forever.
+	AbandonAfter time.Duration
 	// TTFTSLO is the time-to-first-token objective; TPOTSLO the time per output
 	// token: a request's e2e objective is TTFTSLO + output tokens × TPOTSLO.
 	TTFTSLO, TPOTSLO time.Duration
@@ -61,7 +73,9 @@ type Config struct {
 	OnPolicyDone func(name string)
 }
 
-// DefaultConfig returns the emulator's default engine, a 120 s cold start, a 2 s
+// DefaultConfig returns the emulator's default engine, a 120 s mean cold start
+// (engine starts spread ±25 %, a 10 s readiness probe, no node provisioning),
+// clients that give up after 60 s without a first token, a 2 s
 // TTFT objective and 100 ms per output token, a 99 % target, 60 s oracle
 // intervals, replicas from 1, kube-controller-manager's HPA defaults, the
 // adapter's 2 s scrape (stale after 3 × 2 s), Prometheus at 15 s, KEDA polling at
@@ -71,6 +85,9 @@ func DefaultConfig() Config {
 	return Config{
 		Engine:                   emulator.DefaultConfig(),
 		ColdStart:                120 * time.Second,
+		ColdStartSpread:          0.25,
+		ReadinessProbePeriod:     10 * time.Second,
+		AbandonAfter:             60 * time.Second,
 		TTFTSLO:                  2 * time.Second,
 		TPOTSLO:                  100 * time.Millisecond,
 		SLOTarget:                0.99,
@@ -107,7 +124,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %v", name, d))
 		}
 	}
-	nonNeg("cold start", c.ColdStart)
+	if err := c.coldStart().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	nonNeg("abandon after", c.AbandonAfter)
 	pos("TTFT SLO", c.TTFTSLO)
 	nonNeg("TPOT SLO", c.TPOTSLO)
 	pos("oracle interval", c.OracleInterval)
@@ -185,6 +205,12 @@ func (c Config) phases() pipelineSettings {
 	return ps
 }
 
+// coldStart returns the cold-start distribution of the configuration.
+func (c Config) coldStart() ColdStart {
+	return ColdStart{Mean: c.ColdStart, Spread: c.ColdStartSpread, ProbePeriod: c.ReadinessProbePeriod,
+		NodeProvisioning: c.NodeProvisioning, WarmNodes: c.WarmNodes, Seed: c.Seed}
+}
+
 // epoch returns the virtual wall-clock time of a simulation's start: any fixed
 // instant (the engines and the HPA model take times, never read a clock).
 func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
@@ -193,8 +219,9 @@ func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 // autoscaler mk builds (nil for a static fleet).
 func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler, error)) (*outcome, error) {
 	rec := newFullRecorder(len(w.Requests))
-	f := newFleet(cfg.Engine, cfg.ColdStart, epoch(), w.Requests, rec, w.Duration)
+	f := newFleet(cfg.Engine, cfg.coldStart(), epoch(), w.Requests, rec, w.Duration)
 	f.observe = cfg.ObserveHistograms
+	f.abandonAfter = cfg.AbandonAfter
 	if err := f.addReady(initial); err != nil {
 		return nil, err
 	}
@@ -328,10 +355,10 @@ func attainableRequests(cfg Config, w Workload) []bool {
 			continue
 		}
 		var d time.Duration
-		for rem := r.PromptTokens; rem > 0; {
-			n := min(rem, cfg.Engine.MaxNumBatchedTokens)
-			d += cfg.Engine.StepTime.Duration(1, n)
-			rem -= n
+		for done := 0; done < r.PromptTokens; {
+			n := min(r.PromptTokens-done, cfg.Engine.MaxNumBatchedTokens)
+			d += cfg.Engine.StepTime.Duration(1, n, done)
+			done += n
 		}
 		out[i] = d <= cfg.TTFTSLO
 	}

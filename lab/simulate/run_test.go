@@ -197,7 +197,7 @@ spec:
 // TestAdapterFeed: a pod Ready since the last scrape is unknown (its scrape
 // failed while it started); a Ready pod never attempted is scraped on the spot.
 func TestAdapterFeed(t *testing.T) {
-	f := newFleet(slowEngine(), sec(5), epoch(), nil, nopRecorder{}, time.Hour)
+	f := newFleet(slowEngine(), ColdStart{Mean: sec(5)}, epoch(), nil, nopRecorder{}, time.Hour)
 	if err := f.addReady(1); err != nil {
 		t.Fatal(err)
 	}
