@@ -220,10 +220,10 @@ func (t Term) Validate() *FieldError {
 type SetPoints struct {
 	// QueueDepth is the number of waiting requests per pod at saturation 1.0;
 	// at least MinSetPoint. Unit: requests.
-	QueueDepth float64
+	QueueDepth float64 `json:"queueDepth"`
 	// KVCacheUsage is the KV-cache usage ratio at saturation 1.0; in
 	// [MinSetPoint, 1]. Unit: ratio.
-	KVCacheUsage float64
+	KVCacheUsage float64 `json:"kvCacheUsage"`
 }
 
 // DefaultSetPoints returns 5 waiting requests and 0.8 KV-cache usage: the per-pod
