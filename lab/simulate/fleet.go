@@ -67,7 +67,7 @@ type recorder interface {
 	abandoned(req int)
 }
 
-// scaleChange is one change of the count of non-terminating pods a policy made.
+// scaleChange is one change of the count of non-terminating pods an autoscaler made.
 type scaleChange struct {
 	at       time.Duration
 	from, to int

@@ -56,13 +56,13 @@ func mustRun(t *testing.T, cfg Config, w Workload, policies []Autoscaler) *Repor
 	return rep
 }
 
-func result(t testing.TB, rep *Report, name string) PolicyResult {
+func result(t testing.TB, rep *Report, name string) AutoscalerResult {
 	t.Helper()
-	for _, p := range rep.Policies {
+	for _, p := range rep.Autoscalers {
 		if p.Name == name {
 			return p
 		}
 	}
 	t.Fatalf("no policy %q in the report", name)
-	return PolicyResult{}
+	return AutoscalerResult{}
 }

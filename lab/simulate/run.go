@@ -41,7 +41,7 @@ type Config struct {
 	SLOTarget float64
 	// OracleInterval is the length of the oracle's constant-replica intervals.
 	OracleInterval time.Duration
-	// MinReplicas bounds every policy and the oracle from below; MaxReplicas caps
+	// MinReplicas bounds every autoscaler and the oracle from below; MaxReplicas caps
 	// the oracle's search and the built-in HPAs (0: twice the oracle's peak).
 	MinReplicas, MaxReplicas int
 	// HPA is the HPA controller's settings (sync period, tolerance, ...).
@@ -60,7 +60,8 @@ type Config struct {
 	// Seed fixes the phases of every periodic clock (scrapes, polls, HPA syncs),
 	// the same for every policy. The same seed gives the same report.
 	Seed uint64
-	// NewSource makes each policy's MetricSource (see NewAdapterSource).
+	// NewSource makes each autoscaler's MetricSource (see NewAdapterSource)
+	// unless the autoscaler brings its own (Autoscaler.Source).
 	NewSource func() MetricSource
 	// ScrapeEveryTick scrapes at every scrape tick instead of only before a read:
 	// needed by a MetricSource that keeps history (rates, histogram windows).
@@ -68,9 +69,9 @@ type Config struct {
 	// ObserveHistograms feeds the engines' latency histograms at every step, for a
 	// MetricSource that reads them; slower.
 	ObserveHistograms bool
-	// OnPolicyDone, if set, is called after each policy's replay with its name
+	// OnAutoscalerDone, if set, is called after each autoscaler's replay with its name
 	// (progress for a person waiting).
-	OnPolicyDone func(name string)
+	OnAutoscalerDone func(name string)
 }
 
 // DefaultConfig returns the emulator's default engine, a 120 s mean cold start
@@ -152,10 +153,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Autoscaler is one autoscaling policy to compare: an HPA whose metrics reach it on
+// Autoscaler is one autoscaling strategy to compare: an HPA whose metrics reach it on
 // a path.
 type Autoscaler struct {
-	// Name identifies the policy in the report.
+	// Name identifies the autoscaler in the report.
 	Name string
 	// Description says what it is, in a line.
 	Description string
@@ -164,9 +165,12 @@ type Autoscaler struct {
 	HPA *autoscalingv2.HorizontalPodAutoscaler
 	// Path says how its External and Pods metrics are served.
 	Path MetricsPath
+	// Source, when set, makes its MetricSource (its own catalog: set points,
+	// terms); Config.NewSource otherwise.
+	Source func() MetricSource
 }
 
-// Sample is the state of one policy's fleet at one instant.
+// Sample is the state of one autoscaler's fleet at one instant.
 type Sample struct {
 	// T is the time in seconds since the start.
 	T float64 `json:"t"`
@@ -184,7 +188,7 @@ type Sample struct {
 	Running int `json:"running"`
 }
 
-// outcome is what one policy's run leaves.
+// outcome is what one autoscaler's run leaves.
 type outcome struct {
 	rec    *fullRecorder
 	f      *fleet
@@ -277,7 +281,7 @@ func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler
 }
 
 // Run replays w under the oracle, a static fleet sized for the oracle's peak, and
-// each policy, and reports them side by side. Every fleet starts with the
+// each autoscaler, and reports them side by side. Every fleet starts with the
 // oracle's initial replicas Ready.
 func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
@@ -289,11 +293,11 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	names := map[string]bool{"oracle": true, "static": true}
 	for _, p := range policies {
 		if names[p.Name] || p.Name == "" {
-			return nil, fmt.Errorf("policy name %q is empty or used twice (oracle and static are built in)", p.Name)
+			return nil, fmt.Errorf("autoscaler name %q is empty or used twice (oracle and static are built in)", p.Name)
 		}
 		names[p.Name] = true
 		if p.HPA == nil {
-			return nil, fmt.Errorf("policy %s has no HPA", p.Name)
+			return nil, fmt.Errorf("autoscaler %s has no HPA", p.Name)
 		}
 	}
 	ps := cfg.phases()
@@ -313,8 +317,8 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	}
 	rep := newReport(cfg, w, attainable, ps)
 	done := func(name string) {
-		if cfg.OnPolicyDone != nil {
-			cfg.OnPolicyDone(name)
+		if cfg.OnAutoscalerDone != nil {
+			cfg.OnAutoscalerDone(name)
 		}
 	}
 	done("oracle")
@@ -333,11 +337,15 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 			h.Spec.MaxReplicas = int32(auto)
 		}
 		initial := or.initial
+		src := cfg.NewSource
+		if p.Source != nil {
+			src = p.Source
+		}
 		out, err := runFleet(cfg, w, initial, func(f *fleet) (autoscaler, error) {
-			return newHPAPolicy(h, cfg.HPA, p.Path, cfg.NewSource(), ps, f)
+			return newHPAPolicy(h, cfg.HPA, p.Path, src(), ps, f)
 		})
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+			return nil, fmt.Errorf("autoscaler %s: %w", p.Name, err)
 		}
 		done(p.Name)
 		rep.add(cfg, w, p.Name, p.Description, out, or)

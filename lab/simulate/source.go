@@ -156,11 +156,13 @@ func (s *adapterSource) External(metric string, at time.Duration, fresh []int, u
 		b.Add(nil, "no fresh reading")
 	}
 	pool := b.Pool()
-	if p.Remembers() {
-		st := s.pools[p.Name]
-		if st == nil {
-			st = &policy.PoolState{}
-			s.pools[p.Name] = st
+	if p.HasAhead() {
+		var st *policy.PoolState
+		if p.Remembers() {
+			if st = s.pools[p.Name]; st == nil {
+				st = &policy.PoolState{}
+				s.pools[p.Name] = st
+			}
 		}
 		pool = p.Ahead(now, st, pool)
 	}

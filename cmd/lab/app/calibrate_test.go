@@ -1,20 +1,16 @@
 package app
 
 import (
-	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
-
 	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/utils/clock"
 
 	"github.com/saturation-adapter/saturation-adapter/lab/calibrate"
@@ -141,7 +137,7 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 	}
 
 	sp := rep.Recommended
-	if sp == nil || sp.KVCacheUsage == nil || *sp.KVCacheUsage > rep.Saturation.KVCacheUsage.Mean || sp.QueueDepth < 1 {
+	if sp == nil || !sp.KVMeasured || sp.SetPoints.KVCacheUsage > rep.Saturation.KVCacheUsage.Mean || sp.SetPoints.QueueDepth < 1 {
 		t.Fatalf("recommended %+v, want a KV set point at most the KV usage at saturation (%v) and a queue set point >= 1", sp, rep.Saturation.KVCacheUsage)
 	}
 	if !strings.Contains(table, "recommended set points") || !strings.Contains(table, sp.Flags) {
@@ -167,108 +163,5 @@ func TestCalibrateFlagErrors(t *testing.T) {
 	_, _, err = runCalibrate(t, "--url", "ftp://127.0.0.1:1")
 	if err == nil || !strings.Contains(err.Error(), "want an http or https URL") {
 		t.Errorf("error = %v, want the URL's scheme rejected", err)
-	}
-}
-
-// TestReadmeCalibrateFlags: the README's flag table for `lab calibrate`
-// names every flag of the command (and no other), with the command's defaults.
-func TestReadmeCalibrateFlags(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
-	start := strings.Index(text, "## `lab calibrate`")
-	if start < 0 {
-		t.Fatal("no lab calibrate section in the README")
-	}
-	section := text[start:]
-	if end := strings.Index(section[1:], "\n## "); end >= 0 {
-		section = section[:end+1]
-	}
-	tableAt := strings.Index(section, "| flag | default | meaning |")
-	if tableAt < 0 {
-		t.Fatal("no flag table in the README's lab calibrate section")
-	}
-	flagRE := regexp.MustCompile("`--([a-z0-9-]+)`")
-	flags := NewCalibrateCommand(context.Background()).Flags()
-	documented := map[string]bool{}
-	for _, line := range strings.Split(section[tableAt:], "\n")[2:] {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		cells := strings.Split(strings.Trim(line, "|"), " | ")
-		if len(cells) != 3 {
-			t.Fatalf("README flag row %q: want 3 cells", line)
-		}
-		for _, m := range flagRE.FindAllStringSubmatch(cells[0]+" "+cells[2], -1) {
-			documented[m[1]] = true
-		}
-		names := flagRE.FindAllStringSubmatch(cells[0], -1)
-		defaults := strings.Split(cells[1], ", ")
-		if len(defaults) != len(names) {
-			if len(names) > 1 && len(defaults) > 1 {
-				t.Errorf("README row %q: %d flags, %d defaults", cells[0], len(names), len(defaults))
-			}
-			continue
-		}
-		for i, m := range names {
-			f := flags.Lookup(m[1])
-			if f == nil || !strings.HasPrefix(defaults[i], "`") {
-				continue
-			}
-			if d := strings.Trim(defaults[i], "`"); !sameDefault(d, f.DefValue) {
-				t.Errorf("README: --%s defaults to %s, the command to %q", m[1], defaults[i], f.DefValue)
-			}
-		}
-	}
-	flags.VisitAll(func(f *pflag.Flag) {
-		if !documented[f.Name] {
-			t.Errorf("--%s is not in the README's calibrate flag table", f.Name)
-		}
-		delete(documented, f.Name)
-	})
-	for name := range documented {
-		t.Errorf("the README's calibrate flag table has --%s, which the command lacks", name)
-	}
-}
-
-// setPointSection is the README section whose `lab simulate` commands
-// TestReadmeSetPointTables runs.
-const setPointSection = "Choose your set points: calibrate → simulate → HPA"
-
-// TestReadmeSetPointTables runs every `lab simulate` command of the README's
-// "Choose your set points" section as written, from a directory like the
-// checkout's root, and checks that each prints the table shown under its block,
-// so the comparison there is what the commands give. Whole-hour replays at
-// several times the traces' rates take about a minute of CPU, many minutes under
-// -race, so the race-enabled `make test-unit` skips it and runs it again without
-// -race; by hand: `go test ./cmd/adapter/app -run TestReadmeSetPointTables`.
-func TestReadmeSetPointTables(t *testing.T) {
-	if testing.Short() || raceDetector {
-		t.Skip("whole-hour replays are slow under -race or -short; run: go test ./cmd/adapter/app -run TestReadmeSetPointTables")
-	}
-	md := labDocText(t)
-	cmds := labDocCommands(t, setPointSection)
-	doctest.InCheckoutDir(t, repoRoot)
-	perBlock := map[int]int{}
-	for _, c := range cmds {
-		if c.Args[0] != "simulate" {
-			t.Errorf("README line %d: %s: want only simulate commands here", c.Block.Line, c.Line)
-			continue
-		}
-		if perBlock[c.Block.Line]++; perBlock[c.Block.Line] > 1 {
-			t.Fatalf("README line %d: two commands in one block: whose table follows it?", c.Block.Line)
-		}
-		out, progress, err := runRoot(c.Args...)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", c.Line, err, progress)
-		}
-		if table := doctest.Output(t, md, c.Block); out != table {
-			t.Errorf("README table for %s:\n%s\nsimulate prints:\n%s", c.Line, table, out)
-		}
-	}
-	if len(cmds) < 4 {
-		t.Errorf("%d simulate commands in the set-point section, want the runs on both traces", len(cmds))
 	}
 }
