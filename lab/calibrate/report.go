@@ -2,10 +2,10 @@ package calibrate
 
 import (
 	"encoding/json"
-	"slices"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"

@@ -107,7 +107,9 @@ func (k TermKind) histo() (signals.Histo, bool) {
 func (k TermKind) IsLatency() bool { _, ok := k.histo(); return ok }
 
 // windowed reports whether the term is computed over a window.
-func (k TermKind) windowed() bool { return k == TermPreemptionRate || k == TermDemandRate || k.IsLatency() }
+func (k TermKind) windowed() bool {
+	return k == TermPreemptionRate || k == TermDemandRate || k.IsLatency()
+}
 
 // Term is one term of a saturation policy.
 type Term struct {
