@@ -374,24 +374,32 @@ func summarizeAll(cfg Config, jobs []job, results []outcome) *Result {
 			name := f.Name + "/" + p.Label
 			fr.Points = append(fr.Points, PointResult{Family: f.Name, Label: p.Label, Default: p.Default, Tune: stats(true, name), Score: stats(false, name)})
 		}
-		tuned := -1
-		for i, p := range fr.Points {
-			if p.Tune.TTFTWithinSLO.Median >= cfg.SLOGoal && (tuned < 0 || p.Tune.GPUHoursVsOracle.Median < fr.Points[tuned].Tune.GPUHoursVsOracle.Median) {
-				tuned = i
-			}
-		}
-		if tuned < 0 {
-			for i, p := range fr.Points {
-				if tuned < 0 || p.Tune.TTFTWithinSLO.Median > fr.Points[tuned].Tune.TTFTWithinSLO.Median {
-					tuned = i
-				}
-			}
-		}
-		fr.Points[tuned].Tuned = true
+		fr.Points[pickTuned(fr.Points, cfg.SLOGoal)].Tuned = true
 		res.Families = append(res.Families, fr)
 	}
 	markDominated(res)
 	return res
+}
+
+// pickTuned returns the index of a family's tuned point: the cheapest whose
+// median share within the SLO reaches goal on the tune slice, else the one of
+// the highest share.
+func pickTuned(points []PointResult, goal float64) int {
+	tuned := -1
+	for i, p := range points {
+		if p.Tune.TTFTWithinSLO.Median >= goal && (tuned < 0 || p.Tune.GPUHoursVsOracle.Median < points[tuned].Tune.GPUHoursVsOracle.Median) {
+			tuned = i
+		}
+	}
+	if tuned >= 0 {
+		return tuned
+	}
+	for i, p := range points {
+		if tuned < 0 || p.Tune.TTFTWithinSLO.Median > points[tuned].Tune.TTFTWithinSLO.Median {
+			tuned = i
+		}
+	}
+	return tuned
 }
 
 // markDominated names, for every point, the points whose score-slice medians
