@@ -207,7 +207,6 @@ func readyCond(p *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-
 // startPathMetrics serves m like startScriptedMetrics and registers it for the
 // three metrics APIs.
 func startPathMetrics(t *testing.T, s *stack.Stack, m *pathMetrics) {
