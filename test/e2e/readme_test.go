@@ -55,8 +55,6 @@ type readmeRun struct {
 // names, with what each runs.
 var readmeRunners = map[string]readmeRun{
 	"TestReadmeExplainCommands": {Sections: []string{"`adapter explain`: evaluate /metrics offline", "Prometheus, Thanos or Mimir as the source"}, Prefix: "adapter explain "},
-	"TestReadmeSimulateTable":   {Sections: []string{"`lab simulate`: compare autoscaling policies on your traffic"}, Prefix: "lab simulate "},
-	"TestReadmeSetPointTables":  {Sections: []string{"Choose your set points: calibrate → simulate → HPA"}, Prefix: "lab simulate "},
 }
 
 // TestReadmeCommands: every command of the README's ```sh blocks has a row in
