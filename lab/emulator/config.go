@@ -77,18 +77,25 @@ func (m StepTimeModel) Duration(seqs, prefillTokens, contextTokens int) time.Dur
 //   - MaxModelLen 131072: Llama-3.1's context length (fits the KV cache above).
 //   - StepTime.Base 6 ms: a decode step must stream the 16 GB of weights through
 //     HBM3 at 3.35 TB/s (H100 SXM datasheet) = 4.8 ms, plus ≈ 1 ms of scheduling,
-//     sampling and launch overhead.
-//   - StepTime.PerSeq 60 µs: reading one request's KV cache at ≈ 1 k tokens of
-//     context (128 MiB at 3.35 TB/s ≈ 40 µs) plus its share of the matmuls
-//     (16 GFLOP per token at ≈ 500 TFLOP/s ≈ 32 µs, partly overlapped). This puts
-//     inter-token latency at ≈ 10 ms for 64 concurrent requests and ≈ 21 ms for
-//     256, in the range public vLLM benchmarks of 8B models on H100 report.
+//     sampling and launch overhead. (A single stream of this model on an A100
+//     40GB decodes at ≈ 77 % of that GPU's bandwidth ceiling, johnmusgrave.com's
+//     vLLM 0.23.0 sweep; 77 % of the H100's gives 6.2 ms per token, Base + PerSeq
+//     within 3 %.)
+//   - StepTime.PerContextToken 40 ns: attention reads each scheduled request's
+//     KV cache once per step, 128 KiB per token at 3.35 TB/s ≈ 39 ns.
+//   - StepTime.PerSeq 25 µs: a request's share of the matrix products (16 GFLOP
+//     per token at ≈ 600 TFLOP/s ≈ 27 µs, partly overlapped with the weight
+//     reads) and of sampling. With ≈ 1 k tokens of context per request, this
+//     puts inter-token latency at ≈ 10 ms for 64 concurrent requests and ≈ 23 ms
+//     for 256.
 //   - StepTime.PerPrefillToken 35 µs: prefill is compute-bound; 2 × 8.03 B FLOP
 //     per token at ≈ 50 % of the H100's 989 dense bf16 TFLOP/s ≈ 33 µs, rounded
 //     up for attention. A 1,000-token prompt alone thus has a TTFT of ≈ 41 ms.
 //
 // These are estimates from public datasheets and vLLM's source, not
-// measurements; every field can be overridden.
+// measurements (docs/scoreboard.md says which published benchmarks were
+// examined and why none could be used); every field can be overridden, and lab
+// calibrate fits them to a real engine.
 func DefaultConfig() Config {
 	return Config{
 		MaxNumSeqs:          1024,
