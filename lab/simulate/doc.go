@@ -24,7 +24,7 @@
 //
 // # Metrics pipelines
 //
-// An HPA policy is the Kubernetes 1.37 HPA controller modelled in lab/hpa,
+// An HPA autoscaler is the Kubernetes 1.37 HPA controller modelled in lab/hpa,
 // reconciling every sync period, fed the way it would be in a cluster:
 //
 //   - PathAdapter: the saturation adapter scrapes every Running pod every
@@ -44,7 +44,7 @@
 //     fraction of the previous Prometheus interval the engine spent in steps,
 //     which is what NVML's utilization.gpu counts (time with at least one kernel
 //     running), sampled at every Prometheus scrape. This is kinder to that
-//     policy than a real exporter, which samples a shorter window at its own
+//     autoscaler than a real exporter, which samples a shorter window at its own
 //     interval.
 //
 // Every periodic clock starts at a phase drawn from the seed, the same for all
