@@ -12,6 +12,7 @@ import (
 
 	"github.com/saturation-adapter/saturation-adapter/cmd/internal/help"
 	"github.com/saturation-adapter/saturation-adapter/lab/scoreboard"
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 )
 
 // ScoreboardOptions are the flags of `lab scoreboard`.
@@ -30,6 +31,10 @@ type ScoreboardOptions struct {
 	// empty).
 	Grid     scoreboard.Grid
 	Families []string
+	// ScaleDownWindow and ScaleDownPeriod are every HPA's scale-down
+	// stabilization window and the period in which it may remove one pod
+	// (simulate.RecommendedBehavior's 300 s and 120 s by default).
+	ScaleDownWindow, ScaleDownPeriod time.Duration
 	// JSON and SVG are output files ("" for none).
 	JSON, SVG string
 }
@@ -40,7 +45,8 @@ type ScoreboardOptions struct {
 // engine under conversation-like requests (scoreboard.DefaultGrid(3, 0.3, 12)).
 func NewScoreboardOptions() *ScoreboardOptions {
 	o := &ScoreboardOptions{FleetOptions: NewFleetOptions(), ScoreStart: 30 * time.Minute, SliceLength: 30 * time.Minute,
-		Seeds: 10, FirstSeed: 1, SLOGoal: 0.99, CostGoal: 1.15, Grid: scoreboard.DefaultGrid(3, 0.3, 12)}
+		Seeds: 10, FirstSeed: 1, SLOGoal: 0.99, CostGoal: 1.15, Grid: scoreboard.DefaultGrid(3, 0.3, 12),
+		ScaleDownWindow: 300 * time.Second, ScaleDownPeriod: 120 * time.Second}
 	return o
 }
 
@@ -73,6 +79,8 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	fs.Float64Var(&g.Peak.Headroom, "peak-headroom", g.Peak.Headroom, "Headroom above the held peak (0.1: 10 %).")
 	fs.DurationVar(&g.Peak.HalfLife, "peak-half-life", g.Peak.HalfLife, "Half-life of a held peak; 0 holds it whole for the window.")
 	fs.Float64SliceVar(&g.Floors, "minimums", g.Floors, "Least replicas saturation+minimum sweeps (a scheduled minimum open over the slice).")
+	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds (the scale-up side stays the recommended 30 s, +2 pods per 60 s).")
+	fs.DurationVar(&o.ScaleDownPeriod, "scale-down-period", o.ScaleDownPeriod, "Every HPA's scale-down policy: one pod per this period.")
 
 	fs = fss.FlagSet("output")
 	fs.StringVar(&o.JSON, "json", o.JSON, "Write every point's results (medians and ranges on both slices) as JSON to this file.")
@@ -89,6 +97,9 @@ func (o *ScoreboardOptions) Validate() error {
 	if o.SliceLength <= 0 {
 		errs = append(errs, fmt.Errorf("--slice-length=%v: want > 0", o.SliceLength))
 	}
+	if o.ScaleDownWindow < 0 || o.ScaleDownWindow > time.Hour || o.ScaleDownPeriod < time.Second || o.ScaleDownPeriod > 30*time.Minute {
+		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))
+	}
 	return utilerrors.NewAggregate(errs)
 }
 
@@ -104,6 +115,10 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 	}
 	g := o.Grid
 	g.MinReplicas = int32(cfg.MinReplicas)
+	g.Behavior = simulate.RecommendedBehavior()
+	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
+	g.Behavior.ScaleDown.StabilizationWindowSeconds = &window
+	g.Behavior.ScaleDown.Policies[0].PeriodSeconds = period
 	families, err := scoreboard.Families(g)
 	if err != nil {
 		return err
