@@ -71,14 +71,16 @@ func TestScoreboardDocReplay(t *testing.T) {
 }
 
 // TestScoreboardDocFullTables reproduces the doc's frontier tables (both
-// traces, both half-hours, 10 seeds): about half an hour of CPU each, so only
-// with LAB_FULL_SCOREBOARD=1.
+// traces, both half-hours, 10 seeds, and again with a faster scale-down):
+// about a quarter to half an hour of CPU each, so only with
+// LAB_FULL_SCOREBOARD=1.
 func TestScoreboardDocFullTables(t *testing.T) {
 	if os.Getenv("LAB_FULL_SCOREBOARD") == "" {
 		t.Skip("set LAB_FULL_SCOREBOARD=1 to replay the full scoreboards (about half an hour of CPU each)")
 	}
 	runDocSection(t, "The conversation trace", 1)
 	runDocSection(t, "The code trace", 1)
+	runDocSection(t, "Faster scale-down", 2)
 }
 
 // flagTable renders a command's flag groups as the doc's Markdown table.
