@@ -60,8 +60,10 @@ test-unit: tools
 	@# wrote with make release, and runs each image's entrypoint as its user (root needed).
 	cd hack/release && $(TEST_TOOLS_ENV) SATURATION_ADAPTER_DIST=$(CURDIR)/$(RELEASE_DIR) $(GO) test -race -count=1 ./...
 	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
-	@# docs/lab.md's simulate commands replay whole hours: too slow under -race, so without it.
-	$(GO) test -count=1 -run 'TestReadmeSetPointTables|TestReadmeSimulateTable' ./cmd/lab/app
+	@# docs/scoreboard.md's short scoreboard and replay, and lab's --help examples, replay
+	@# minutes of traffic: too slow under -race, so without it (TestScoreboardDocFullTables,
+	@# half an hour of CPU per trace, runs only with LAB_FULL_SCOREBOARD=1).
+	$(GO) test -count=1 -run 'TestScoreboardDoc|TestLabHelpExamples|TestCalibrateRecovers' ./cmd/lab/app ./lab/calibrate
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`

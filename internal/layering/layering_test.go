@@ -20,10 +20,13 @@ const module = "github.com/saturation-adapter/saturation-adapter/"
 // facts) and pkg/policy (the metric catalog, per-pod evaluation and pooling).
 // Neither wing imports the other.
 var (
-	core   = []string{"pkg/signals", "pkg/history", "pkg/policy"}
-	server = []string{"pkg/scrape", "pkg/podselect", "pkg/prometheus", "pkg/provider", "pkg/config",
+	core = []string{"pkg/signals", "pkg/history", "pkg/policy"}
+	// The policy file is the users' catalog: the server serves it, the lab
+	// replays it. It validates label selectors, so it is beside the core, not in it.
+	policyFile = []string{"pkg/config"}
+	server     = []string{"pkg/scrape", "pkg/podselect", "pkg/prometheus", "pkg/provider",
 		"pkg/advisor", "pkg/apiservice", "pkg/servingcert"}
-	lab = []string{"lab/trace", "lab/hpa", "lab/emulator", "lab/emulator/server", "lab/simulate", "lab/calibrate"}
+	lab = []string{"lab/trace", "lab/hpa", "lab/chart", "lab/emulator", "lab/emulator/server", "lab/simulate", "lab/calibrate", "lab/scoreboard"}
 )
 
 func join(sets ...[]string) []string { return slices.Concat(sets...) }
@@ -59,8 +62,10 @@ var allowed = map[string][]string{
 	"lab/hpa":             {},
 	"lab/emulator":        {"lab/trace"},
 	"lab/emulator/server": {"lab/emulator", "lab/trace"},
-	"lab/simulate":        join(core, []string{"lab/emulator", "lab/hpa", "lab/trace"}),
-	"lab/calibrate":       join(core, []string{"lab/emulator", "lab/hpa", "lab/simulate", "lab/trace"}),
+	"lab/chart":           {},
+	"lab/simulate":        join(core, []string{"lab/emulator", "lab/hpa", "lab/trace", "lab/chart"}),
+	"lab/calibrate":       join(core, []string{"lab/emulator", "lab/hpa", "lab/simulate", "lab/trace", "lab/chart"}),
+	"lab/scoreboard":      join(core, []string{"lab/emulator", "lab/hpa", "lab/simulate", "lab/trace", "lab/chart"}),
 
 	// Commands: each binary takes its own wing. The adapter keeps the drain
 	// command as a deprecated alias for one release (cmd/drain/app).
@@ -68,10 +73,10 @@ var allowed = map[string][]string{
 	"cmd/internal/help":      {},
 	"cmd/drain/app":          {"pkg/drain", "pkg/signals"},
 	"cmd/drain":              {"cmd/drain/app", "pkg/drain", "pkg/signals"},
-	"cmd/adapter/app":        join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain"}),
-	"cmd/adapter":            join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain", "cmd/adapter/app"}),
-	"cmd/lab/app":            join(core, lab, []string{"cmd/internal/setpoints", "cmd/internal/help"}),
-	"cmd/lab":                join(core, lab, []string{"cmd/internal/setpoints", "cmd/internal/help", "cmd/lab/app"}),
+	"cmd/adapter/app":        join(core, policyFile, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain"}),
+	"cmd/adapter":            join(core, policyFile, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain", "cmd/adapter/app"}),
+	"cmd/lab/app":            join(core, policyFile, lab, []string{"cmd/internal/setpoints", "cmd/internal/help"}),
+	"cmd/lab":                join(core, policyFile, lab, []string{"cmd/internal/setpoints", "cmd/internal/help", "cmd/lab/app"}),
 
 	// Support: helpers with no project dependency, test-only packages, tools.
 	"internal/excerpt":              {},
@@ -83,7 +88,7 @@ var allowed = map[string][]string{
 	"internal/testfixture":          {},
 	"internal/testfixture/emulated": {"lab/emulator", "lab/emulator/server", "lab/trace"},
 	"hack":                          {},
-	"hack/benchscale": join(core, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain",
+	"hack/benchscale": join(core, policyFile, server, []string{"internal/excerpt", "cmd/internal/setpoints", "cmd/internal/help", "cmd/drain/app", "pkg/drain",
 		"cmd/adapter/app"}),
 	"manifests": {},
 }
@@ -101,7 +106,7 @@ var wings = []struct {
 	{"lab wing", func(p string) bool { return strings.HasPrefix(p, "lab/") || strings.HasPrefix(p, "cmd/lab") },
 		server, "the lab wing must not import the server wing"},
 	{"drain binary", func(p string) bool { return strings.HasPrefix(p, "cmd/drain") || p == "pkg/drain" },
-		join(server, lab), "the drain binary is copied into every engine pod: it takes pkg/signals and nothing else"},
+		join(server, policyFile, lab), "the drain binary is copied into every engine pod: it takes pkg/signals and nothing else"},
 }
 
 // graph maps each package of the module (relative to the module path) to the

@@ -64,6 +64,12 @@ type StepReport struct {
 	KVCacheUsage *Stat    `json:"kvCacheUsage"`
 	Preemptions  *float64 `json:"preemptions"`
 	Readings     int      `json:"readings"`
+	// EngineStepSeconds and TokensPerEngineStep are the mean engine step
+	// (forward pass) over the step's second half and the tokens it computed,
+	// from vllm:iteration_tokens_total; nil when the engine does not export it
+	// or was idle at a reading.
+	EngineStepSeconds   *float64 `json:"engineStepSeconds,omitempty"`
+	TokensPerEngineStep *float64 `json:"tokensPerEngineStep,omitempty"`
 	// Pass reports whether the step kept the queue near 0, the TTFT quantile within
 	// the SLO and every request successful; Reasons say why not.
 	Pass    bool     `json:"pass"`
@@ -180,6 +186,7 @@ func judgeStep(cfg Config, w window, i int, recs []record, samples []sample) Ste
 		v := max(0, *lastP-*firstP)
 		st.Preemptions = &v
 	}
+	st.EngineStepSeconds, st.TokensPerEngineStep = engineSteps(samples, mid, w.end)
 
 	if st.Errors > 0 {
 		st.Reasons = append(st.Reasons, fmt.Sprintf("%d of %d requests failed (first: %s)", st.Errors, st.Sent, st.FirstError))
@@ -200,6 +207,34 @@ func judgeStep(cfg Config, w window, i int, recs []record, samples []sample) Ste
 	}
 	st.Pass = len(st.Reasons) == 0
 	return st
+}
+
+// engineSteps returns the mean engine step time and tokens per step over the
+// samples in [from, to): the time between the first and the last reading over
+// the steps counted between them, when every reading there had requests
+// running (a busy engine steps back to back).
+func engineSteps(samples []sample, from, to time.Duration) (*float64, *float64) {
+	var first, last *sample
+	for i := range samples {
+		s := &samples[i]
+		if s.at < from || s.at >= to {
+			continue
+		}
+		if s.steps == nil || s.running == nil || *s.running < 1 {
+			return nil, nil
+		}
+		if first == nil {
+			first = s
+		}
+		last = s
+	}
+	if first == nil || last == first || *last.steps <= *first.steps {
+		return nil, nil
+	}
+	n := *last.steps - *first.steps
+	step := round((last.at - first.at).Seconds() / n)
+	tokens := round((*last.stepTokens - *first.stepTokens) / n)
+	return &step, &tokens
 }
 
 // saturationIndex returns the index of the saturation step (the last passing

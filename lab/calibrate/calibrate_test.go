@@ -3,6 +3,7 @@ package calibrate
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -280,14 +281,17 @@ func TestAnalyseSimulatedEngine(t *testing.T) {
 	}
 
 	// Set points at 90 % of 6 requests/s = 5.4: KV interpolated between the 5
-	// and 5.5 requests/s steps (0.8 of the way); queue twice --max-queue.
+	// and 5.5 requests/s steps (0.8 of the way); the queue one above the
+	// measured noise (its 95th percentile, rounded up), within the SLO bound.
 	sp := rep.Recommended
 	s5, s55 := rep.Steps[2], rep.Steps[3]
 	wantKV := math.Round(1000*(s5.KVCacheUsage.Mean+(s55.KVCacheUsage.Mean-s5.KVCacheUsage.Mean)*0.8)) / 1000 // below 0.1: 3 decimals
-	if sp == nil || sp.TargetRateRequestsPerSecond != 5.4 || sp.KVCacheUsage == nil || math.Abs(*sp.KVCacheUsage-wantKV) > 1e-9 || sp.QueueDepth != 2 {
-		t.Errorf("recommended %+v (KV %v), want target 5.4, KV %g, queue 2", sp, deref(sp.KVCacheUsage), wantKV)
+	wantQ := math.Min(math.Max(1, math.Ceil(sp.QueueNoise)+1), math.Floor(sp.QueueSLOBound))
+	if sp == nil || sp.TargetRateRequestsPerSecond != 5.4 || !sp.KVMeasured || math.Abs(sp.SetPoints.KVCacheUsage-wantKV) > 1e-9 ||
+		sp.SetPoints.QueueDepth != wantQ || sp.QueueSLOBound <= 1 {
+		t.Errorf("recommended %+v, want target 5.4, KV %g, queue %g", sp, wantKV, wantQ)
 	}
-	if want := "--queue-depth-set-point 2 --kv-cache-usage-set-point " + strconv.FormatFloat(wantKV, 'f', -1, 64); sp.Flags != want {
+	if want := "--queue-depth-set-point " + strconv.FormatFloat(wantQ, 'f', -1, 64) + " --kv-cache-usage-set-point " + strconv.FormatFloat(wantKV, 'f', -1, 64); sp.Flags != want {
 		t.Errorf("flags %q, want %q", sp.Flags, want)
 	}
 }
@@ -385,5 +389,90 @@ func TestRunFollowsNoRedirect(t *testing.T) {
 	_, err := Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "307") || elsewhere.Load() != 0 {
 		t.Errorf("Run = %v with %d requests elsewhere; want an error naming the redirect and none", err, elsewhere.Load())
+	}
+}
+
+// traceRun is simulatedRun with request sizes drawn (seeded) from the Azure
+// conversation trace, as `lab calibrate --trace` sends them: each warm-up
+// request alone (3 s apart), then the steps.
+func traceRun(t *testing.T, cfg Config, engine emulator.Config) (*runner, []window, time.Duration) {
+	t.Helper()
+	tr, err := trace.ReadFile("../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes, err := ShapesFromTrace(tr, engine.MaxModelLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	draw := func() Shape { return shapes[rng.IntN(len(shapes))] }
+	var reqs []record
+	at := time.Duration(0)
+	for range cfg.Warmup {
+		s := draw()
+		reqs = append(reqs, record{step: -1, sent: at, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
+		at += 3 * time.Second
+	}
+	warmupEnd := at
+	var windows []window
+	for i, rate := range cfg.Rates {
+		w := window{start: at, end: at + cfg.StepDuration, rate: rate}
+		for a := time.Duration(0); a < cfg.StepDuration; a += time.Duration(float64(time.Second) / rate) {
+			s := draw()
+			reqs = append(reqs, record{step: i, sent: w.start + a, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
+		}
+		windows = append(windows, w)
+		at = w.end
+	}
+	var times []time.Duration
+	for s := 100 * time.Millisecond; s < at; s += cfg.MetricsInterval {
+		times = append(times, s)
+	}
+	recs, samples, err := replay(engine, reqs, times, at+2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{cfg: cfg, model: "m", maxModelLen: engine.MaxModelLen, samples: samples}
+	for i := range recs {
+		r.records = append(r.records, &recs[i])
+	}
+	return r, windows, warmupEnd
+}
+
+// TestCalibrateRecoversDefaultEngine: calibrating the emulator's default
+// engine (its known parameters) with requests sized like the conversation
+// trace recovers every step-time coefficient within 10 %, including the cost
+// per token of context, and measures the queue set point.
+func TestCalibrateRecoversDefaultEngine(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Warmup, cfg.StepDuration, cfg.MetricsInterval = "http://127.0.0.1:8000", 20, 30*time.Second, 250*time.Millisecond
+	cfg.Rates = []float64{4, 6, 8, 10, 12, 14, 16, 18, 20}
+	engine := emulator.DefaultConfig()
+	r, windows, warmupEnd := traceRun(t, cfg, engine)
+	rep := r.analyse(windows, warmupEnd)
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table.String())
+	if sp := rep.Recommended; sp == nil || sp.SetPoints.QueueDepth < 1 || sp.SetPoints.QueueDepth > sp.QueueSLOBound || sp.QueueNoise <= 0 {
+		t.Errorf("recommended %+v: want a queue set point measured above the noise and within the SLO bound", sp)
+	}
+	got, want := rep.Profile.StepTime, engine.StepTime
+	for _, c := range []struct {
+		name      string
+		got, want time.Duration
+	}{
+		{"base", got.Base.Duration, want.Base},
+		{"perSeq", got.PerSeq.Duration, want.PerSeq},
+		{"perPrefillToken", got.PerPrefillToken.Duration, want.PerPrefillToken},
+		{"perContextToken", got.PerContextToken.Duration, want.PerContextToken},
+	} {
+		if e := math.Abs(float64(c.got-c.want)) / float64(c.want); e > 0.1 {
+			t.Errorf("%s = %v, want %v within 10 %% (off by %.0f %%)", c.name, c.got, c.want, 100*e)
+		} else {
+			t.Logf("%s = %v (true %v, %+.1f %%)", c.name, c.got, c.want, 100*float64(c.got-c.want)/float64(c.want))
+		}
 	}
 }

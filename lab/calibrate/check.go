@@ -93,7 +93,18 @@ func replay(cfg emulator.Config, reqs []record, at []time.Duration, limit time.D
 		arrivals[i] = emulator.Arrival{At: r.sent - base, Request: emulator.Request{ID: id, PromptTokens: max(1, r.prompt), MaxTokens: max(1, r.tokens)}}
 	}
 	offset := func(t time.Time) time.Duration { return base + t.Sub(t0) }
+	var steps, stepTokens float64 // vllm:iteration_tokens_total's count and sum
+	type done struct {
+		end           time.Duration
+		steps, tokens float64
+	}
+	var stepEnds []done
 	sim, err := emulator.NewSimulator(cfg, t0, func(res *emulator.StepResult) {
+		if res.Scheduled > 0 {
+			steps++
+			stepTokens += float64(res.ScheduledTokens)
+			stepEnds = append(stepEnds, done{offset(res.End), steps, stepTokens})
+		}
 		for _, tok := range res.Tokens {
 			i := byID[tok.ID]
 			if tok.Index == 0 {
@@ -127,7 +138,16 @@ func replay(cfg emulator.Config, reqs []record, at []time.Duration, limit time.D
 		late, _ := slices.BinarySearch(sorted, after+1)
 		q := float64(max(0, snap.Waiting-(late-early)))
 		run, kv := float64(snap.Running), snap.KVCacheUsage
-		samples = append(samples, sample{at: t, queue: &q, running: &run, kv: &kv})
+		// The steps that ended by t (the one in flight is counted at its end,
+		// as vLLM observes the histogram).
+		st, tok := 0.0, 0.0
+		for k := len(stepEnds) - 1; k >= 0; k-- {
+			if stepEnds[k].end <= t {
+				st, tok = stepEnds[k].steps, stepEnds[k].tokens
+				break
+			}
+		}
+		samples = append(samples, sample{at: t, queue: &q, running: &run, kv: &kv, steps: &st, stepTokens: &tok})
 	}
 	sim.Drain(t0.Add(limit - base))
 	for i := range recs {

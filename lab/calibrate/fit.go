@@ -73,79 +73,15 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 		fit   Fit
 		notes []string
 	)
-	// Idle step times from the warm-up; the first request is left out when there
-	// are others (compilation, connection set-up).
-	var itls, prefillPerToken, idleTTFT []float64
-	var warm []*record
-	for _, rec := range r.records {
-		if rec.step < 0 && rec.err == nil && rec.first >= 0 {
-			warm = append(warm, rec)
-		}
-	}
-	if len(warm) > 1 {
-		warm = warm[1:]
-	}
-	for _, rec := range warm {
-		if rec.tokens >= 2 && rec.last > rec.first {
-			itls = append(itls, (rec.last-rec.first).Seconds()/float64(rec.tokens-1))
-		}
-		d, _ := rec.ttft()
-		idleTTFT = append(idleTTFT, d.Seconds())
-	}
-	itl1 := median(itls)
-	for _, rec := range warm {
-		d, _ := rec.ttft()
-		if rec.prompt > 0 {
-			prefillPerToken = append(prefillPerToken, math.Max(0, d.Seconds()-itl1)/float64(rec.prompt))
-		}
-	}
-	perPrefill := median(prefillPerToken)
-	fit.IdleTTFTSeconds, fit.IdleInterTokenLatencySeconds = round(median(idleTTFT)), round(itl1)
-	if len(itls) == 0 {
-		notes = append(notes, "no warm-up request generated two tokens: the idle inter-token latency is unknown (use an output of 2 tokens or more)")
-	}
-
-	// Loaded steps: net step time against mean running requests.
-	pts := [][2]float64{}
-	if itl1 > 0 {
-		pts = append(pts, [2]float64{1, itl1})
-	}
-	for _, s := range steps {
-		if s.InterTokenLatencySeconds == nil || s.Running == nil || s.Running.Mean <= 0 {
-			continue
-		}
-		tau := *s.InterTokenLatencySeconds
-		x := s.PrefillTokensPerSecond * tau // prefill tokens per engine step
-		pts = append(pts, [2]float64{round(s.Running.Mean), round(tau - x*perPrefill)})
-	}
-	fit.Points = pts
-	base, perSeq := lineFit(pts)
-	if perSeq < 0 {
-		notes = append(notes, fmt.Sprintf("step time fell as the batch grew (slope %.3gs per request): perSeq set to 0", perSeq))
-		perSeq = 0
-		var sy float64
-		for _, p := range pts {
-			sy += p[1]
-		}
-		if len(pts) > 0 {
-			base = sy / float64(len(pts))
-		}
-	}
-	if base < 0 {
-		// Through the origin instead.
-		var sxy, sxx float64
-		for _, p := range pts {
-			sxy += p[0] * p[1]
-			sxx += p[0] * p[0]
-		}
-		base, perSeq = 0, math.Max(0, sxy/math.Max(sxx, 1e-12))
-	}
+	base, perSeq, perPrefill, perCtx, stepNotes := r.fitStepTime(steps, &fit)
+	notes = append(notes, stepNotes...)
 	cfg.StepTime = emulator.StepTimeModel{
 		Base:            roundDuration(base),
 		PerSeq:          roundDuration(perSeq),
 		PerPrefillToken: roundDuration(perPrefill),
+		PerContextToken: roundDuration(perCtx),
 	}
-	if cfg.StepTime.Duration(1, 0) <= 0 {
+	if cfg.StepTime.Duration(1, 0, 0) <= 0 {
 		cfg.StepTime.Base = time.Microsecond
 		notes = append(notes, "no step time could be measured: base set to 1us")
 	}
@@ -231,6 +167,155 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 	}
 	notes = append(notes, fmt.Sprintf("maxNumBatchedTokens cannot be observed from outside: the emulator's default %d is kept (set it to your --max-num-batched-tokens)", cfg.MaxNumBatchedTokens))
 	return cfg, fit, notes
+}
+
+// fitStepTime fits lab/emulator's step-time model (see the package
+// documentation): alone on the idle engine, the warm-up's inter-token latency
+// against the context its request holds gives Base + PerSeq (the intercept) and
+// PerContextToken (the slope), its TTFT of a one-chunk prompt PerPrefillToken;
+// under load, each step's mean inter-token latency net of its prefill and
+// context costs against its mean running requests gives Base and PerSeq (a
+// line through the idle point and the steps).
+func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPrefill, perCtx float64, notes []string) {
+	var warm []*record
+	for _, rec := range r.records {
+		if rec.step < 0 && rec.err == nil && rec.first >= 0 {
+			warm = append(warm, rec)
+		}
+	}
+	if len(warm) > 1 {
+		warm = warm[1:] // the first may pay compilation and connection set-up
+	}
+	var alone, ttfts [][2]float64 // (context, ITL), (prompt, TTFT)
+	var idleTTFT []float64
+	for _, rec := range warm {
+		d, _ := rec.ttft()
+		idleTTFT = append(idleTTFT, d.Seconds())
+		if rec.tokens >= 2 && rec.last > rec.first {
+			itl := (rec.last - rec.first).Seconds() / float64(rec.tokens-1)
+			// A request's k-th decode reads its prompt and k-1 outputs: P + n/2 on average.
+			alone = append(alone, [2]float64{float64(rec.prompt) + float64(rec.tokens)/2, itl})
+		}
+		if rec.prompt > 0 && rec.prompt <= emulator.DefaultConfig().MaxNumBatchedTokens {
+			ttfts = append(ttfts, [2]float64{float64(rec.prompt), d.Seconds()})
+		}
+	}
+	fit.IdleTTFTSeconds = round(median(idleTTFT))
+	if len(alone) == 0 {
+		notes = append(notes, "no warm-up request generated two tokens: the idle inter-token latency is unknown (use an output of 2 tokens or more)")
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, p := range alone {
+		lo, hi = math.Min(lo, p[0]), math.Max(hi, p[0])
+	}
+	var a0 float64
+	if len(alone) > 1 && hi > 1.5*lo {
+		a0, perCtx = lineFit(alone)
+		if perCtx < 0 {
+			notes = append(notes, fmt.Sprintf("the inter-token latency alone fell as the context grew (slope %.3gs per token): perContextToken set to 0", perCtx))
+			perCtx = 0
+			a0 = median(column(alone, 1))
+		}
+	} else {
+		a0 = median(column(alone, 1))
+		if len(alone) > 0 {
+			notes = append(notes, "the warm-up's contexts did not vary: perContextToken is not observed (0 written)")
+		}
+	}
+	fit.IdleInterTokenLatencySeconds = round(a0)
+	var perToken []float64
+	for _, p := range ttfts {
+		perToken = append(perToken, math.Max(0, p[1]-a0)/p[0])
+	}
+	perPrefill = median(perToken)
+
+	// Under load: per step, τ = base + perSeq × b + perPrefill × x + perCtx × C
+	// with x the prefill tokens per engine step and C the context the running
+	// requests hold (each request holds its prompt and, on average, half its
+	// output, weighted by the steps it runs: its output tokens).
+	pts := [][2]float64{}
+	if a0 > 0 {
+		pts = append(pts, [2]float64{1, a0})
+	}
+	for i, s := range steps {
+		// An overloaded step's requests run on into the next step, at another
+		// batch than the one its gauges saw: only passing steps are points.
+		// In a passing step the engine is steady: it generates the step's rate
+		// × mean output tokens per second, one per running request per engine
+		// step, so an engine step lasts running / (rate × mean output). (The
+		// requests' own inter-token latency would also count the tokens they
+		// generate after the step, at the next step's load.)
+		// With vllm:iteration_tokens_total the engine counts its steps and
+		// their tokens itself: the step time and the prefill tokens per step
+		// (tokens per step less one decode per running request) are measured.
+		out := r.meanOutput(i)
+		if !s.Pass || s.Running == nil || s.Running.Mean <= 0 || out <= 0 {
+			continue
+		}
+		tau := s.Running.Mean / (s.RateRequestsPerSecond * out)
+		x := s.PrefillTokensPerSecond * tau
+		if s.EngineStepSeconds != nil {
+			tau, x = *s.EngineStepSeconds, math.Max(0, *s.TokensPerEngineStep-s.Running.Mean)
+		}
+		ctx := s.Running.Mean * r.heldContext(i)
+		pts = append(pts, [2]float64{round(s.Running.Mean), round(tau - x*perPrefill - ctx*perCtx)})
+	}
+	fit.Points = pts
+	base, perSeq = lineFit(pts)
+	if perSeq < 0 {
+		notes = append(notes, fmt.Sprintf("step time fell as the batch grew (slope %.3gs per request): perSeq set to 0", perSeq))
+		perSeq, base = 0, median(column(pts, 1))
+	}
+	if base < 0 {
+		// Through the origin instead.
+		var sxy, sxx float64
+		for _, p := range pts {
+			sxy += p[0] * p[1]
+			sxx += p[0] * p[0]
+		}
+		base, perSeq = 0, math.Max(0, sxy/math.Max(sxx, 1e-12))
+	}
+	return base, perSeq, perPrefill, perCtx, notes
+}
+
+// meanOutput is the mean output tokens of step i's requests.
+func (r *runner) meanOutput(i int) float64 {
+	var sum, n float64
+	for _, rec := range r.records {
+		if rec.step == i && rec.err == nil && rec.tokens > 0 {
+			sum += float64(rec.tokens)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / n
+}
+
+// heldContext is the mean context a running request of step i holds: its
+// prompt and half its output, weighted by its output (the steps it runs).
+func (r *runner) heldContext(i int) float64 {
+	var num, den float64
+	for _, rec := range r.records {
+		if rec.step == i && rec.err == nil && rec.tokens > 0 {
+			o := float64(rec.tokens)
+			num += (float64(rec.prompt) + o/2) * o
+			den += o
+		}
+	}
+	if den == 0 {
+		return 0
+	}
+	return num / den
+}
+
+func column(pts [][2]float64, j int) []float64 {
+	out := make([]float64, len(pts))
+	for i, p := range pts {
+		out[i] = p[j]
+	}
+	return out
 }
 
 // estimateBlocks estimates num_gpu_blocks from the steps' mean KV usage and

@@ -22,6 +22,10 @@ import (
 type sample struct {
 	at                                   time.Duration // offset from the run's start
 	queue, running, kv, kvMax, preempted *float64
+	// steps and stepTokens are vllm:iteration_tokens_total's count and sum
+	// (engine steps and the tokens they computed, cumulative, summed over
+	// engines); nil when the engine does not export it.
+	steps, stepTokens *float64
 }
 
 // maxMetricsBody bounds one /metrics body, as the adapter's scraper does by
@@ -59,6 +63,36 @@ func fetchMetrics(ctx context.Context, client *http.Client, u string, timeout ti
 func readingSample(at time.Duration, rd signals.Reading) sample {
 	return sample{at: at, queue: rd.Ptr(signals.QueueDepth), running: rd.Ptr(signals.Running), kv: rd.Ptr(signals.KVCacheUsage),
 		kvMax: rd.KVCacheUsageMax, preempted: rd.Ptr(signals.Preemptions)}
+}
+
+// parseIterationTokens reads vLLM's vllm:iteration_tokens_total histogram
+// (observed once per engine step with the tokens it computed): its _count and
+// _sum, summed over engines. It reports false when the family is absent.
+func parseIterationTokens(body []byte) (steps, tokens float64, ok bool) {
+	p := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
+	var lset labels.Labels
+	for {
+		entry, err := p.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, 0, false
+		}
+		if entry != textparse.EntrySeries {
+			continue
+		}
+		p.Labels(&lset)
+		_, _, v := p.Series()
+		switch lset.Get(model.MetricNameLabel) {
+		case "vllm:iteration_tokens_total_count":
+			steps += v
+			ok = true
+		case "vllm:iteration_tokens_total_sum":
+			tokens += v
+		}
+	}
+	return steps, tokens, ok
 }
 
 // cacheConfig is vLLM's vllm:cache_config_info: the KV cache's shape.

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
+	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 )
 
 // Report is the outcome of a calibration run. Rates are requests per second,
@@ -32,7 +34,7 @@ type Report struct {
 	// completed in a step (its capacity when a step overloaded it).
 	CapacityRequestsPerSecond float64 `json:"capacityRequestsPerSecond"`
 	// Recommended are the set points; nil without a saturation point.
-	Recommended *SetPoints `json:"recommended"`
+	Recommended *Recommendation `json:"recommended"`
 	// Profile is the fitted engine profile (`lab simulate --profile` reads it),
 	// Fit how it was obtained and ProfileCheck what it predicts.
 	Profile      simulate.Profile `json:"profile"`
@@ -86,17 +88,26 @@ type Saturation struct {
 	TTFTQuantileSeconds *float64 `json:"ttftQuantileSeconds"`
 }
 
-// SetPoints are the recommended adapter set points (see the package
-// documentation for how they are derived).
-type SetPoints struct {
+// Recommendation is what the run recommends for the adapter (see the package
+// documentation for how each is derived): the set points, and the demand rate
+// one replica serves.
+type Recommendation struct {
 	// TargetRateRequestsPerSecond is Headroom × the saturation rate: the load per
-	// pod the set points aim at.
+	// pod the set points aim at, and the set point of a demandRate term
+	// (requests per second per replica).
 	TargetRateRequestsPerSecond float64 `json:"targetRateRequestsPerSecond"`
-	// QueueDepth is --queue-depth-set-point.
-	QueueDepth float64 `json:"queueDepth"`
-	// KVCacheUsage is --kv-cache-usage-set-point; nil when the engine reports no
-	// KV-cache usage.
-	KVCacheUsage *float64 `json:"kvCacheUsage"`
+	// SetPoints are --queue-depth-set-point and --kv-cache-usage-set-point
+	// (policy.SetPoints, the adapter's one set-point type).
+	SetPoints policy.SetPoints `json:"setPoints"`
+	// KVMeasured is false when the engine reports no KV-cache usage: the KV set
+	// point is then the adapter's default.
+	KVMeasured bool `json:"kvMeasured"`
+	// QueueNoise is the queue the engine showed below saturation (the 95th
+	// percentile of the passing steps' readings) and QueueSLOBound the queue
+	// that would use up the TTFT budget left at the saturation point:
+	// the queue set point sits above the first, at most at the second.
+	QueueNoise    float64 `json:"queueNoise"`
+	QueueSLOBound float64 `json:"queueSLOBound"`
 	// Flags are the adapter flags that set them.
 	Flags string `json:"flags"`
 }
@@ -142,8 +153,8 @@ func (r *runner) analyse(windows []window, warmupEnd time.Duration) *Report {
 		s := rep.Steps[sat]
 		rep.Saturation = &Saturation{Step: s.Step, RateRequestsPerSecond: s.RateRequestsPerSecond, Reached: reached,
 			QueueDepth: s.QueueDepth, Running: s.Running, KVCacheUsage: s.KVCacheUsage, TTFTQuantileSeconds: s.TTFTQuantileSeconds}
-		rep.Recommended = r.recommend(rep.Steps[:sat+1], warmupEnd)
-		if rep.Recommended.KVCacheUsage == nil {
+		rep.Recommended = r.recommend(rep.Steps[:sat+1], warmupEnd, rep.CapacityRequestsPerSecond)
+		if !rep.Recommended.KVMeasured {
 			rep.Notes = append(rep.Notes, "the engine reports no KV-cache usage (absent, or 0 throughout): only the queue term can be set; leave --kv-cache-usage-set-point at its default")
 		}
 	}
@@ -165,12 +176,39 @@ func (r *runner) analyse(windows []window, warmupEnd time.Duration) *Report {
 
 // recommend derives the set points from the steps up to the saturation point
 // (the last of steps).
-func (r *runner) recommend(steps []StepReport, warmupEnd time.Duration) *SetPoints {
+func (r *runner) recommend(steps []StepReport, warmupEnd time.Duration, capacity float64) *Recommendation {
 	cfg := r.cfg
 	sat := steps[len(steps)-1]
 	target := cfg.Headroom * sat.RateRequestsPerSecond
-	sp := &SetPoints{TargetRateRequestsPerSecond: round(target)}
-	sp.QueueDepth = math.Max(1, math.Round(10*2*cfg.MaxQueue)/10)
+	sp := &Recommendation{TargetRateRequestsPerSecond: round(target), SetPoints: policy.DefaultSetPoints()}
+	// The queue set point is measured: just above the queue a pod shows below
+	// saturation (noise: requests that arrived during the engine's current
+	// step), so that noise alone never reaches it, and no higher than the
+	// queue that would spend the TTFT budget left at saturation (waiting
+	// behind it at the measured capacity), since a new pod takes a cold start.
+	var readings []float64
+	for _, st := range steps {
+		half := st.StartSeconds + st.DurationSeconds/2
+		for _, s := range r.samples {
+			if sec := s.at.Seconds(); s.queue != nil && sec >= half && sec < st.StartSeconds+st.DurationSeconds {
+				readings = append(readings, *s.queue)
+			}
+		}
+	}
+	slices.Sort(readings)
+	if len(readings) > 0 {
+		sp.QueueNoise = round(readings[min(len(readings)-1, int(math.Ceil(0.95*float64(len(readings))))-1)])
+	}
+	budget := cfg.TTFTSLO.Seconds()
+	if sat.TTFTQuantileSeconds != nil {
+		budget -= *sat.TTFTQuantileSeconds
+	}
+	sp.QueueSLOBound = round(math.Max(0, budget) * capacity)
+	q := math.Max(1, math.Ceil(sp.QueueNoise)+1)
+	if sp.QueueSLOBound >= 1 {
+		q = math.Min(q, math.Floor(sp.QueueSLOBound))
+	}
+	sp.SetPoints.QueueDepth = q
 
 	idle := math.Inf(1)
 	for _, s := range r.samples {
@@ -187,7 +225,7 @@ func (r *runner) recommend(steps []StepReport, warmupEnd time.Duration) *SetPoin
 			pts = append(pts, [2]float64{s.RateRequestsPerSecond, s.KVCacheUsage.Mean})
 		}
 	}
-	flags := "--queue-depth-set-point " + strconv.FormatFloat(sp.QueueDepth, 'f', -1, 64)
+	flags := "--queue-depth-set-point " + strconv.FormatFloat(sp.SetPoints.QueueDepth, 'f', -1, 64)
 	if len(pts) > 0 && pts[len(pts)-1][1] > 0 {
 		kv := interpolate(pts, target)
 		if kv >= 0.1 {
@@ -196,7 +234,7 @@ func (r *runner) recommend(steps []StepReport, warmupEnd time.Duration) *SetPoin
 			kv = math.Round(1000*kv) / 1000
 		}
 		kv = math.Min(1, math.Max(0.001, kv))
-		sp.KVCacheUsage = &kv
+		sp.SetPoints.KVCacheUsage, sp.KVMeasured = kv, true
 		flags += " --kv-cache-usage-set-point " + strconv.FormatFloat(kv, 'f', -1, 64)
 	}
 	sp.Flags = flags
@@ -268,11 +306,13 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	if sp := rep.Recommended; sp != nil {
 		fmt.Fprintf(w, "recommended set points (each pod at %.0f %% of the saturation point, %g req/s): %s\n", 100*rep.Settings.Headroom, sp.TargetRateRequestsPerSecond, sp.Flags)
+		fmt.Fprintf(w, "queue set point measured: above the queue noise below saturation (p95 %g), at most the queue that spends the TTFT budget left at saturation (%g); demandRate term: setPoint %g (requests per second per replica)\n",
+			sp.QueueNoise, sp.QueueSLOBound, sp.TargetRateRequestsPerSecond)
 	}
 	p := rep.Profile
-	fmt.Fprintf(w, "engine profile: maxNumSeqs %d (%s), numGPUBlocks %d and blockSize %d (%s), maxModelLen %d (%s), stepTime base %v perSeq %v perPrefillToken %v",
+	fmt.Fprintf(w, "engine profile: maxNumSeqs %d (%s), numGPUBlocks %d and blockSize %d (%s), maxModelLen %d (%s), stepTime base %v perSeq %v perPrefillToken %v perContextToken %v",
 		p.MaxNumSeqs, rep.Fit.MaxNumSeqsFrom, p.NumGPUBlocks, p.BlockSize, rep.Fit.KVCacheFrom, p.MaxModelLen, rep.Fit.MaxModelLenFrom,
-		p.StepTime.Base.Duration, p.StepTime.PerSeq.Duration, p.StepTime.PerPrefillToken.Duration)
+		p.StepTime.Base.Duration, p.StepTime.PerSeq.Duration, p.StepTime.PerPrefillToken.Duration, p.StepTime.PerContextToken.Duration)
 	if c := rep.ProfileCheck; c != nil {
 		if c.SaturationRateRequestsPerSecond != nil {
 			fmt.Fprintf(w, "; replayed on it the steps saturate at %g req/s (capacity %g req/s)", *c.SaturationRateRequestsPerSecond, c.CapacityRequestsPerSecond)

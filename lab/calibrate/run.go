@@ -142,7 +142,11 @@ func (r *runner) scrape(ctx context.Context) error {
 		r.lastScrape = err
 		return err
 	}
-	r.samples = append(r.samples, readingSample(r.since(), rd))
+	smp := readingSample(r.since(), rd)
+	if steps, tokens, ok := parseIterationTokens(body); ok {
+		smp.steps, smp.stepTokens = &steps, &tokens
+	}
+	r.samples = append(r.samples, smp)
 	if r.cache == nil {
 		if cc, ok := parseCacheConfig(body); ok {
 			r.cache = &cc
@@ -182,6 +186,9 @@ func (r *runner) newRecord(step int) (*record, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := &record{step: step, shape: r.cfg.Shapes[r.rng.IntN(len(r.cfg.Shapes))], sent: r.since(), first: -1, last: -1, done: -1}
+	if step < 0 && len(r.cfg.Shapes) == 1 && len(r.records)%2 == 1 {
+		rec.shape = longWarmup(rec.shape, r.maxModelLen)
+	}
 	r.records = append(r.records, rec)
 	r.inflight++
 	return rec, len(r.records)
@@ -312,6 +319,19 @@ steps:
 			r.progress("waiting for %d requests still in flight", n)
 		}
 	}
+}
+
+// longWarmup is the long-prompt variant of a fixed shape that every other
+// warm-up request uses, so that the warm-up sees two contexts and the fit can
+// tell the per-token context cost from the fixed cost: four times the prompt,
+// within one default step budget (8,000 tokens) and maxModelLen (0: unknown).
+func longWarmup(s Shape, maxModelLen int) Shape {
+	p := min(4*s.PromptTokens, 8000)
+	if maxModelLen > 0 {
+		p = min(p, maxModelLen-s.OutputTokens)
+	}
+	s.PromptTokens = max(s.PromptTokens, p)
+	return s
 }
 
 // gap returns the time to the next arrival at rate.

@@ -83,7 +83,7 @@ func TestBelowCapacityQueueStaysEmptyAndTTFTIsPrefillTime(t *testing.T) {
 		t.Errorf("max waiting %d, preemptions %d; want ~0 below capacity", maxWaiting, preemptions)
 	}
 	// TTFT ≈ the prompt's own prefill step plus, at most, the step in flight.
-	alone := cfg.StepTime.Duration(1, 200)
+	alone := cfg.StepTime.Duration(1, 200, 0)
 	if m := median(ttfts); m < alone || m > 2*alone {
 		t.Errorf("median TTFT %v, want between the lone prefill time %v and twice it", m, alone)
 	}

@@ -30,27 +30,36 @@ type Config struct {
 // pass over the scheduled batch):
 //
 //	Base + PerSeq × scheduled requests + PerPrefillToken × prefill tokens
+//	     + PerContextToken × context tokens
 //
 // Prefill tokens are all scheduled tokens of requests that are not decoding (new
-// prompts, prompt chunks, and recomputation after a preemption).
+// prompts, prompt chunks, and recomputation after a preemption). Context tokens
+// are the tokens already in the KV cache of every scheduled request, which
+// attention reads once per step: a decode step over long conversations costs
+// more than one over short ones, as a memory-bound engine's does.
 type StepTimeModel struct {
 	// Base is the fixed cost of a step: reading the weights once, scheduling,
 	// sampling, kernel launches.
 	Base time.Duration
-	// PerSeq is the added cost of each scheduled request (its KV reads in attention
-	// and its share of the compute).
+	// PerSeq is the added cost of each scheduled request (its share of the
+	// matrix products, sampling).
 	PerSeq time.Duration
 	// PerPrefillToken is the added cost of each prefill token (compute-bound).
 	PerPrefillToken time.Duration
+	// PerContextToken is the added cost of each token of context a scheduled
+	// request holds in the KV cache (its KV read in attention: memory-bound).
+	PerContextToken time.Duration
 }
 
 // Duration returns the time of a step that schedules seqs requests, prefillTokens
-// of whose tokens are prefill tokens. It is 0 for an empty step.
-func (m StepTimeModel) Duration(seqs, prefillTokens int) time.Duration {
+// of whose tokens are prefill tokens, holding contextTokens tokens of context in
+// the KV cache between them before the step. It is 0 for an empty step.
+func (m StepTimeModel) Duration(seqs, prefillTokens, contextTokens int) time.Duration {
 	if seqs == 0 {
 		return 0
 	}
-	return m.Base + time.Duration(seqs)*m.PerSeq + time.Duration(prefillTokens)*m.PerPrefillToken
+	return m.Base + time.Duration(seqs)*m.PerSeq + time.Duration(prefillTokens)*m.PerPrefillToken +
+		time.Duration(contextTokens)*m.PerContextToken
 }
 
 // DefaultConfig returns an engine roughly like Llama-3.1-8B-Instruct (bf16) on one
@@ -68,18 +77,25 @@ func (m StepTimeModel) Duration(seqs, prefillTokens int) time.Duration {
 //   - MaxModelLen 131072: Llama-3.1's context length (fits the KV cache above).
 //   - StepTime.Base 6 ms: a decode step must stream the 16 GB of weights through
 //     HBM3 at 3.35 TB/s (H100 SXM datasheet) = 4.8 ms, plus ≈ 1 ms of scheduling,
-//     sampling and launch overhead.
-//   - StepTime.PerSeq 60 µs: reading one request's KV cache at ≈ 1 k tokens of
-//     context (128 MiB at 3.35 TB/s ≈ 40 µs) plus its share of the matmuls
-//     (16 GFLOP per token at ≈ 500 TFLOP/s ≈ 32 µs, partly overlapped). This puts
-//     inter-token latency at ≈ 10 ms for 64 concurrent requests and ≈ 21 ms for
-//     256, in the range public vLLM benchmarks of 8B models on H100 report.
+//     sampling and launch overhead. (A single stream of this model on an A100
+//     40GB decodes at ≈ 77 % of that GPU's bandwidth ceiling, johnmusgrave.com's
+//     vLLM 0.23.0 sweep; 77 % of the H100's gives 6.2 ms per token, Base + PerSeq
+//     within 3 %.)
+//   - StepTime.PerContextToken 40 ns: attention reads each scheduled request's
+//     KV cache once per step, 128 KiB per token at 3.35 TB/s ≈ 39 ns.
+//   - StepTime.PerSeq 25 µs: a request's share of the matrix products (16 GFLOP
+//     per token at ≈ 600 TFLOP/s ≈ 27 µs, partly overlapped with the weight
+//     reads) and of sampling. With ≈ 1 k tokens of context per request, this
+//     puts inter-token latency at ≈ 10 ms for 64 concurrent requests and ≈ 23 ms
+//     for 256.
 //   - StepTime.PerPrefillToken 35 µs: prefill is compute-bound; 2 × 8.03 B FLOP
 //     per token at ≈ 50 % of the H100's 989 dense bf16 TFLOP/s ≈ 33 µs, rounded
 //     up for attention. A 1,000-token prompt alone thus has a TTFT of ≈ 41 ms.
 //
 // These are estimates from public datasheets and vLLM's source, not
-// measurements; every field can be overridden.
+// measurements (docs/scoreboard.md says which published benchmarks were
+// examined and why none could be used); every field can be overridden, and lab
+// calibrate fits them to a real engine.
 func DefaultConfig() Config {
 	return Config{
 		MaxNumSeqs:          1024,
@@ -89,8 +105,9 @@ func DefaultConfig() Config {
 		MaxModelLen:         131072,
 		StepTime: StepTimeModel{
 			Base:            6 * time.Millisecond,
-			PerSeq:          60 * time.Microsecond,
+			PerSeq:          25 * time.Microsecond,
 			PerPrefillToken: 35 * time.Microsecond,
+			PerContextToken: 40 * time.Nanosecond,
 		},
 	}
 }
@@ -117,9 +134,9 @@ func (c Config) Validate() error {
 			c.MaxModelLen, c.NumBlocks-1, c.BlockSize, (c.NumBlocks-1)*c.BlockSize))
 	}
 	st := c.StepTime
-	if st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 {
+	if st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 || st.PerContextToken < 0 {
 		errs = append(errs, fmt.Errorf("step time coefficients must be >= 0, got %+v", st))
-	} else if st.Duration(1, 0) <= 0 {
+	} else if st.Duration(1, 0, 0) <= 0 {
 		errs = append(errs, errors.New("step time of a one-request decode step must be > 0"))
 	}
 	return errors.Join(errs...)

@@ -94,6 +94,9 @@ type StepResult struct {
 	// PrefillTokens is the part of ScheduledTokens that was prefill or
 	// recomputation.
 	PrefillTokens int
+	// ContextTokens is the tokens the scheduled requests held in the KV cache
+	// before the step (what attention read).
+	ContextTokens int
 	// Preempted is the number of requests preempted in this step.
 	Preempted int
 	// Tokens are the output tokens sampled at End.
@@ -305,13 +308,14 @@ func (e *Engine) timeStep(now time.Time) {
 	r := &e.res
 	for _, s := range e.batch {
 		r.ScheduledTokens += s.sched
+		r.ContextTokens += s.computed
 		decoding := s.sched == 1 && s.output > 0 && s.computed == s.numTokens()-1
 		if !decoding {
 			r.PrefillTokens += s.sched
 		}
 	}
 	r.Scheduled = len(e.batch)
-	r.Duration = e.cfg.StepTime.Duration(len(e.batch), r.PrefillTokens)
+	r.Duration = e.cfg.StepTime.Duration(len(e.batch), r.PrefillTokens, r.ContextTokens)
 	r.End = now.Add(r.Duration)
 }
 
@@ -432,6 +436,17 @@ func (e *Engine) Abort(id string, now time.Time) (Finished, bool) {
 	delete(e.byID, id)
 	e.counters.Finished[reasonIndex(FinishAbort)]++
 	return finishedOf(s, FinishAbort, now), true
+}
+
+// AbortUnstarted aborts the request id, as Abort does, only while it has no
+// output token yet (waiting, or its prompt still in prefill): a client that
+// gives up on the first token. It reports false otherwise.
+func (e *Engine) AbortUnstarted(id string, now time.Time) (Finished, bool) {
+	s, ok := e.byID[id]
+	if !ok || s.output > 0 {
+		return Finished{}, false
+	}
+	return e.Abort(id, now)
 }
 
 func reasonIndex(r FinishReason) int {

@@ -43,20 +43,22 @@ func mustAdd(t *testing.T, e *Engine, now time.Time, reqs ...Request) {
 
 func TestStepTimeModel(t *testing.T) {
 	m := DefaultConfig().StepTime
+	one := m.Base + m.PerSeq
 	tests := []struct {
-		name          string
-		seqs, prefill int
-		want          time.Duration
+		name                   string
+		seqs, prefill, context int
+		want                   time.Duration
 	}{
-		{"empty step", 0, 0, 0},
-		{"one decode", 1, 0, 6060 * time.Microsecond},
-		{"256 decodes", 256, 0, 6*time.Millisecond + 256*60*time.Microsecond},
-		{"lone 1000-token prompt", 1, 1000, 6060*time.Microsecond + 35*time.Millisecond},
+		{"empty step", 0, 0, 0, 0},
+		{"one decode, no context", 1, 0, 0, one},
+		{"one decode at 1000 tokens of context", 1, 0, 1000, one + 1000*m.PerContextToken},
+		{"256 decodes at 1000 tokens each", 256, 0, 256000, m.Base + 256*m.PerSeq + 256000*m.PerContextToken},
+		{"lone 1000-token prompt", 1, 1000, 0, one + 1000*m.PerPrefillToken},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := m.Duration(tt.seqs, tt.prefill); got != tt.want {
-				t.Errorf("Duration(%d, %d) = %v, want %v", tt.seqs, tt.prefill, got, tt.want)
+			if got := m.Duration(tt.seqs, tt.prefill, tt.context); got != tt.want {
+				t.Errorf("Duration(%d, %d, %d) = %v, want %v", tt.seqs, tt.prefill, tt.context, got, tt.want)
 			}
 		})
 	}
@@ -136,7 +138,7 @@ func TestEngineSingleRequestLifecycle(t *testing.T) {
 
 	// Step 1: the whole prompt is prefilled and the first token sampled.
 	r := e.Step(t0)
-	prefill := cfg.StepTime.Duration(1, 10)
+	prefill := cfg.StepTime.Duration(1, 10, 0)
 	if r.Duration != prefill || r.PrefillTokens != 10 || r.ScheduledTokens != 10 || len(r.Tokens) != 1 {
 		t.Fatalf("step 1 = %+v, want a 10-token prefill of %v with one token", r, prefill)
 	}
@@ -148,7 +150,7 @@ func TestEngineSingleRequestLifecycle(t *testing.T) {
 	}
 
 	// Steps 2 and 3: decodes.
-	decode := cfg.StepTime.Duration(1, 0)
+	decode := cfg.StepTime.Duration(1, 0, 0)
 	now := r.End
 	for i := 1; i <= 2; i++ {
 		r = e.Step(now)
@@ -222,7 +224,7 @@ func TestEngineMaxNumSeqsAndFCFS(t *testing.T) {
 	if diff := cmp.Diff([]string{"1", "3", "2"}, order); diff != "" {
 		t.Errorf("finish order (-want +got):\n%s", diff)
 	}
-	if f := fin[1]; f.Queue != first+cfg.StepTime.Duration(2, 0) {
+	if f := fin[1]; f.Queue != first+cfg.StepTime.Duration(2, 0, 0) {
 		t.Errorf("queue time of 3 = %v, want two steps", f.Queue)
 	}
 }
@@ -311,5 +313,50 @@ func TestFinishReasonsOrder(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"stop", "length", "abort"}, got); diff != "" {
 		t.Error(diff)
+	}
+}
+
+// TestDecodeStepGrowsWithContext: a decode step reads every scheduled
+// request's KV cache, so with PerContextToken it costs more as the context
+// grows: the k-th decode of a 10-token prompt reads 10 + k - 1 tokens.
+func TestDecodeStepGrowsWithContext(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.StepTime.PerContextToken = 10 * time.Microsecond
+	e := mustEngine(t, cfg)
+	mustAdd(t, e, t0, Request{ID: "a", PromptTokens: 10, MaxTokens: 4})
+	r := e.Step(t0)
+	if want := cfg.StepTime.Duration(1, 10, 0); r.Duration != want || r.ContextTokens != 0 {
+		t.Fatalf("prefill step %v with %d context tokens, want %v and 0", r.Duration, r.ContextTokens, want)
+	}
+	now := r.End
+	for k := 1; k <= 3; k++ {
+		r = e.Step(now)
+		now = r.End
+		ctx := 10 + k - 1
+		if want := cfg.StepTime.Duration(1, 0, ctx); r.Duration != want || r.ContextTokens != ctx {
+			t.Errorf("decode %d: %v over %d context tokens, want %v over %d", k, r.Duration, r.ContextTokens, want, ctx)
+		}
+	}
+}
+
+// TestAbortUnstarted: a client that gives up before its first token aborts a
+// waiting request (freeing nothing it did not hold) and a request in prefill,
+// never one that has a token.
+func TestAbortUnstarted(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.MaxNumSeqs = 1
+	e := mustEngine(t, cfg)
+	mustAdd(t, e, t0, Request{ID: "a", PromptTokens: 10, MaxTokens: 4})
+	mustAdd(t, e, t0, Request{ID: "b", PromptTokens: 10, MaxTokens: 4})
+	r := e.Step(t0) // a prefilled, its first token out; b waits
+	if _, ok := e.AbortUnstarted("a", r.End); ok {
+		t.Error("a has a token: AbortUnstarted must leave it")
+	}
+	f, ok := e.AbortUnstarted("b", r.End)
+	if !ok || f.Reason != FinishAbort {
+		t.Fatalf("AbortUnstarted(b) = %+v, %v; want b aborted", f, ok)
+	}
+	if s := e.Snapshot(); s.Waiting != 0 || s.Running != 1 || s.Counters.Finished[2] != 1 {
+		t.Errorf("after the abort %+v, want a alone running and one abort counted", s)
 	}
 }

@@ -67,7 +67,7 @@ func TestRunnerOnFakeClock(t *testing.T) {
 	}
 	close(stop)
 	// Prefill step plus 4 decode steps, in fake time.
-	want := cfg.StepTime.Duration(1, 10) + 4*cfg.StepTime.Duration(1, 0)
+	want := cfg.StepTime.Duration(1, 10, 0) + 4*cfg.StepTime.Duration(1, 0, 0)
 	if got := fc.Since(t0); got < want || got > want+5*time.Millisecond {
 		t.Errorf("fake time elapsed %v, want ≈ %v", got, want)
 	}

@@ -120,7 +120,7 @@ func (a *adapterFeed) scrape(now time.Duration, f *fleet, p *pod) error {
 	}
 	a.renders++
 	st := a.stateOf(p.num)
-	if err := a.src.Scrape(p.num, body); err != nil {
+	if err := a.src.Scrape(p.num, now, body); err != nil {
 		st.failed, st.failAt = true, now
 		return nil
 	}
@@ -197,7 +197,7 @@ func (pf *promFeed) scrapeTick(now time.Duration, f *fleet) error {
 			return err
 		}
 		pf.renders++
-		if pf.src.Scrape(p.num, body) == nil {
+		if pf.src.Scrape(p.num, now, body) == nil {
 			pf.scrapedAt[p.num] = now
 		}
 	}
@@ -207,13 +207,14 @@ func (pf *promFeed) scrapeTick(now time.Duration, f *fleet) error {
 // query evaluates sum()/avg() of metric over the series of the latest scrape, as
 // an instant query does (series of pods gone since are stale).
 func (pf *promFeed) query(metric string, f *fleet) (float64, error) {
+	// An instant query at the latest scrape's time: samples of pods scraped then.
 	var fresh []int
 	for _, p := range f.pods {
 		if t, ok := pf.scrapedAt[p.num]; ok && t == pf.lastTick {
 			fresh = append(fresh, p.num)
 		}
 	}
-	v, err := pf.src.External(metric, fresh, 0)
+	v, err := pf.src.External(metric, pf.lastTick, fresh, 0)
 	if err != nil && pf.emptyIsZero {
 		return 0, nil
 	}
@@ -427,7 +428,7 @@ func (c *syncClient) GetExternalMetric(name string, _ labels.Selector) ([]int64,
 		if perr != nil {
 			return nil, time.Time{}, perr
 		}
-		v, err = c.p.adapter.src.External(name, fresh, unknown)
+		v, err = c.p.adapter.src.External(name, c.now, fresh, unknown)
 	case c.p.prom != nil && c.p.prom.poll != nil:
 		cv, ok := c.p.prom.cached[name]
 		if !ok { // before KEDA's first poll its metrics server queries directly
@@ -456,7 +457,7 @@ func (c *syncClient) GetRawMetric(name string, _, _ labels.Selector) (hpa.PodMet
 	}
 	out := hpa.PodMetricsInfo{}
 	for _, num := range fresh {
-		v, ok := a.src.PodValue(name, num)
+		v, ok := a.src.PodValue(name, c.now, num)
 		if !ok {
 			continue
 		}
@@ -495,9 +496,10 @@ func (c *syncClient) GetObjectMetric(name string, _ autoscalingv2.CrossVersionOb
 
 // scheduleEvent is one action of a replica schedule.
 type scheduleEvent struct {
-	at     time.Duration
-	create int // pods to create (Ready after the cold start)
-	drain  int // Ready pods to drain
+	at      time.Duration
+	create  int           // pods to create, Ready at readyAt
+	readyAt time.Duration // when the created pods are Ready
+	drain   int           // Ready pods to drain
 }
 
 // schedulePolicy executes a precomputed schedule (the oracle's).
@@ -519,7 +521,7 @@ func (s *schedulePolicy) wake(now time.Duration, f *fleet) error {
 		s.i++
 		from := f.nonTerminating()
 		for range e.create {
-			if _, err := f.newPod(now + f.coldStart); err != nil {
+			if _, err := f.newPod(max(e.readyAt, now)); err != nil {
 				return err
 			}
 		}

@@ -17,7 +17,7 @@ func BenchmarkRunAzureConversation(b *testing.B) {
 			o := DefaultWorkloadOptions()
 			o.RateScale = rate
 			w := azureWindow(b, o)
-			ps, err := BuiltinAutoscalers(DefaultHPATargets(), 1)
+			ps, err := BuiltinAutoscalers(DefaultTargets(), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -29,11 +29,11 @@ func BenchmarkRunAzureConversation(b *testing.B) {
 					b.Fatal(err)
 				}
 				scrapes := 0
-				for _, p := range rep.Policies {
+				for _, p := range rep.Autoscalers {
 					scrapes += p.Scrapes
 				}
 				b.ReportMetric(float64(len(w.Requests)), "requests/op")
-				b.ReportMetric(float64(len(rep.Policies)), "policies/op")
+				b.ReportMetric(float64(len(rep.Autoscalers)), "policies/op")
 				b.ReportMetric(float64(scrapes), "scrapes/op")
 				b.ReportMetric(float64(result(b, rep, "oracle").PeakReplicas), "oracle-peak-replicas")
 			}

@@ -1,9 +1,9 @@
 // Package simulate replays a request trace against a simulated fleet of LLM
-// engines under several autoscaling policies, on a virtual clock, and compares
-// them: SLO attainment, TTFT quantiles, GPU-hours against a perfect-foresight
-// oracle, scale events and reaction to load steps. It is the core of `adapter
-// simulate` (issue 11). Runs are deterministic: the same inputs and Config.Seed
-// give the same Report, byte for byte.
+// engines under several autoscalers, on a virtual clock, and compares them: SLO
+// attainment, TTFT quantiles, GPU-hours against a perfect-foresight oracle,
+// scale events and reaction to load steps. It is the core of `lab simulate`
+// (issue 11) and of lab/scoreboard (issue 21). Runs are deterministic: the
+// same inputs and Config.Seed give the same Report, byte for byte.
 //
 // # The fleet
 //
@@ -24,7 +24,7 @@
 //
 // # Metrics pipelines
 //
-// An HPA policy is the Kubernetes 1.37 HPA controller modelled in lab/hpa,
+// An HPA autoscaler is the Kubernetes 1.37 HPA controller modelled in lab/hpa,
 // reconciling every sync period, fed the way it would be in a cluster:
 //
 //   - PathAdapter: the saturation adapter scrapes every Running pod every
@@ -44,7 +44,7 @@
 //     fraction of the previous Prometheus interval the engine spent in steps,
 //     which is what NVML's utilization.gpu counts (time with at least one kernel
 //     running), sampled at every Prometheus scrape. This is kinder to that
-//     policy than a real exporter, which samples a shorter window at its own
+//     autoscaler than a real exporter, which samples a shorter window at its own
 //     interval.
 //
 // Every periodic clock starts at a phase drawn from the seed, the same for all
@@ -52,15 +52,17 @@
 // that nothing reads are skipped (Config.ScrapeEveryTick turns this off for a
 // MetricSource that keeps history); a test checks that this changes no result.
 //
-// # Policies
+// # Autoscalers
 //
 // Run always includes the oracle (see oracle.go for its definition) and a static
-// fleet sized for the oracle's peak, then the given policies: the built-ins
-// (BuiltinPolicies: GPU utilization, a KEDA-style queue trigger, KV-cache usage,
-// llm_saturation with target Value 1 and llm_demand_replicas with AverageValue 1,
-// all with RecommendedBehavior) and any user HPA (hpa.Parse), each a Policy with
-// the path its metrics take. More policies (a catalog of set points) are more
-// Policy values; a new signal is a new MetricSource.
+// fleet sized for the oracle's peak, then the given autoscalers: the built-ins
+// (BuiltinAutoscalers: GPU utilization, KEDA's queue trigger without and with
+// its cache, KV-cache usage, llm_saturation with target Value 1 and
+// llm_demand_replicas with AverageValue 1, all with RecommendedBehavior) and any
+// user HPA (hpa.Parse), each an Autoscaler with the path its metrics take and,
+// optionally, its own MetricSource (a catalog of its own: set points, terms that
+// see ahead). A new signal is a new MetricSource. (A "policy" is an entry of the
+// adapter's metric catalog, pkg/policy.)
 //
 // Every fleet starts with the oracle's initial replicas Ready; GPU-hours are
 // counted over the traffic window (Workload.Duration); requests may finish up to

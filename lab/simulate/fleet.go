@@ -63,9 +63,11 @@ type recorder interface {
 	firstToken(req int, at time.Duration)
 	finished(req int, at time.Duration)
 	rejected(req int)
+	// abandoned: the client gave up before its first token.
+	abandoned(req int)
 }
 
-// scaleChange is one change of the count of non-terminating pods a policy made.
+// scaleChange is one change of the count of non-terminating pods an autoscaler made.
 type scaleChange struct {
 	at       time.Duration
 	from, to int
@@ -76,27 +78,42 @@ type scaleChange struct {
 // order; at one instant: step ends, then readiness, then arrivals, then new steps.
 type fleet struct {
 	engineCfg emulator.Config
-	coldStart time.Duration
+	coldStart ColdStart
 	observe   bool // feed the exposition's histograms at every step
-	t0        time.Time
-	now       time.Duration
-	reqs      []Request
-	next      int // next arrival
-	stop      int // arrivals from this index on are not admitted
-	pods      []*pod
-	held      []int // requests held at the gateway while no pod is Ready
-	rr        int   // tie-break cursor of the least-outstanding routing
-	nextNum   int
-	rec       recorder
-	done      int // requests finished or rejected
-	costEnd   time.Duration
-	podTime   time.Duration // pod time of removed pods within [0, costEnd]
-	changes   []scaleChange
-	onRemove  []func(p *pod)
+	// abandonAfter is the clients' patience for a first token (0: endless);
+	// nextAbandon the first arrived request whose deadline has not been
+	// checked.
+	abandonAfter time.Duration
+	nextAbandon  int
+	started      int // pods created, for the cold-start draws
+	t0           time.Time
+	now          time.Duration
+	reqs         []Request
+	next         int // next arrival
+	stop         int // arrivals from this index on are not admitted
+	pods         []*pod
+	held         []int // requests held at the gateway while no pod is Ready
+	rr           int   // tie-break cursor of the least-outstanding routing
+	nextNum      int
+	rec          recorder
+	done         int // requests finished or rejected
+	costEnd      time.Duration
+	podTime      time.Duration // pod time of removed pods within [0, costEnd]
+	changes      []scaleChange
+	onRemove     []func(p *pod)
 }
 
-func newFleet(cfg emulator.Config, coldStart time.Duration, t0 time.Time, reqs []Request, rec recorder, costEnd time.Duration) *fleet {
+func newFleet(cfg emulator.Config, coldStart ColdStart, t0 time.Time, reqs []Request, rec recorder, costEnd time.Duration) *fleet {
 	return &fleet{engineCfg: cfg, coldStart: coldStart, t0: t0, reqs: reqs, stop: len(reqs), rec: rec, costEnd: costEnd}
+}
+
+// startPod creates a pod at now that becomes Ready after its cold start: the
+// k-th pod the fleet starts draws the k-th cold start of the seed, so every
+// autoscaler's k-th new pod takes as long.
+func (f *fleet) startPod() (*pod, error) {
+	k := f.started
+	f.started++
+	return f.newPod(f.now + f.coldStart.draw(k, f.nonTerminating()))
 }
 
 // newPod creates a pod at now that becomes Ready at readyAt.
@@ -150,6 +167,9 @@ func (f *fleet) nextEvent() time.Duration {
 	if f.next < f.stop && f.reqs[f.next].At < t {
 		t = f.reqs[f.next].At
 	}
+	if f.abandonAfter > 0 && f.nextAbandon < f.next {
+		t = min(t, f.reqs[f.nextAbandon].At+f.abandonAfter)
+	}
 	return t
 }
 
@@ -173,6 +193,12 @@ func (f *fleet) process(now time.Duration) {
 	for _, p := range f.pods {
 		if p.inStep && p.stepEnd <= now {
 			f.endStep(p)
+		}
+	}
+	if f.abandonAfter > 0 {
+		for f.nextAbandon < f.next && f.reqs[f.nextAbandon].At+f.abandonAfter <= now {
+			f.abandon(f.nextAbandon)
+			f.nextAbandon++
 		}
 	}
 	ready := false
@@ -250,6 +276,29 @@ func (f *fleet) endStep(p *pod) {
 		f.rec.finished(i, p.stepEnd)
 		p.outstanding--
 		f.done++
+	}
+}
+
+// abandon ends request i if it still has no first token: its client gave up.
+// It leaves the gateway's hold, or its engine (which frees its KV blocks and
+// counts it as aborted, vLLM's finished_reason "abort").
+func (f *fleet) abandon(i int) {
+	for j, h := range f.held {
+		if h == i {
+			f.held = append(f.held[:j], f.held[j+1:]...)
+			f.rec.abandoned(i)
+			f.done++
+			return
+		}
+	}
+	id := strconv.Itoa(i)
+	for _, p := range f.pods {
+		if _, ok := p.engine.AbortUnstarted(id, f.t0.Add(f.now)); ok {
+			p.outstanding--
+			f.rec.abandoned(i)
+			f.done++
+			return
+		}
 	}
 }
 
@@ -332,7 +381,7 @@ func (f *fleet) setReplicas(n int) error {
 		f.changes = append(f.changes, scaleChange{at: f.now, from: cur, to: n})
 	}
 	for ; cur < n; cur++ {
-		if _, err := f.newPod(f.now + f.coldStart); err != nil {
+		if _, err := f.startPod(); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 func newTestFleet(t *testing.T, reqs []Request, coldStart time.Duration) (*fleet, *fullRecorder) {
 	t.Helper()
 	rec := newFullRecorder(len(reqs))
-	return newFleet(slowEngine(), coldStart, epoch(), reqs, rec, time.Hour), rec
+	return newFleet(slowEngine(), ColdStart{Mean: coldStart}, epoch(), reqs, rec, time.Hour), rec
 }
 
 // ttfts returns the TTFT of every request, -1 for none.
@@ -142,5 +142,42 @@ func TestPodObjectsAndBusyTime(t *testing.T) {
 	}
 	if q := objs[1].Spec.Containers[0].Resources.Requests[GPUResource]; q.MilliValue() != 1000 {
 		t.Errorf("GPU request = %s, want 1", q.String())
+	}
+}
+
+// TestClientsAbandon: on slowEngine (one request at a time, 1 s each for 10
+// output tokens), five requests at once with clients that give up after 2.5 s
+// without a first token: the first three get theirs (0.1, 1.1 and 2.1 s), the
+// last two are aborted in the engine (freeing it) and never served; requests
+// held at the gateway give up too.
+func TestClientsAbandon(t *testing.T) {
+	reqs := burst(5)
+	f, rec := newTestFleet(t, reqs, 0)
+	f.abandonAfter = 2500 * time.Millisecond
+	if err := f.addReady(1); err != nil {
+		t.Fatal(err)
+	}
+	f.advance(sec(10))
+	got := ttfts(rec, reqs)
+	want := []time.Duration{sec(0.1), sec(1.1), sec(2.1), -1, -1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("TTFTs (-want +got):\n%s", diff)
+	}
+	if rec.abandonedN != 2 || f.done != 5 {
+		t.Errorf("abandoned %d, done %d; want 2 and 5", rec.abandonedN, f.done)
+	}
+	if s := f.pods[0].engine.Snapshot(); s.Counters.Finished[2] != 2 {
+		t.Errorf("the engine counted %d aborts, want 2", s.Counters.Finished[2])
+	}
+
+	held := []Request{{At: 0, PromptTokens: 10, OutputTokens: 10}}
+	g, grec := newTestFleet(t, held, sec(30))
+	g.abandonAfter = sec(5)
+	if err := g.setReplicas(1); err != nil {
+		t.Fatal(err)
+	}
+	g.advance(sec(40))
+	if grec.abandonedN != 1 || grec.first[0] != unset {
+		t.Errorf("a request held 30 s at the gateway: abandoned %d, first token %v; want abandoned", grec.abandonedN, grec.first[0])
 	}
 }

@@ -32,11 +32,13 @@ func every(start, end, gap time.Duration, out int) []Request {
 func sec(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
 // testConfig is DefaultConfig on slowEngine with a 1 s TTFT SLO, a 100 %
-// target, 10 s oracle intervals and 1 s samples.
+// target, 10 s oracle intervals, 1 s samples, a fixed cold start and clients
+// that never give up.
 func testConfig(coldStart time.Duration) Config {
 	c := DefaultConfig()
 	c.Engine = slowEngine()
 	c.ColdStart = coldStart
+	c.ColdStartSpread, c.ReadinessProbePeriod, c.AbandonAfter = 0, 0, 0 // exact, hand-computed times
 	c.TTFTSLO = time.Second
 	c.SLOTarget = 1
 	c.OracleInterval = 10 * time.Second
@@ -54,13 +56,13 @@ func mustRun(t *testing.T, cfg Config, w Workload, policies []Autoscaler) *Repor
 	return rep
 }
 
-func result(t testing.TB, rep *Report, name string) PolicyResult {
+func result(t testing.TB, rep *Report, name string) AutoscalerResult {
 	t.Helper()
-	for _, p := range rep.Policies {
+	for _, p := range rep.Autoscalers {
 		if p.Name == name {
 			return p
 		}
 	}
 	t.Fatalf("no policy %q in the report", name)
-	return PolicyResult{}
+	return AutoscalerResult{}
 }

@@ -10,7 +10,7 @@ import (
 //
 // Definition. Time is cut into intervals of OracleInterval (L). A schedule gives
 // each interval k a number r_k of Ready replicas. The oracle's schedule is built
-// greedily, interval by interval, with the same fleet model as every policy
+// greedily, interval by interval, with the same fleet model as every autoscaler
 // (engines, gateway, draining):
 //
 //  1. From the fleet's exact state at the start of interval k (requests in
@@ -23,8 +23,12 @@ import (
 //     interval's arrivals, then letting the fleet run one TTFT SLO past the
 //     interval's end without further arrivals to see the last first tokens. The
 //     search assumes more replicas never hurt: it steps from r_{k-1} up or down in
-//     doubling strides, then bisects. The fleet state after the chosen candidate's
-//     interval is the next interval's start.
+//     doubling strides, then bisects. Going up, once a candidate at least twice
+//     r_{k-1} misses as many requests as the candidate before it, the misses
+//     left are taken as unachievable (no replica count removes them: requests
+//     behind work no new pod can take) and the target becomes that count: the
+//     oracle never chases the infeasible to the replica cap. The fleet state
+//     after the chosen candidate's interval is the next interval's start.
 //  2. Pods need a cold start: a replica Ready at the start of interval k is
 //     created ColdStart earlier, and it costs GPU time from its creation. A dip
 //     r_j < r_{j-1} that comes back within ColdStart (at most
@@ -42,7 +46,7 @@ import (
 // The result is a feasible schedule that knows the future, not a proven minimum:
 // the greedy choice is myopic (more replicas now could save more later) and the
 // per-interval target is stricter than one over the whole trace. Its GPU-hours are
-// an upper bound on the cheapest schedule's, so a policy's ratio to it is a
+// an upper bound on the cheapest schedule's, so an autoscaler's ratio to it is a
 // lower bound on its true overspend.
 
 // oracleResult is the oracle's schedule and its replay.
@@ -50,7 +54,10 @@ type oracleResult struct {
 	schedule   []int // Ready replicas per interval, as executed
 	initial    int
 	infeasible int // intervals where even the cap missed the target
-	outcome    *outcome
+	// unachievable counts the misses the search found no replica count
+	// removes (doubling the fleet left them): not chased.
+	unachievable int
+	outcome      *outcome
 }
 
 // runOracle computes and replays the oracle's schedule.
@@ -83,20 +90,21 @@ func runOracle(cfg Config, w Workload, attainable []bool) (*oracleResult, error)
 		maxR = 1024
 	}
 
-	raw, infeasible, err := greedySchedule(cfg, w, attainable, bounds, allowed, maxR)
+	raw, infeasible, unachievable, err := greedySchedule(cfg, w, attainable, bounds, allowed, maxR)
 	if err != nil {
 		return nil, err
 	}
 	var res *oracleResult
 	for round := 0; ; round++ {
-		sched, initial := shapeSchedule(raw, L, cfg.ColdStart)
+		cs := cfg.coldStart()
+		sched, initial := shapeSchedule(raw, L, cs.Mean, cs.Max())
 		out, err := runFleet(cfg, w, initial, func(*fleet) (autoscaler, error) {
-			return &schedulePolicy{events: scheduleEvents(sched, L, cfg.ColdStart)}, nil
+			return &schedulePolicy{events: scheduleEvents(sched, L, cs)}, nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		res = &oracleResult{schedule: sched, initial: initial, infeasible: infeasible, outcome: out}
+		res = &oracleResult{schedule: sched, initial: initial, infeasible: infeasible, unachievable: unachievable, outcome: out}
 		if round == 3 {
 			return res, nil
 		}
@@ -124,45 +132,47 @@ func runOracle(cfg Config, w Workload, attainable []bool) (*oracleResult, error)
 func within(first, arrived, slo time.Duration) bool { return first != unset && first-arrived <= slo }
 
 // greedySchedule is step 1 of the oracle.
-func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) ([]int, int, error) {
+func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) (sched []int, infeasible, unachievable int, err error) {
 	L := cfg.OracleInterval
 	K := len(allowed)
-	state := newFleet(cfg.Engine, 0, epoch(), w.Requests, nopRecorder{}, w.Duration)
-	sched := make([]int, K)
-	prev, infeasible := cfg.MinReplicas, 0
+	state := newFleet(cfg.Engine, ColdStart{}, epoch(), w.Requests, nopRecorder{}, w.Duration)
+	state.abandonAfter = cfg.AbandonAfter
+	sched = make([]int, K)
+	prev := cfg.MinReplicas
 	for k := range K {
 		lo, hi := bounds[k], bounds[k+1]
 		end := time.Duration(k+1) * L
 		type trial struct {
-			pass bool
-			next *fleet
+			misses int
+			next   *fleet
 		}
 		trials := map[int]trial{}
+		limit := allowed[k]
 		var evalErr error
-		try := func(r int) bool {
+		misses := func(r int) int {
 			if t, ok := trials[r]; ok {
-				return t.pass
+				return t.misses
 			}
 			rec := newWindowRecorder(lo, hi)
 			c := state.clone(rec)
 			if err := c.setReady(r); err != nil {
 				evalErr = err
-				return true
+				return 0
 			}
 			c.advance(end)
 			next := c.clone(nopRecorder{})
 			c.stop = c.next
 			c.advance(end + cfg.TTFTSLO)
-			misses := 0
+			m := 0
 			for i := lo; i < hi; i++ {
 				if attainable[i] && !within(rec.first[i-lo], w.Requests[i].At, cfg.TTFTSLO) {
-					misses++
+					m++
 				}
 			}
-			pass := misses <= allowed[k]
-			trials[r] = trial{pass, next}
-			return pass
+			trials[r] = trial{m, next}
+			return m
 		}
+		try := func(r int) bool { return misses(r) <= limit }
 		r := min(max(prev, cfg.MinReplicas), maxR)
 		if try(r) {
 			// Down in doubling strides while it passes, then bisect.
@@ -185,15 +195,26 @@ func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed [
 			}
 			r = good
 		} else {
+			// Up in doubling strides until it passes. Misses that adding as
+			// many replicas again does not remove are not the fleet's to fix
+			// (requests that cannot meet the SLO whatever the replicas: they
+			// arrived behind work no new pod can take): the oracle counts them
+			// as unachievable and never chases them to the replica cap.
 			bad, stride := r, 1
-			good := -1
+			good, last := -1, misses(r)
 			for {
 				cand := min(bad+stride, maxR)
-				if try(cand) {
+				m := misses(cand)
+				if m <= limit {
 					good = cand
 					break
 				}
-				bad = cand
+				if cand >= 2*r && m >= last {
+					unachievable += m - limit
+					limit, good = m, cand
+					break
+				}
+				bad, last = cand, m
 				if cand == maxR {
 					break
 				}
@@ -215,13 +236,13 @@ func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed [
 			}
 		}
 		if evalErr != nil {
-			return nil, 0, evalErr
+			return nil, 0, 0, evalErr
 		}
 		sched[k] = r
 		state = trials[r].next
 		prev = r
 	}
-	return sched, infeasible, nil
+	return sched, infeasible, unachievable, nil
 }
 
 // setReady makes exactly r pods Ready at once: new pods are Ready immediately,
@@ -235,10 +256,11 @@ func (f *fleet) setReady(r int) error {
 	return nil
 }
 
-// shapeSchedule is step 2 of the oracle: fill dips shorter than the cold start
-// and hold the first cold start's largest count. It returns the schedule and the
-// initial fleet.
-func shapeSchedule(raw []int, L, coldStart time.Duration) ([]int, int) {
+// shapeSchedule is step 2 of the oracle: fill dips shorter than the mean cold
+// start and hold the largest count of the intervals that start before the
+// longest cold start ends (no pod started at 0 may be Ready by then). It
+// returns the schedule and the initial fleet.
+func shapeSchedule(raw []int, L, coldStart, longest time.Duration) ([]int, int) {
 	s := slices.Clone(raw)
 	W := int(coldStart / L)
 	if W > 0 {
@@ -258,27 +280,34 @@ func shapeSchedule(raw []int, L, coldStart time.Duration) ([]int, int) {
 	// Intervals starting before the first cold start ends cannot get new pods.
 	first := 0
 	for k := range s {
-		if time.Duration(k)*L < coldStart || k == 0 {
+		if time.Duration(k)*L < longest || k == 0 {
 			first = max(first, s[k])
 		}
 	}
 	for k := range s {
-		if time.Duration(k)*L < coldStart || k == 0 {
+		if time.Duration(k)*L < longest || k == 0 {
 			s[k] = first
 		}
 	}
 	return s, first
 }
 
-// scheduleEvents turns a schedule into pod creations a cold start ahead of each
-// rise and drains at the start of each fall.
-func scheduleEvents(s []int, L, coldStart time.Duration) []scheduleEvent {
+// scheduleEvents turns a schedule into pod creations, each its own cold start
+// ahead of the rise that needs it (the oracle knows every pod's draw, the j-th
+// pod it starts drawing the j-th cold start as every fleet's j-th new pod
+// does), and drains at the start of each fall.
+func scheduleEvents(s []int, L time.Duration, cs ColdStart) []scheduleEvent {
 	var ev []scheduleEvent
+	started := 0
 	for k := 1; k < len(s); k++ {
 		b := time.Duration(k) * L
 		switch d := s[k] - s[k-1]; {
 		case d > 0:
-			ev = append(ev, scheduleEvent{at: b - coldStart, create: d})
+			for j := range d {
+				c := cs.draw(started, s[k-1]+j)
+				started++
+				ev = append(ev, scheduleEvent{at: max(0, b-c), create: 1, readyAt: b})
+			}
 		case d < 0:
 			ev = append(ev, scheduleEvent{at: b, drain: -d})
 		}
@@ -300,3 +329,4 @@ type nopRecorder struct{}
 func (nopRecorder) firstToken(int, time.Duration) {}
 func (nopRecorder) finished(int, time.Duration)   {}
 func (nopRecorder) rejected(int)                  {}
+func (nopRecorder) abandoned(int)                 {}

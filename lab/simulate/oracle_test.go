@@ -132,7 +132,7 @@ func TestShapeSchedule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, initial := shapeSchedule(tt.raw, 10*time.Second, tt.coldStart)
+			got, initial := shapeSchedule(tt.raw, 10*time.Second, tt.coldStart, tt.coldStart)
 			if diff := cmp.Diff(tt.want, got); diff != "" || initial != tt.initial {
 				t.Errorf("shapeSchedule = %v, initial %d; want %v, %d (-want +got):\n%s", got, initial, tt.want, tt.initial, diff)
 			}
@@ -141,14 +141,53 @@ func TestShapeSchedule(t *testing.T) {
 }
 
 func TestScheduleEvents(t *testing.T) {
-	got := scheduleEvents([]int{2, 4, 4, 1, 3}, 10*time.Second, 15*time.Second)
+	got := scheduleEvents([]int{2, 4, 4, 1, 3}, 10*time.Second, ColdStart{Mean: 15 * time.Second})
 	want := []scheduleEvent{
-		{at: -5 * time.Second, create: 2},
-		{at: 25 * time.Second, create: 2},
+		{at: 0, create: 1, readyAt: 10 * time.Second},
+		{at: 0, create: 1, readyAt: 10 * time.Second},
+		{at: 25 * time.Second, create: 1, readyAt: 40 * time.Second},
+		{at: 25 * time.Second, create: 1, readyAt: 40 * time.Second},
 		{at: 30 * time.Second, drain: 3},
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(scheduleEvent{})); diff != "" {
 		t.Errorf("scheduleEvents (-want +got):\n%s", diff)
+	}
+	// Drawn cold starts: each pod is created its own draw ahead of the rise.
+	cs := ColdStart{Mean: 15 * time.Second, Spread: 0.5, ProbePeriod: 2 * time.Second, Seed: 3}
+	for i, e := range scheduleEvents([]int{2, 4, 4, 1, 3}, 10*time.Second, cs) {
+		if e.create > 0 && e.at != max(0, e.readyAt-cs.draw(i, 0)) && e.at != max(0, e.readyAt-cs.draw(i, 2)) {
+			t.Errorf("event %d %+v: not its draw ahead of its rise", i, e)
+		}
+	}
+}
+
+// TestColdStartDraws: the draws have the configured mean, stay within
+// [start − spread, start + spread] rounded up to a probe, depend only on the
+// seed and the pod's rank, and node provisioning adds to the pods beyond the
+// warm nodes.
+func TestColdStartDraws(t *testing.T) {
+	cs := ColdStart{Mean: 120 * time.Second, Spread: 0.25, ProbePeriod: 10 * time.Second, Seed: 1}
+	var sum time.Duration
+	const n = 4000
+	for k := range n {
+		d := cs.draw(k, 0)
+		if d != cs.draw(k, 0) {
+			t.Fatal("a draw is not a function of the seed and the rank")
+		}
+		if lo := time.Duration(float64(115*time.Second) * 0.75); d < lo || d > cs.Max() {
+			t.Fatalf("draw %d = %v, outside [%v, %v]", k, d, lo, cs.Max())
+		}
+		sum += d
+	}
+	if mean := sum / n; mean < 118*time.Second || mean > 122*time.Second {
+		t.Errorf("mean cold start %v, want 120s within 2s", mean)
+	}
+	cs.NodeProvisioning, cs.WarmNodes = time.Minute, 3
+	if d, e := cs.draw(7, 2), cs.draw(7, 3); e-d != time.Minute {
+		t.Errorf("the 4th pod on 3 warm nodes waits %v more than the 3rd, want the 1m provisioning", e-d)
+	}
+	if err := (ColdStart{Mean: time.Second, Spread: 1}).Validate(); err == nil {
+		t.Error("a spread of 1 was accepted")
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 //	blockSize: 16
 //	numGPUBlocks: 27000
 //	maxModelLen: 32768
-//	stepTime: {base: 6ms, perSeq: 60us, perPrefillToken: 35us}
+//	stepTime: {base: 6ms, perSeq: 25us, perPrefillToken: 35us, perContextToken: 40ns}
 type Profile struct {
 	// Name describes the profile (model, GPU, vLLM version); information only.
 	Name string `json:"name,omitempty"`
@@ -45,6 +45,7 @@ type StepTimeProfile struct {
 	Base            metav1.Duration `json:"base"`
 	PerSeq          metav1.Duration `json:"perSeq"`
 	PerPrefillToken metav1.Duration `json:"perPrefillToken"`
+	PerContextToken metav1.Duration `json:"perContextToken"`
 }
 
 // ProfileOf returns the profile of an engine configuration.
@@ -55,6 +56,7 @@ func ProfileOf(c emulator.Config) Profile {
 		StepTime: StepTimeProfile{
 			Base: metav1.Duration{Duration: c.StepTime.Base}, PerSeq: metav1.Duration{Duration: c.StepTime.PerSeq},
 			PerPrefillToken: metav1.Duration{Duration: c.StepTime.PerPrefillToken},
+			PerContextToken: metav1.Duration{Duration: c.StepTime.PerContextToken},
 		},
 	}
 }
@@ -64,7 +66,8 @@ func (p Profile) Config() emulator.Config {
 	return emulator.Config{
 		MaxNumSeqs: p.MaxNumSeqs, MaxNumBatchedTokens: p.MaxNumBatchedTokens, BlockSize: p.BlockSize,
 		NumBlocks: p.NumGPUBlocks, MaxModelLen: p.MaxModelLen,
-		StepTime: emulator.StepTimeModel{Base: p.StepTime.Base.Duration, PerSeq: p.StepTime.PerSeq.Duration, PerPrefillToken: p.StepTime.PerPrefillToken.Duration},
+		StepTime: emulator.StepTimeModel{Base: p.StepTime.Base.Duration, PerSeq: p.StepTime.PerSeq.Duration,
+			PerPrefillToken: p.StepTime.PerPrefillToken.Duration, PerContextToken: p.StepTime.PerContextToken.Duration},
 	}
 }
 

@@ -13,6 +13,7 @@ const unset = time.Duration(-1)
 type fullRecorder struct {
 	first, finish []time.Duration
 	rejectedN     int
+	abandonedN    int
 }
 
 func newFullRecorder(n int) *fullRecorder {
@@ -26,6 +27,7 @@ func newFullRecorder(n int) *fullRecorder {
 func (r *fullRecorder) firstToken(i int, at time.Duration) { r.first[i] = at }
 func (r *fullRecorder) finished(i int, at time.Duration)   { r.finish[i] = at }
 func (r *fullRecorder) rejected(int)                       { r.rejectedN++ }
+func (r *fullRecorder) abandoned(int)                      { r.abandonedN++ }
 
 // windowRecorder keeps the first-token times of the requests [lo, hi) only (the
 // oracle's search) and ignores the others.
@@ -49,6 +51,7 @@ func (w *windowRecorder) firstToken(i int, at time.Duration) {
 }
 func (w *windowRecorder) finished(int, time.Duration) {}
 func (w *windowRecorder) rejected(int)                {}
+func (w *windowRecorder) abandoned(int)               {}
 
 // Quantiles are nearest-rank quantiles of TTFT in seconds; nil when the quantile
 // falls on a request that never got a first token (rejected, or still waiting at

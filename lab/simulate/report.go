@@ -17,8 +17,8 @@ type Report struct {
 	Settings Settings `json:"settings"`
 	// Workload describes the replayed traffic.
 	Workload WorkloadInfo `json:"workload"`
-	// Policies are the results, oracle and static first.
-	Policies []PolicyResult `json:"policies"`
+	// Autoscalers are the results, oracle and static first.
+	Autoscalers []AutoscalerResult `json:"autoscalers"`
 
 	oracleGPUHours float64
 	oracleSteps    []time.Duration // starts of the oracle's rises
@@ -72,7 +72,7 @@ type Phases struct {
 
 // WorkloadInfo describes the replayed traffic: its requests and length, the mean
 // and peak-minute rates (requests per second), mean sizes in tokens, and the
-// requests no policy can serve within the TTFT SLO.
+// requests no autoscaler can serve within the TTFT SLO.
 type WorkloadInfo struct {
 	Requests        int     `json:"requests"`
 	DurationSeconds float64 `json:"durationSeconds"`
@@ -86,15 +86,18 @@ type WorkloadInfo struct {
 	Unattainable int `json:"unattainable"`
 }
 
-// PolicyResult is one policy's outcome.
-type PolicyResult struct {
+// AutoscalerResult is one autoscaler's outcome.
+type AutoscalerResult struct {
 	// Name and Description identify the policy.
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	// Requests is the workload's size; Rejected the requests the engine refused;
-	// Unfinished those without a first token when the simulation ended.
+	// Abandoned those whose client gave up before a first token
+	// (Config.AbandonAfter); Unfinished those without a first token when the
+	// simulation ended. All are misses.
 	Requests   int `json:"requests"`
 	Rejected   int `json:"rejected"`
+	Abandoned  int `json:"abandoned"`
 	Unfinished int `json:"unfinished"`
 	// TTFTWithinSLO is the share of requests with TTFT <= the TTFT SLO; WithinSLO
 	// the share that also finished within TTFT SLO + output tokens × TPOT SLO.
@@ -110,7 +113,7 @@ type PolicyResult struct {
 	// non-terminating pods at a sample.
 	ScaleEvents  int `json:"scaleEvents"`
 	PeakReplicas int `json:"peakReplicas"`
-	// LoadSteps is how fast the policy scaled up when load rose.
+	// LoadSteps is how fast the autoscaler scaled up when load rose.
 	LoadSteps StepReaction `json:"loadSteps"`
 	// HPASyncs and Scrapes count the HPA reconciles and the /metrics bodies
 	// rendered and parsed (zero for the oracle and the static fleet).
@@ -120,13 +123,16 @@ type PolicyResult struct {
 	// intervals where even the replica cap missed the target.
 	Schedule   []int `json:"schedule,omitempty"`
 	Infeasible int   `json:"infeasibleIntervals,omitempty"`
+	// Unachievable counts the misses the oracle found no replica count
+	// removes and did not chase (see oracle.go).
+	Unachievable int `json:"unachievableMisses,omitempty"`
 	// Series is the fleet over time, every sample interval.
 	Series []Sample `json:"series"`
 }
 
 // StepReaction measures scale-up latency. A load step is the start of a rise in
 // the oracle's schedule (consecutive rising intervals are one step); the
-// reaction is the time from it to the policy's first scale-up at or after one
+// reaction is the time from it to the autoscaler's first scale-up at or after one
 // cold start before it (the oracle's own starts a cold start early, so it
 // reacts at -ColdStart) and before the next step. Steps without a scale-up in
 // that span count as missed.
@@ -179,10 +185,11 @@ func newReport(cfg Config, w Workload, attainable []bool, ps pipelineSettings) *
 	return r
 }
 
-// add summarizes one policy's outcome; the oracle must come first.
+// add summarizes one autoscaler's outcome; the oracle must come first.
 func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or *oracleResult) {
 	n := len(w.Requests)
-	res := PolicyResult{Name: name, Description: desc, Requests: n, Rejected: out.rec.rejectedN, HPASyncs: out.syncs, Scrapes: out.renders}
+	res := AutoscalerResult{Name: name, Description: desc, Requests: n, Rejected: out.rec.rejectedN, Abandoned: out.rec.abandonedN,
+		HPASyncs: out.syncs, Scrapes: out.renders}
 	ttft := make([]float64, n)
 	okTTFT, ok := 0, 0
 	for i, q := range w.Requests {
@@ -205,7 +212,7 @@ func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or
 			res.Unfinished++
 		}
 	}
-	res.Unfinished -= res.Rejected
+	res.Unfinished -= res.Rejected + res.Abandoned
 	res.TTFTWithinSLO, res.WithinSLO = round(float64(okTTFT)/float64(n)), round(float64(ok)/float64(n))
 	res.TTFTSeconds = quantiles(ttft)
 	res.GPUHours = math.Round(out.f.gpuTime().Hours()*1e6) / 1e6
@@ -216,7 +223,7 @@ func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or
 	res.Series = out.series
 	if name == "oracle" {
 		r.oracleGPUHours = out.f.gpuTime().Hours()
-		res.Schedule, res.Infeasible = or.schedule, or.infeasible
+		res.Schedule, res.Infeasible, res.Unachievable = or.schedule, or.infeasible, or.unachievable
 		for k := 1; k < len(or.schedule); k++ {
 			if or.schedule[k] > or.schedule[k-1] && (k == 1 || or.schedule[k-1] <= or.schedule[k-2]) {
 				r.oracleSteps = append(r.oracleSteps, time.Duration(k)*cfg.OracleInterval)
@@ -227,7 +234,7 @@ func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or
 		res.GPUHoursVsOracle = round(out.f.gpuTime().Hours() / r.oracleGPUHours)
 	}
 	res.LoadSteps = r.reaction(out.f.changes)
-	r.Policies = append(r.Policies, res)
+	r.Autoscalers = append(r.Autoscalers, res)
 }
 
 func (r *Report) reaction(changes []scaleChange) StepReaction {
@@ -264,13 +271,13 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteTable writes one line per policy: SLO attainment, TTFT quantiles,
+// WriteTable writes one line per autoscaler: SLO attainment, TTFT quantiles,
 // GPU-hours and their ratio to the oracle, scale events and the mean reaction to
 // load steps.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	slo := fmt.Sprintf("TTFT<=%gs", r.Settings.TTFTSLOSeconds)
-	fmt.Fprintf(tw, "policy\t%s\tSLO met\tp50 TTFT\tp95 TTFT\tp99 TTFT\tGPU-h\tx oracle\tpeak\tscale events\tstep->scale-up\t\n", slo)
+	fmt.Fprintf(tw, "autoscaler\t%s\tSLO met\tp50 TTFT\tp95 TTFT\tp99 TTFT\tGPU-h\tx oracle\tpeak\tscale events\tstep->scale-up\t\n", slo)
 	pct := func(v float64) string { return fmt.Sprintf("%.2f%%", 100*v) }
 	sec := func(v *float64) string {
 		if v == nil {
@@ -278,7 +285,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		return fmt.Sprintf("%.2fs", *v)
 	}
-	for _, p := range r.Policies {
+	for _, p := range r.Autoscalers {
 		react := "-"
 		if p.LoadSteps.MeanSeconds != nil {
 			react = fmt.Sprintf("%+.0fs (%d/%d)", *p.LoadSteps.MeanSeconds, p.LoadSteps.Reacted, p.LoadSteps.Steps)

@@ -18,9 +18,21 @@ import (
 type Config struct {
 	// Engine is the shape of every replica's engine.
 	Engine emulator.Config
-	// ColdStart is the time from a pod's creation to Ready (model load); the pod
-	// costs GPU time throughout.
-	ColdStart time.Duration
+	// ColdStart is the mean time from a pod's creation to Ready (image pull,
+	// model load, graph capture, readiness probe); the pod costs GPU time
+	// throughout. Each pod draws its own (see the ColdStart type):
+	// ColdStartSpread is the relative spread of its engine's start, in [0, 1),
+	// ReadinessProbePeriod the probe period that notices it, and
+	// NodeProvisioning, when > 0, the delay of a pod that needs a new node
+	// (WarmNodes nodes exist from the start, one pod each).
+	ColdStart            time.Duration
+	ColdStartSpread      float64
+	ReadinessProbePeriod time.Duration
+	NodeProvisioning     time.Duration
+	WarmNodes            int
+	// AbandonAfter is how long a client waits for its first token before it
+	// gives up (the request is aborted and counts as a miss); 0 waits forever.
+	AbandonAfter time.Duration
 	// TTFTSLO is the time-to-first-token objective; TPOTSLO the time per output
 	// token: a request's e2e objective is TTFTSLO + output tokens × TPOTSLO.
 	TTFTSLO, TPOTSLO time.Duration
@@ -29,7 +41,7 @@ type Config struct {
 	SLOTarget float64
 	// OracleInterval is the length of the oracle's constant-replica intervals.
 	OracleInterval time.Duration
-	// MinReplicas bounds every policy and the oracle from below; MaxReplicas caps
+	// MinReplicas bounds every autoscaler and the oracle from below; MaxReplicas caps
 	// the oracle's search and the built-in HPAs (0: twice the oracle's peak).
 	MinReplicas, MaxReplicas int
 	// HPA is the HPA controller's settings (sync period, tolerance, ...).
@@ -48,7 +60,8 @@ type Config struct {
 	// Seed fixes the phases of every periodic clock (scrapes, polls, HPA syncs),
 	// the same for every policy. The same seed gives the same report.
 	Seed uint64
-	// NewSource makes each policy's MetricSource (see NewAdapterSource).
+	// NewSource makes each autoscaler's MetricSource (see NewAdapterSource)
+	// unless the autoscaler brings its own (Autoscaler.Source).
 	NewSource func() MetricSource
 	// ScrapeEveryTick scrapes at every scrape tick instead of only before a read:
 	// needed by a MetricSource that keeps history (rates, histogram windows).
@@ -56,12 +69,14 @@ type Config struct {
 	// ObserveHistograms feeds the engines' latency histograms at every step, for a
 	// MetricSource that reads them; slower.
 	ObserveHistograms bool
-	// OnPolicyDone, if set, is called after each policy's replay with its name
+	// OnAutoscalerDone, if set, is called after each autoscaler's replay with its name
 	// (progress for a person waiting).
-	OnPolicyDone func(name string)
+	OnAutoscalerDone func(name string)
 }
 
-// DefaultConfig returns the emulator's default engine, a 120 s cold start, a 2 s
+// DefaultConfig returns the emulator's default engine, a 120 s mean cold start
+// (engine starts spread ±25 %, a 10 s readiness probe, no node provisioning),
+// clients that give up after 60 s without a first token, a 2 s
 // TTFT objective and 100 ms per output token, a 99 % target, 60 s oracle
 // intervals, replicas from 1, kube-controller-manager's HPA defaults, the
 // adapter's 2 s scrape (stale after 3 × 2 s), Prometheus at 15 s, KEDA polling at
@@ -71,6 +86,9 @@ func DefaultConfig() Config {
 	return Config{
 		Engine:                   emulator.DefaultConfig(),
 		ColdStart:                120 * time.Second,
+		ColdStartSpread:          0.25,
+		ReadinessProbePeriod:     10 * time.Second,
+		AbandonAfter:             60 * time.Second,
 		TTFTSLO:                  2 * time.Second,
 		TPOTSLO:                  100 * time.Millisecond,
 		SLOTarget:                0.99,
@@ -107,7 +125,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %v", name, d))
 		}
 	}
-	nonNeg("cold start", c.ColdStart)
+	if err := c.coldStart().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	nonNeg("abandon after", c.AbandonAfter)
 	pos("TTFT SLO", c.TTFTSLO)
 	nonNeg("TPOT SLO", c.TPOTSLO)
 	pos("oracle interval", c.OracleInterval)
@@ -132,10 +153,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Autoscaler is one autoscaling policy to compare: an HPA whose metrics reach it on
+// Autoscaler is one autoscaling strategy to compare: an HPA whose metrics reach it on
 // a path.
 type Autoscaler struct {
-	// Name identifies the policy in the report.
+	// Name identifies the autoscaler in the report.
 	Name string
 	// Description says what it is, in a line.
 	Description string
@@ -144,9 +165,12 @@ type Autoscaler struct {
 	HPA *autoscalingv2.HorizontalPodAutoscaler
 	// Path says how its External and Pods metrics are served.
 	Path MetricsPath
+	// Source, when set, makes its MetricSource (its own catalog: set points,
+	// terms); Config.NewSource otherwise.
+	Source func() MetricSource
 }
 
-// Sample is the state of one policy's fleet at one instant.
+// Sample is the state of one autoscaler's fleet at one instant.
 type Sample struct {
 	// T is the time in seconds since the start.
 	T float64 `json:"t"`
@@ -164,7 +188,7 @@ type Sample struct {
 	Running int `json:"running"`
 }
 
-// outcome is what one policy's run leaves.
+// outcome is what one autoscaler's run leaves.
 type outcome struct {
 	rec    *fullRecorder
 	f      *fleet
@@ -185,6 +209,12 @@ func (c Config) phases() pipelineSettings {
 	return ps
 }
 
+// coldStart returns the cold-start distribution of the configuration.
+func (c Config) coldStart() ColdStart {
+	return ColdStart{Mean: c.ColdStart, Spread: c.ColdStartSpread, ProbePeriod: c.ReadinessProbePeriod,
+		NodeProvisioning: c.NodeProvisioning, WarmNodes: c.WarmNodes, Seed: c.Seed}
+}
+
 // epoch returns the virtual wall-clock time of a simulation's start: any fixed
 // instant (the engines and the HPA model take times, never read a clock).
 func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
@@ -193,8 +223,9 @@ func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 // autoscaler mk builds (nil for a static fleet).
 func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler, error)) (*outcome, error) {
 	rec := newFullRecorder(len(w.Requests))
-	f := newFleet(cfg.Engine, cfg.ColdStart, epoch(), w.Requests, rec, w.Duration)
+	f := newFleet(cfg.Engine, cfg.coldStart(), epoch(), w.Requests, rec, w.Duration)
 	f.observe = cfg.ObserveHistograms
+	f.abandonAfter = cfg.AbandonAfter
 	if err := f.addReady(initial); err != nil {
 		return nil, err
 	}
@@ -250,7 +281,7 @@ func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler
 }
 
 // Run replays w under the oracle, a static fleet sized for the oracle's peak, and
-// each policy, and reports them side by side. Every fleet starts with the
+// each autoscaler, and reports them side by side. Every fleet starts with the
 // oracle's initial replicas Ready.
 func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
@@ -262,11 +293,11 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	names := map[string]bool{"oracle": true, "static": true}
 	for _, p := range policies {
 		if names[p.Name] || p.Name == "" {
-			return nil, fmt.Errorf("policy name %q is empty or used twice (oracle and static are built in)", p.Name)
+			return nil, fmt.Errorf("autoscaler name %q is empty or used twice (oracle and static are built in)", p.Name)
 		}
 		names[p.Name] = true
 		if p.HPA == nil {
-			return nil, fmt.Errorf("policy %s has no HPA", p.Name)
+			return nil, fmt.Errorf("autoscaler %s has no HPA", p.Name)
 		}
 	}
 	ps := cfg.phases()
@@ -286,8 +317,8 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	}
 	rep := newReport(cfg, w, attainable, ps)
 	done := func(name string) {
-		if cfg.OnPolicyDone != nil {
-			cfg.OnPolicyDone(name)
+		if cfg.OnAutoscalerDone != nil {
+			cfg.OnAutoscalerDone(name)
 		}
 	}
 	done("oracle")
@@ -306,11 +337,15 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 			h.Spec.MaxReplicas = int32(auto)
 		}
 		initial := or.initial
+		src := cfg.NewSource
+		if p.Source != nil {
+			src = p.Source
+		}
 		out, err := runFleet(cfg, w, initial, func(f *fleet) (autoscaler, error) {
-			return newHPAPolicy(h, cfg.HPA, p.Path, cfg.NewSource(), ps, f)
+			return newHPAPolicy(h, cfg.HPA, p.Path, src(), ps, f)
 		})
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+			return nil, fmt.Errorf("autoscaler %s: %w", p.Name, err)
 		}
 		done(p.Name)
 		rep.add(cfg, w, p.Name, p.Description, out, or)
@@ -328,10 +363,10 @@ func attainableRequests(cfg Config, w Workload) []bool {
 			continue
 		}
 		var d time.Duration
-		for rem := r.PromptTokens; rem > 0; {
-			n := min(rem, cfg.Engine.MaxNumBatchedTokens)
-			d += cfg.Engine.StepTime.Duration(1, n)
-			rem -= n
+		for done := 0; done < r.PromptTokens; {
+			n := min(r.PromptTokens-done, cfg.Engine.MaxNumBatchedTokens)
+			d += cfg.Engine.StepTime.Duration(1, n, done)
+			done += n
 		}
 		out[i] = d <= cfg.TTFTSLO
 	}

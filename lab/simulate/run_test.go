@@ -31,7 +31,7 @@ func azureWindow(tb testing.TB, o WorkloadOptions) Workload {
 
 func builtins(t *testing.T, names ...string) []Autoscaler {
 	t.Helper()
-	ps, err := BuiltinAutoscalers(DefaultHPATargets(), 1, names...)
+	ps, err := BuiltinAutoscalers(DefaultTargets(), 1, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestRunIsDeterministic(t *testing.T) {
 	if bytes.Equal(a, reportJSON(t, c)) {
 		t.Error("seeds 1 and 2 gave identical reports; the seed must move the clocks' phases")
 	}
-	if got := len(c.Policies); got != 2+len(BuiltinAutoscalerNames()) {
+	if got := len(c.Autoscalers); got != 2+len(BuiltinAutoscalerNames()) {
 		t.Errorf("%d policies in the report, want the oracle, static and %d built-ins", got, len(BuiltinAutoscalerNames()))
 	}
 }
@@ -78,12 +78,12 @@ func TestLazyScrapesChangeNothing(t *testing.T) {
 	w := azureWindow(t, o)
 	cfg := DefaultConfig()
 	cfg.ColdStart = 30 * time.Second
-	ps := builtins(t, "keda-queue", "saturation")
+	ps := builtins(t, "keda-queue-cached", "saturation")
 	lazy := mustRun(t, cfg, w, ps)
 	cfg.ScrapeEveryTick = true
 	every := mustRun(t, cfg, w, ps)
-	for i := range lazy.Policies {
-		l, e := lazy.Policies[i], every.Policies[i]
+	for i := range lazy.Autoscalers {
+		l, e := lazy.Autoscalers[i], every.Autoscalers[i]
 		if l.Name != "oracle" && l.Name != "static" && !(l.Scrapes < e.Scrapes) {
 			t.Errorf("%s: %d lazy scrapes, %d at every tick; want fewer", l.Name, l.Scrapes, e.Scrapes)
 		}
@@ -124,7 +124,7 @@ func TestHPAReactsToALoadStep(t *testing.T) {
 	if keda < sat {
 		t.Errorf("the KEDA-style trigger scaled up %gs after the step, before the direct path (%gs)", keda, sat)
 	}
-	for _, p := range rep.Policies {
+	for _, p := range rep.Autoscalers {
 		if p.PeakReplicas < 3 {
 			t.Errorf("%s peaked at %d replicas, want at least the 3 the load needs", p.Name, p.PeakReplicas)
 		}
@@ -197,7 +197,7 @@ spec:
 // TestAdapterFeed: a pod Ready since the last scrape is unknown (its scrape
 // failed while it started); a Ready pod never attempted is scraped on the spot.
 func TestAdapterFeed(t *testing.T) {
-	f := newFleet(slowEngine(), sec(5), epoch(), nil, nopRecorder{}, time.Hour)
+	f := newFleet(slowEngine(), ColdStart{Mean: sec(5)}, epoch(), nil, nopRecorder{}, time.Hour)
 	if err := f.addReady(1); err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,21 @@ import (
 // the adapter's provider does. Pods are identified by the fleet's pod IDs. One
 // source serves one fleet; it is not safe for concurrent use.
 type MetricSource interface {
-	// Scrape records one successful scrape of pod's /metrics body, replacing its
-	// previous reading. An error (the body does not parse, no engine metric) leaves
-	// the pod without a reading, as a failed scrape does.
-	Scrape(pod int, body []byte) error
+	// Scrape records one successful scrape of pod's /metrics body at at (the
+	// virtual time since the start), after its previous readings. An error (the
+	// body does not parse, no engine metric) leaves the pod without a reading,
+	// as a failed scrape does.
+	Scrape(pod int, at time.Duration, body []byte) error
 	// Forget drops what is kept about pod.
 	Forget(pod int)
-	// External returns the value of the External metric over a pool: the pods in
-	// fresh have a fresh scrape (their latest Scrape), unknown more counted pods
-	// have none. It fails where the adapter answers an error (no pod, no pod with
-	// data, a signal no pod exposes): the HPA then holds.
-	External(metric string, fresh []int, unknown int) (float64, error)
+	// External returns the value of the External metric over a pool at at: the
+	// pods in fresh have a fresh scrape (their latest Scrape), unknown more
+	// counted pods have none. It fails where the adapter answers an error (no
+	// pod, no pod with data, a signal no pod exposes): the HPA then holds.
+	External(metric string, at time.Duration, fresh []int, unknown int) (float64, error)
 	// PodValue returns pod's value of a per-pod (custom.metrics.k8s.io, HPA type
 	// Pods) metric from its latest scrape; false when the adapter leaves the pod out.
-	PodValue(metric string, pod int) (float64, bool)
+	PodValue(metric string, at time.Duration, pod int) (float64, bool)
 	// Metrics lists the External metrics served (perPod false) or the per-pod
 	// metrics (perPod true).
 	Metrics(perPod bool) []string
@@ -74,7 +75,7 @@ func NewAdapterSource(queueDepthSetPoint, kvCacheUsageSetPoint, unknownSaturatio
 func CatalogSource(c *policy.Catalog) func() MetricSource {
 	ex := signals.NewExtractor() // immutable, shared by the sources
 	return func() MetricSource {
-		return &adapterSource{ex: ex, catalog: c, pods: map[int]*history.History{}}
+		return &adapterSource{ex: ex, catalog: c, pods: map[int]*history.History{}, pools: map[string]*policy.PoolState{}}
 	}
 }
 
@@ -99,43 +100,35 @@ func adapterSetPoints() (queueDepth, kvCacheUsage float64) {
 // validate: cannot happen while the defaults are sane, but never a crash).
 type failingSource struct{ err error }
 
-func (f failingSource) Scrape(int, []byte) error                     { return f.err }
-func (f failingSource) Forget(int)                                   {}
-func (f failingSource) External(string, []int, int) (float64, error) { return 0, f.err }
-func (f failingSource) PodValue(string, int) (float64, bool)         { return 0, false }
-func (f failingSource) Metrics(bool) []string                        { return nil }
+func (f failingSource) Scrape(int, time.Duration, []byte) error { return f.err }
+func (f failingSource) Forget(int)                              {}
+func (f failingSource) External(string, time.Duration, []int, int) (float64, error) {
+	return 0, f.err
+}
+func (f failingSource) PodValue(string, time.Duration, int) (float64, bool) { return 0, false }
+func (f failingSource) Metrics(bool) []string                               { return nil }
 
 type adapterSource struct {
 	ex      *signals.Extractor
 	catalog *policy.Catalog
 	pods    map[int]*history.History
-	// seq orders the readings: the simulation decides freshness itself (the
-	// fresh pods of External), so readings carry a sequence, not a clock.
-	seq int64
+	// pools keeps what the catalog's policies remember of their pool between
+	// requests (a peak held), per metric: the simulation serves one pool.
+	pools map[string]*policy.PoolState
 }
-
-// sourceEpoch is the time of the first reading of a source; each reading is one
-// millisecond after the one before.
-var sourceEpoch = time.Unix(0, 0)
 
 // anyAge accepts every reading: freshness is the caller's decision.
 const anyAge = time.Duration(math.MaxInt64)
 
-func (s *adapterSource) Scrape(pod int, body []byte) error {
+func (s *adapterSource) Scrape(pod int, at time.Duration, body []byte) error {
 	r, err := s.ex.Extract(body)
 	if err != nil {
 		delete(s.pods, pod)
 		return err
 	}
-	s.seq++
-	r.Time = sourceEpoch.Add(time.Duration(s.seq) * time.Millisecond)
+	r.Time = epoch().Add(at)
 	s.pods[pod] = s.pods[pod].Append(&r, history.HistoryOptions{Needs: s.catalog.Needs()})
 	return nil
-}
-
-// now is the time of the newest reading.
-func (s *adapterSource) now() time.Time {
-	return sourceEpoch.Add(time.Duration(s.seq) * time.Millisecond)
 }
 
 func (s *adapterSource) Forget(pod int) { delete(s.pods, pod) }
@@ -149,12 +142,13 @@ func (s *adapterSource) Metrics(perPod bool) []string {
 
 // External pools as pkg/provider does (Provider.compute and its pool): no pod is
 // an error, no known pod is an error, no pod exposing the signal is an error.
-func (s *adapterSource) External(metric string, fresh []int, unknown int) (float64, error) {
+func (s *adapterSource) External(metric string, at time.Duration, fresh []int, unknown int) (float64, error) {
 	p := s.catalog.Lookup(metric)
 	if p == nil {
 		return 0, fmt.Errorf("unknown metric %q", metric)
 	}
-	b := p.NewPool(s.now(), anyAge)
+	now := epoch().Add(at)
+	b := p.NewPool(now, anyAge)
 	for _, id := range fresh {
 		b.Add(s.pods[id], "") // nil for a pod whose last scrape failed to parse
 	}
@@ -162,6 +156,16 @@ func (s *adapterSource) External(metric string, fresh []int, unknown int) (float
 		b.Add(nil, "no fresh reading")
 	}
 	pool := b.Pool()
+	if p.HasAhead() {
+		var st *policy.PoolState
+		if p.Remembers() {
+			if st = s.pools[p.Name]; st == nil {
+				st = &policy.PoolState{}
+				s.pools[p.Name] = st
+			}
+		}
+		pool = p.Ahead(now, st, pool)
+	}
 	switch {
 	case pool.Pods == 0:
 		return 0, errors.New("no pod is Running and Ready")
@@ -173,13 +177,13 @@ func (s *adapterSource) External(metric string, fresh []int, unknown int) (float
 	return *pool.Value, nil
 }
 
-func (s *adapterSource) PodValue(metric string, pod int) (float64, bool) {
+func (s *adapterSource) PodValue(metric string, at time.Duration, pod int) (float64, bool) {
 	p := s.catalog.Lookup(metric)
 	h := s.pods[pod]
 	if p == nil || !p.PerPod() || h == nil {
 		return 0, false
 	}
-	b := p.NewPool(s.now(), anyAge)
+	b := p.NewPool(epoch().Add(at), anyAge)
 	v := b.Add(h, "")
 	return v.Value, v.Present
 }

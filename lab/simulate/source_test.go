@@ -17,7 +17,7 @@ import (
 // pod 0 has 12 requests waiting, pod 1 none; both have only the null KV block in
 // use (1/27000).
 func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
-	f := newFleet(emulator.DefaultConfig(), 0, epoch(), nil, nopRecorder{}, time.Hour)
+	f := newFleet(emulator.DefaultConfig(), ColdStart{}, epoch(), nil, nopRecorder{}, time.Hour)
 	if err := f.addReady(2); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
 		if !bytes.Contains(body, []byte(`vllm:num_requests_waiting{engine="0",model_name="simulated"}`)) {
 			t.Fatalf("rendered body lacks vLLM's queue gauge:\n%s", body)
 		}
-		if err := src.Scrape(p.num, body); err != nil {
+		if err := src.Scrape(p.num, 0, body); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,7 +61,7 @@ func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
 		{metric: "llm_made_up", fresh: []int{0}, wantErr: "unknown metric"},
 	}
 	for _, tt := range tests {
-		got, err := src.External(tt.metric, tt.fresh, tt.unknown)
+		got, err := src.External(tt.metric, 0, tt.fresh, tt.unknown)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("External(%s, %v, %d) error = %v, want %q", tt.metric, tt.fresh, tt.unknown, err, tt.wantErr)
@@ -72,16 +72,16 @@ func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
 			t.Errorf("External(%s, %v, %d) = %v, %v; want %v", tt.metric, tt.fresh, tt.unknown, got, err, tt.want)
 		}
 	}
-	if v, ok := src.PodValue(MetricSaturation, 0); !ok || v != 12.0/5 {
+	if v, ok := src.PodValue(MetricSaturation, 0, 0); !ok || v != 12.0/5 {
 		t.Errorf("PodValue(saturation, pod 0) = %v, %v; want 2.4", v, ok)
 	}
-	if _, ok := src.PodValue(MetricSaturation, 7); ok {
+	if _, ok := src.PodValue(MetricSaturation, 0, 7); ok {
 		t.Error("PodValue of a pod never scraped is ok")
 	}
-	if err := src.Scrape(0, []byte("not an exposition {")); err == nil {
+	if err := src.Scrape(0, time.Second, []byte("not an exposition {")); err == nil {
 		t.Error("Scrape of a broken body succeeded")
 	}
-	if _, ok := src.PodValue(MetricQueueDepth, 0); ok {
+	if _, ok := src.PodValue(MetricQueueDepth, 0, 0); ok {
 		t.Error("a failed scrape left the pod's old reading in place")
 	}
 	if !slices.Contains(src.Metrics(false), MetricDemandReplicas) || slices.Contains(src.Metrics(true), MetricDemandReplicas) {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,6 +91,36 @@ type Policy struct {
 	Terms []Term `json:"terms,omitempty"`
 	// Gateway is the gateway queue that feeds the pool.
 	Gateway *Gateway `json:"gateway,omitempty"`
+	// Peak holds the pool's demand at no less than its own recent peak × (1 +
+	// headroom) (mean and demand policies).
+	Peak *Peak `json:"peak,omitempty"`
+	// Minimums are scheduled windows of least demand (mean and demand
+	// policies).
+	Minimums []Minimum `json:"minimums,omitempty"`
+}
+
+// Peak is a policy's peak hold (policy.PeakHold).
+type Peak struct {
+	// Window is how long a peak counts, e.g. 10m. Required.
+	Window *Duration `json:"window"`
+	// Headroom is the fraction above the peak that is held, e.g. 0.2.
+	Headroom float64 `json:"headroom,omitempty"`
+	// HalfLife, when set, decays a held peak: its weight halves every HalfLife.
+	HalfLife *Duration `json:"halfLife,omitempty"`
+}
+
+// Minimum is a scheduled window of least demand (policy.ScheduledMinimum).
+type Minimum struct {
+	// Schedule is a 5-field cron expression of the window's openings, e.g.
+	// "0 9 * * 1-5" (09:00 on weekdays). Required.
+	Schedule string `json:"schedule"`
+	// Duration is how long each window stays open, e.g. 8h. Required.
+	Duration *Duration `json:"duration"`
+	// TimeZone is the IANA time zone of the schedule, e.g. Europe/Berlin;
+	// UTC when empty.
+	TimeZone string `json:"timeZone,omitempty"`
+	// Demand is the least demand in replicas while the window is open.
+	Demand float64 `json:"demand"`
 }
 
 // Term is one saturation term. Latency terms (ttft, e2eLatency,
@@ -334,13 +365,61 @@ func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 		sp.Gateway = &policy.GatewayInput{Namespace: g.Namespace, Selector: g.Selector, Port: g.Port, Path: g.Path,
 			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint, BearerTokenFile: g.BearerTokenFile}
 	}
+	errs = append(errs, p.convertAhead(path, &sp)...)
 	if len(errs) > 0 {
 		return sp, errs
 	}
 	if err := sp.Validate(); err != nil {
-		errs = append(errs, field.Invalid(path.Child(err.Field), err.Value, err.Msg))
+		errs = append(errs, field.Invalid(fieldPath(path, err.Field), err.Value, err.Msg))
 	}
 	return sp, errs
+}
+
+// convertAhead sets the peak hold and scheduled minimums of sp, requiring
+// their mandatory fields (the policy's validation checks the values).
+func (p *Policy) convertAhead(path *field.Path, sp *policy.Policy) field.ErrorList {
+	var errs field.ErrorList
+	if pk := p.Peak; pk != nil {
+		h := &policy.PeakHold{Headroom: pk.Headroom}
+		if pk.Window == nil {
+			errs = append(errs, field.Required(path.Child("peak", "window"), "how long a peak counts, e.g. 10m"))
+		} else {
+			h.Window = pk.Window.Duration
+		}
+		if pk.HalfLife != nil {
+			h.HalfLife = pk.HalfLife.Duration
+		}
+		sp.Peak = h
+	}
+	for i, m := range p.Minimums {
+		mp := path.Child("minimums").Index(i)
+		sm := policy.ScheduledMinimum{Schedule: m.Schedule, TimeZone: m.TimeZone, Demand: m.Demand}
+		if m.Schedule == "" {
+			errs = append(errs, field.Required(mp.Child("schedule"), `a 5-field cron expression, e.g. "0 9 * * 1-5"`))
+		}
+		if m.Duration == nil {
+			errs = append(errs, field.Required(mp.Child("duration"), "how long each window stays open, e.g. 8h"))
+		} else {
+			sm.Duration = m.Duration.Duration
+		}
+		sp.Minimums = append(sp.Minimums, sm)
+	}
+	return errs
+}
+
+// fieldPath turns a policy field name ("terms[1].quantile",
+// "minimums[0].schedule") into a path under path.
+func fieldPath(path *field.Path, name string) *field.Path {
+	for _, part := range strings.Split(name, ".") {
+		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
+			if n, err := strconv.Atoi(part[i+1 : len(part)-1]); err == nil {
+				path = path.Child(part[:i]).Index(n)
+				continue
+			}
+		}
+		path = path.Child(part)
+	}
+	return path
 }
 
 // convert turns one file term into a policy.Term, validating its fields.
@@ -391,7 +470,7 @@ func (t *Term) convert(path *field.Path) (policy.Term, field.ErrorList) {
 	if d.Kind.IsLatency() && d.Quantile == 0 {
 		d.Quantile = policy.DefaultQuantile
 	}
-	if (d.Kind == policy.TermPreemptionRate || d.Kind.IsLatency()) && d.Window == 0 {
+	if (d.Kind == policy.TermPreemptionRate || d.Kind == policy.TermDemandRate || d.Kind.IsLatency()) && d.Window == 0 {
 		d.Window = policy.DefaultTermWindow
 	}
 	if err := d.Validate(); err != nil {
@@ -443,4 +522,31 @@ policies:
   - {kind: queueDepth, setPoint: 2}
   - {kind: batchSlots, setPoint: 0.9, maxNumSeqs: 64}
   - {kind: e2eLatency, slo: 60s, quantile: 0.9, window: 5m}
+`
+
+// ExampleAhead returns a commented example of the controls that see ahead, the
+// one docs/scoreboard.md shows: the fused score with a demand-rate term, a held
+// peak and a scheduled minimum, for an HPA with target Value 1. It parses (a
+// test checks).
+func ExampleAhead() []byte {
+	return bytes.TrimLeft([]byte(exampleAheadFile), "\n")
+}
+
+const exampleAheadFile = `
+apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+# Chat that sees ahead: the fused score, the arrival rate against what one
+# replica serves (lab calibrate measures it), the last burst's demand held for
+# 10 minutes with 20 % headroom, and at least 6 replicas on weekday mornings.
+# HPA: External chat-ahead, target type Value, value "1".
+- name: chat-ahead
+  kind: mean
+  terms:
+  - {kind: queueDepth, setPoint: 3}
+  - {kind: kvCacheUsage, setPoint: 0.3}
+  - {kind: demandRate, setPoint: 12, window: 30s}
+  peak: {window: 10m, headroom: 0.2, halfLife: 5m}
+  minimums:
+  - {schedule: "0 8 * * 1-5", duration: 4h, timeZone: Europe/Berlin, demand: 6}
 `

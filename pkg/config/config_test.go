@@ -288,3 +288,63 @@ func TestPrometheusSection(t *testing.T) {
 		t.Errorf("after a bad reload Matchers = %q, want the last good one", got)
 	}
 }
+
+// The look-ahead example parses into a policy with a demand-rate term (window
+// 30 s, set point in requests per second per replica), a peak hold and a
+// scheduled minimum in its time zone.
+func TestExampleAhead(t *testing.T) {
+	f, err := Parse(ExampleAhead())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Catalog(builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Lookup("chat-ahead")
+	if p == nil || len(p.Terms) != 3 || p.Terms[2].Kind != policy.TermDemandRate || p.Terms[2].SetPoint != 12 || p.Terms[2].Window != 30*time.Second {
+		t.Fatalf("chat-ahead %+v", p)
+	}
+	if p.Peak == nil || p.Peak.Window != 10*time.Minute || p.Peak.Headroom != 0.2 || p.Peak.HalfLife != 5*time.Minute {
+		t.Errorf("peak %+v", p.Peak)
+	}
+	// Monday 2026-11-30 08:30 in Berlin (07:30 UTC) is in the window.
+	monday := time.Date(2026, 11, 30, 7, 30, 0, 0, time.UTC)
+	if len(p.Minimums) != 1 || !p.Minimums[0].Open(monday) || p.Minimums[0].Open(monday.Add(4*time.Hour)) {
+		t.Errorf("minimums %+v: want open at 08:30 Berlin, closed at 12:30", p.Minimums)
+	}
+	if !p.Remembers() || len(c.Needs().Windows) != 1 {
+		t.Errorf("Remembers %v, needs %+v: want a pool state and the 30s window", p.Remembers(), c.Needs())
+	}
+}
+
+// Bad look-ahead fields are named with their paths, all at once.
+func TestAheadParseErrors(t *testing.T) {
+	head := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 5}]\n"
+	tests := []struct {
+		name, tail string
+		want       []string
+	}{
+		{"demand rate without set point", "- name: b\n  kind: mean\n  terms: [{kind: demandRate}]\n",
+			[]string{"policies[1].terms[0].setPoint: Required value"}},
+		{"peak without window", "  peak: {headroom: 0.2}\n", []string{"policies[0].peak.window: Required value"}},
+		{"negative headroom", "  peak: {window: 5m, headroom: -1}\n", []string{"policies[0].peak.headroom: Invalid value: -1"}},
+		{"bad schedule and zone", "  minimums: [{schedule: \"every day\", duration: 1h, timeZone: Nowhere/Land, demand: 2}]\n",
+			[]string{"policies[0].minimums[0].schedule: Invalid value"}},
+		{"bad zone", "  minimums: [{schedule: \"@daily\", duration: 1h, timeZone: Nowhere/Land, demand: 2}]\n",
+			[]string{"policies[0].minimums[0].timeZone: Invalid value: \"Nowhere/Land\""}},
+		{"missing duration", "  minimums: [{schedule: \"@daily\", demand: 2}]\n", []string{"policies[0].minimums[0].duration: Required value"}},
+		{"signal policy", "- name: s\n  kind: signal\n  signal: queueDepth\n  peak: {window: 1m}\n",
+			[]string{"policies[1].kind: Invalid value: \"signal\""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(head + tt.tail))
+			for _, w := range tt.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Parse error = %v, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -169,6 +169,12 @@ type Window struct {
 	// Resets counts counter resets seen; Approx reports interpolated layouts.
 	Resets int
 	Approx bool
+	// HeldChange is the change, from the window's first reading to its newest,
+	// of the requests the selected engines hold (waiting, deferred and running),
+	// over the engines in both; HeldKnown reports that it was computed (a
+	// window built from increases alone has no gauges).
+	HeldChange float64
+	HeldKnown  bool
 }
 
 // computeWindow aggregates the readings within the key's window before the
@@ -243,7 +249,39 @@ func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
 	if fast {
 		telescope(&a, rs[i0], rs[i0+1], last, keep, &sums)
 	}
+	a.HeldChange, a.HeldKnown = heldChange(rs[i0], last, k.Model)
 	return a
+}
+
+// heldChange is the change of waiting + deferred + running from first to
+// last over the engines (of model) in both readings; false when no engine
+// reports the gauges in both.
+func heldChange(first, last *signals.Reading, model string) (float64, bool) {
+	keep := signals.EngineFilter(last, model)
+	held := func(e *signals.EngineSignals) (float64, bool) {
+		q, okq := e.Value(signals.QueueDepth)
+		r, okr := e.Value(signals.Running)
+		d, _ := e.Value(signals.QueueDeferred)
+		return q + r + d, okq && okr
+	}
+	change, known := 0.0, false
+	for i := range last.Engines {
+		e := &last.Engines[i]
+		if keep != nil && !keep(e) {
+			continue
+		}
+		pe := signals.FindEngine(first, e.ID)
+		if pe == nil {
+			continue
+		}
+		now, ok1 := held(e)
+		then, ok2 := held(pe)
+		if ok1 && ok2 {
+			change += now - then
+			known = true
+		}
+	}
+	return change, known
 }
 
 // addIncreases adds each counter's increase from pe to e (a decrease is a

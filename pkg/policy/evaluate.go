@@ -343,6 +343,8 @@ func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, f *s
 			note = fmt.Sprintf("over %s", w.Span.Round(time.Second))
 		}
 		return inc / w.Span.Seconds(), note, true
+	case TermDemandRate:
+		return demandRate(t, h, p.Model, withNote)
 	}
 	hk, _ := t.Kind.histo()
 	w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
@@ -353,6 +355,35 @@ func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, f *s
 	qd, _ := f.Value(signals.QueueDeferred)
 	run, _ := f.Value(signals.Running)
 	return latencyValue(t, w.Histograms[hk], q+qd+run > 0, withNote)
+}
+
+// demandRate is a pod's arrivals per second over the term's window: the
+// requests its engines finished (every finished_reason, aborts included) and
+// rejected, plus the growth of what they hold (waiting, deferred and running)
+// between the window's first and newest readings. Without the finished counter
+// there is no value; without the gauges at both ends (a window built from
+// increases only, as the Prometheus source's is) the rate is the completion
+// rate.
+func demandRate(t *Term, h *history.History, model string, withNote bool) (float64, string, bool) {
+	w := h.Window(history.WindowKey{Window: t.Window, Model: model})
+	fin, ok := w.Increases.Value(signals.RequestsFinished)
+	if !w.OK || !ok || w.Span <= 0 {
+		return 0, "", false
+	}
+	arrived := fin
+	if rej, ok := w.Increases.Value(signals.Rejections); ok {
+		arrived += rej
+	}
+	note := ""
+	if w.HeldKnown {
+		arrived = max(0, arrived+w.HeldChange)
+	} else if withNote {
+		note = "completions only (no gauges at the window's start)"
+	}
+	if withNote && note == "" {
+		note = fmt.Sprintf("%g arrived over %s", math.Round(arrived), w.Span.Round(time.Second))
+	}
+	return arrived / w.Span.Seconds(), note, true
 }
 
 // idle reports whether f says the pod has nothing running and nothing waiting

@@ -66,6 +66,13 @@ const (
 	// TermPreemptionRate: preemptions per second over the term's window / set
 	// point per second.
 	TermPreemptionRate TermKind = "preemptionRate"
+	// TermDemandRate: requests arriving at the pod per second over the term's
+	// window / set point, the requests per second one replica serves at its
+	// target (configured, or measured by lab calibrate). Arrivals are what the
+	// engine finished (aborts and rejections included) plus the growth of what
+	// it holds (waiting + running) over the window: demand before the queue or
+	// the KV cache move. Its ratio summed over a pool is replicas needed.
+	TermDemandRate TermKind = "demandRate"
 	// TermTTFT, TermE2ELatency, TermInterTokenLatency: the term's quantile of
 	// time to first token, end-to-end or inter-token latency over its window,
 	// pooled over the pool's pods / the SLO (set point) in seconds.
@@ -76,7 +83,7 @@ const (
 
 // TermKinds lists every TermKind, in documentation order.
 func TermKinds() []TermKind {
-	return []TermKind{TermQueueDepth, TermKVCacheUsage, TermBatchSlots, TermPreemptionRate, TermTTFT, TermE2ELatency, TermInterTokenLatency}
+	return []TermKind{TermQueueDepth, TermKVCacheUsage, TermBatchSlots, TermPreemptionRate, TermDemandRate, TermTTFT, TermE2ELatency, TermInterTokenLatency}
 }
 
 // Histo returns the histogram a latency term reads; ok is false for the
@@ -100,7 +107,9 @@ func (k TermKind) histo() (signals.Histo, bool) {
 func (k TermKind) IsLatency() bool { _, ok := k.histo(); return ok }
 
 // windowed reports whether the term is computed over a window.
-func (k TermKind) windowed() bool { return k == TermPreemptionRate || k.IsLatency() }
+func (k TermKind) windowed() bool {
+	return k == TermPreemptionRate || k == TermDemandRate || k.IsLatency()
+}
 
 // Term is one term of a saturation policy.
 type Term struct {
@@ -108,13 +117,14 @@ type Term struct {
 	Kind TermKind
 	// SetPoint is the value at which the term's ratio is 1: requests
 	// (queueDepth), ratio (kvCacheUsage, batchSlots), per second
-	// (preemptionRate) or the SLO in seconds (latency terms).
+	// (preemptionRate; demandRate: requests per second per replica) or the SLO
+	// in seconds (latency terms).
 	SetPoint float64
 	// MaxRatio caps a pod's ratio of this term (0: no cap), so that one hot or
 	// broken pod cannot pin a pool at maxReplicas. At least 1.
 	MaxRatio float64
-	// Window is the span of rates and latency quantiles (preemptionRate and the
-	// latency terms; DefaultTermWindow when 0).
+	// Window is the span of rates and latency quantiles (preemptionRate,
+	// demandRate and the latency terms; DefaultTermWindow when 0).
 	Window time.Duration
 	// Quantile is the latency quantile, in (0, 1) (latency terms;
 	// DefaultQuantile when 0).
@@ -178,6 +188,10 @@ func (t Term) Validate() *FieldError {
 		if !(t.SetPoint >= MinSetPoint) || !finite(t.SetPoint) {
 			return fieldErr("setPoint", t.SetPoint, "preemption rate set point must be a finite number >= %g per second", MinSetPoint)
 		}
+	case TermDemandRate:
+		if !(t.SetPoint >= MinSetPoint) || !finite(t.SetPoint) {
+			return fieldErr("setPoint", t.SetPoint, "demand rate set point must be a finite number >= %g requests per second per replica", MinSetPoint)
+		}
 	case TermTTFT, TermE2ELatency, TermInterTokenLatency:
 		if !(t.SetPoint >= MinSetPoint) || !finite(t.SetPoint) {
 			return fieldErr("slo", t.SetPoint, "the SLO must be a finite number of seconds >= %g", MinSetPoint)
@@ -208,10 +222,10 @@ func (t Term) Validate() *FieldError {
 type SetPoints struct {
 	// QueueDepth is the number of waiting requests per pod at saturation 1.0;
 	// at least MinSetPoint. Unit: requests.
-	QueueDepth float64
+	QueueDepth float64 `json:"queueDepth"`
 	// KVCacheUsage is the KV-cache usage ratio at saturation 1.0; in
 	// [MinSetPoint, 1]. Unit: ratio.
-	KVCacheUsage float64
+	KVCacheUsage float64 `json:"kvCacheUsage"`
 }
 
 // DefaultSetPoints returns 5 waiting requests and 0.8 KV-cache usage: the per-pod
@@ -300,6 +314,12 @@ type Policy struct {
 	// Gateway, when set, is the gateway queue that feeds the pool: its waiting
 	// requests add to the pool's demand and let a pool of zero pods scale up.
 	Gateway *GatewayInput
+	// Peak, when set, holds the pool's demand at its own recent peak
+	// (KindMean and KindDemand; see Ahead).
+	Peak *PeakHold
+	// Minimums are scheduled windows of least demand (KindMean and
+	// KindDemand; see Ahead).
+	Minimums []ScheduledMinimum
 }
 
 // GatewayInput names where a policy reads the pool's gateway-held backlog; the
@@ -470,7 +490,7 @@ func (p *Policy) Validate() *FieldError {
 			return fieldErr("gateway.queueSetPoint", 0, "required when the policy has no queueDepth term")
 		}
 	}
-	return nil
+	return p.validateAhead()
 }
 
 // withDefaults returns the policy with its terms' defaults filled and sorted in

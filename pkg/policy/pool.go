@@ -50,6 +50,9 @@ type Pool struct {
 	Gateway *float64
 	// Oldest is the time of the oldest reading behind a known pod.
 	Oldest time.Time
+	// Ahead, when set, says how a peak hold or a scheduled minimum moved Value
+	// (Policy.Ahead).
+	Ahead *AheadValue
 }
 
 // PoolBuilder folds the pods of one pool into a Pool under one policy, one pod

@@ -89,13 +89,42 @@ type Provider struct {
 
 	warnMu sync.Mutex
 	warned map[string]struct{}
+
+	// states are the pool states of the policies that remember (a peak hold),
+	// per namespace, selector and metric.
+	stateMu sync.Mutex
+	states  map[string]*policy.PoolState
 }
 
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
 // New returns a Provider serving the policies of the catalog in force.
 func New(opts Options, catalogs Catalogs, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
-	return &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics, warned: map[string]struct{}{}}
+	return &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics, warned: map[string]struct{}{},
+		states: map[string]*policy.PoolState{}}
+}
+
+// poolState returns the state the policy keeps for the pool of namespace and
+// selector, creating it, and drops the states nobody asked for over twice
+// their peak window (a deleted HPA, a changed selector).
+func (p *Provider) poolState(pol *policy.Policy, namespace string, selector labels.Selector, now time.Time) *policy.PoolState {
+	if !pol.Remembers() {
+		return nil
+	}
+	key := namespace + "\x00" + selector.String() + "\x00" + pol.Name
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	for k, st := range p.states {
+		if k != key && now.Sub(st.LastUsed()) > 2*pol.Peak.Window && now.Sub(st.LastUsed()) > time.Hour {
+			delete(p.states, k)
+		}
+	}
+	st := p.states[key]
+	if st == nil {
+		st = &policy.PoolState{}
+		p.states[key] = st
+	}
+	return st
 }
 
 // ListAllExternalMetrics lists the catalog: a static list, no I/O, so API
@@ -124,9 +153,10 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	}
 	where := describePool(pol.Name, namespace, metricSelector)
 	members, err := p.members(where, namespace, metricSelector)
-	if err != nil && !(pol.Gateway != nil && apierrors.IsNotFound(err) && p.pools.Synced()) {
+	if err != nil && !((pol.Gateway != nil || len(pol.Minimums) > 0) && apierrors.IsNotFound(err) && p.pools.Synced()) {
 		// No pods is a state, not an error, when a gateway input can say how
-		// much demand waits for them (scale from zero).
+		// much demand waits for them, or a scheduled minimum how much to start
+		// (scale from zero).
 		if apierrors.IsNotFound(err) && pol.Gateway == nil {
 			err = newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, where+
 				": no pods match; check the HPA's metric.selector against the pod labels. If the pool is scaled to zero, this metric cannot wake it: "+
@@ -146,6 +176,10 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 	if err != nil {
 		p.fail(pol.Name, err)
 		return nil, err
+	}
+	if pol.HasAhead() {
+		now := p.clock.Now()
+		a.pool = pol.Ahead(now, p.poolState(pol, namespace, metricSelector, now), a.pool)
 	}
 	if p.opts.Advice != nil {
 		p.opts.Advice.Answered(namespace, pol.Name, metricSelector, a.pool)

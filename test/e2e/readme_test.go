@@ -85,8 +85,8 @@ var docRunners = map[string]docRun{
 		{"docs/explain.md", "`adapter explain`: evaluate /metrics offline"},
 		{"docs/prometheus.md", "Prometheus, Thanos or Mimir as the source"},
 	}, Prefix: "adapter explain "},
-	"TestReadmeSimulateTable":    {Sections: []docSection{{"docs/lab.md", "`lab simulate`: compare autoscaling policies on your traffic"}}, Prefix: "lab simulate "},
-	"TestReadmeSetPointTables":   {Sections: []docSection{{"docs/lab.md", "Choose your set points: calibrate → simulate → HPA"}}, Prefix: "lab simulate "},
+	"TestScoreboardDocShortRun":  {Sections: []docSection{{"docs/scoreboard.md", "A scoreboard in seconds"}}, Prefix: "lab scoreboard "},
+	"TestScoreboardDocReplay":    {Sections: []docSection{{"docs/scoreboard.md", "One replay, autoscaler by autoscaler"}}, Prefix: "lab simulate "},
 	"TestLabDocEmulatorCommands": {Sections: []docSection{{"docs/lab.md", "`lab emulator`: an engine for tests and demos"}}, Prefix: "lab emulator "},
 	"TestDrainDocCommands":       {Sections: []docSection{{"docs/drain.md", "`drain`: let vLLM finish before a scale-down stops it"}}, Prefix: "drain "},
 }

@@ -69,7 +69,11 @@ type ExplainPool struct {
 	// GatewayQueue is the gateway-held backlog the policy's gateway input adds
 	// (from the --gateway files), nil without one.
 	GatewayQueue *float64 `json:"gatewayQueue,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// Ahead says how the policy's peak hold and scheduled minimums moved the
+	// value (replicas), nil when it has neither. Explain holds no history
+	// across runs: its peak is the demand of the readings given.
+	Ahead *policy.AheadValue `json:"ahead,omitempty"`
+	Error string             `json:"error,omitempty"`
 	// Warnings say what an HPA on this policy would get wrong: requests held by
 	// flow control that the policy does not count (hazard NC-04), a mean policy
 	// read at zero Ready pods (NC-08).
@@ -390,6 +394,10 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 		}
 	}
 	p := chosen.Pool()
+	if pol.HasAhead() {
+		p = pol.Ahead(now, &policy.PoolState{}, p)
+		ex.Pool.Ahead = p.Ahead
+	}
 	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, pol.Name, p.Latency
 	ex.Pool.Saturation, ex.Pool.DemandReplicas = satPool.Pool().Value, demandPool.Pool().Value
 	switch {
@@ -509,6 +517,16 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	}
 	for _, l := range ex.Pool.Latency {
 		fmt.Fprintf(w, "pool %s: %.4gs / SLO %.4gs = %.3g (%s)\n", l.Term, l.Value, l.SetPoint, l.Ratio, l.Note)
+	}
+	if a := ex.Pool.Ahead; a != nil {
+		line := fmt.Sprintf("pool %s: demand %.4g replicas", ex.Pool.Policy, a.Demand)
+		if a.Peak != nil {
+			line += fmt.Sprintf(", held peak %.4g (these readings only: the server holds its own history)", *a.Peak)
+		}
+		if a.Scheduled != nil {
+			line += fmt.Sprintf(", scheduled minimum %.4g (%s)", *a.Scheduled, a.Window)
+		}
+		fmt.Fprintf(w, "%s: serves %.4g replicas\n", line, a.Served)
 	}
 	if ex.Pool.Value == nil {
 		_, err := fmt.Fprintf(w, "pool %s: no value over %d pods (%d unknown): %s\n", ex.Pool.Policy, ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Error)

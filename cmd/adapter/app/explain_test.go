@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -404,4 +405,49 @@ func sameDuration(a, b string) bool {
 	da, err1 := time.ParseDuration(a)
 	db, err2 := time.ParseDuration(b)
 	return err1 == nil && err2 == nil && da == db
+}
+
+// explain shows the controls that see ahead: the demand-rate term of each pod
+// (over its scrapes, --interval apart) and the pool's held peak, in the table
+// and the JSON.
+func TestExplainAhead(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- name: chat-ahead
+  kind: mean
+  terms: [{kind: queueDepth, setPoint: 3}, {kind: demandRate, setPoint: 10, window: 30s}]
+  peak: {window: 10m, headroom: 0.2}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var scrapes []string
+	for i, body := range []string{
+		"vllm:num_requests_waiting 0\nvllm:num_requests_running 10\nvllm:request_success_total{finished_reason=\"stop\"} 100\n",
+		"vllm:num_requests_waiting 0\nvllm:num_requests_running 20\nvllm:request_success_total{finished_reason=\"stop\"} 290\n",
+	} {
+		f := filepath.Join(dir, fmt.Sprintf("s%d.prom", i))
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		scrapes = append(scrapes, f)
+	}
+	pod := strings.Join(scrapes, ",")
+	// 190 finished + 10 more running over 10 s: 20 requests/s, 2 replicas at 10
+	// per replica; held with 20 % headroom: 2.4.
+	table := string(runExplain(t, "--config="+cfg, "--policy=chat-ahead", "--interval=10s", "-o", "table", pod))
+	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4", "serves 2.4 replicas", "pool chat-ahead = 2.4 over 1 pods"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table does not contain %q:\n%s", want, table)
+		}
+	}
+	var ex Explanation
+	if err := json.Unmarshal(runExplain(t, "--config="+cfg, "--policy=chat-ahead", "--interval=10s", pod), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if a := ex.Pool.Ahead; a == nil || a.Peak == nil || math.Abs(a.Served-2.4) > 1e-9 {
+		t.Errorf("pool ahead = %+v, want a held peak and 2.4 served", a)
+	}
 }

@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
 
+	"github.com/saturation-adapter/saturation-adapter/cmd/internal/help"
 	"github.com/saturation-adapter/saturation-adapter/lab/calibrate"
 	"github.com/saturation-adapter/saturation-adapter/lab/trace"
 )
@@ -47,36 +49,48 @@ func NewCalibrateOptions() *CalibrateOptions {
 	}
 }
 
-// AddFlags registers the options' flags on fs.
-func (o *CalibrateOptions) AddFlags(fs *pflag.FlagSet) {
+// Flags returns the options' flags in named groups.
+func (o *CalibrateOptions) Flags() cliflag.NamedFlagSets {
 	c := &o.Config
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("engine under test")
 	fs.StringVar(&c.URL, "url", c.URL, "Base URL of the engine's OpenAI-compatible API (http://host:port, without /v1), one pod: requests go to URL/v1/completions. Required; no traffic goes anywhere else.")
 	fs.StringVar(&c.MetricsURL, "metrics-url", c.MetricsURL, "The engine's Prometheus metrics URL; default --url with /metrics.")
 	fs.StringVar(&c.Model, "model", c.Model, "Model name to request; default the first model of GET --url/v1/models.")
+
+	fs = fss.FlagSet("steps")
 	fs.Float64SliceVar(&o.RateList, "rates", o.RateList, "Request rates of the steps in requests per second, increasing, e.g. 2,4,6,8; instead of --start-rate, --rate-step and --steps.")
 	fs.Float64Var(&o.StartRate, "start-rate", o.StartRate, "Request rate of the first step, requests per second.")
 	fs.Float64Var(&o.RateStep, "rate-step", o.RateStep, "Increase of the request rate from one step to the next, requests per second.")
 	fs.IntVar(&o.Steps, "steps", o.Steps, "Number of steps.")
 	fs.DurationVar(&c.StepDuration, "step-length", c.StepDuration, "How long each step sends requests.")
-	fs.IntVar(&c.Warmup, "warmup-requests", c.Warmup, "Requests sent one at a time before the steps: they warm the engine up and measure it idle.")
+	fs.IntVar(&c.Warmup, "warmup-requests", c.Warmup, "Requests sent one at a time before the steps: they warm the engine up and measure it idle (with one request size, every other one has a 4 times longer prompt).")
 	fs.StringVar(&o.Arrivals, "arrivals", o.Arrivals, "Spacing of a step's requests: uniform (a fixed rate, as stepped load tests do) or poisson (bursty, seeded).")
+	fs.IntVar(&c.MaxRequests, "max-requests", c.MaxRequests, "Hard cap on the requests of the whole run, warm-up included.")
+	fs.IntVar(&c.StepsPastSaturation, "steps-past-saturation", c.StepsPastSaturation, "Steps to run after the first failing one (they measure the full batch and the throughput).")
+
+	fs = fss.FlagSet("requests")
 	fs.IntVar(&o.PromptTokens, "prompt-tokens", o.PromptTokens, "Prompt length of every request in tokens (text of one short word per token behind a unique prefix).")
 	fs.IntVar(&o.OutputTokens, "output-tokens", o.OutputTokens, "max_tokens of every request.")
 	fs.StringVar(&o.Trace, "trace", o.Trace, "Trace CSV (Azure LLM inference trace format) whose rows' prompt and output lengths are sampled for the requests instead of --prompt-tokens and --output-tokens; its times are not used.")
 	fs.BoolVar(&c.IgnoreEOS, "ignore-eos", c.IgnoreEOS, "Send vLLM's ignore_eos so that every request generates exactly its max_tokens.")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Longest time one request may take, from its send to its last token.")
+
+	fs = fss.FlagSet("judging and set points")
 	fs.DurationVar(&c.TTFTSLO, "ttft-slo", c.TTFTSLO, "Time-to-first-token objective: a step passes only if its TTFT quantile (--ttft-quantile) is within it.")
 	fs.Float64Var(&c.TTFTQuantile, "ttft-quantile", c.TTFTQuantile, "Quantile of a step's TTFTs compared with --ttft-slo, in (0, 1].")
 	fs.Float64Var(&c.MaxQueue, "max-queue", c.MaxQueue, "Mean waiting requests (over a step's second half) at or below which the queue counts as near 0.")
-	fs.IntVar(&c.MaxRequests, "max-requests", c.MaxRequests, "Hard cap on the requests of the whole run, warm-up included.")
-	fs.IntVar(&c.StepsPastSaturation, "steps-past-saturation", c.StepsPastSaturation, "Steps to run after the first failing one (they measure the full batch and the throughput).")
 	fs.Float64Var(&c.Headroom, "headroom", c.Headroom, "The recommended set points aim each pod at this fraction of the saturation rate, in (0, 1].")
+
+	fs = fss.FlagSet("metrics and progress")
 	fs.DurationVar(&c.MetricsInterval, "metrics-interval", c.MetricsInterval, "Time between two reads of --metrics-url.")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Longest time one request may take, from its send to its last token.")
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", c.ProgressInterval, "Time between two progress lines within a step; 0 for the step lines only.")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "Seed of the request sizes' draws (with --trace) and of --arrivals poisson.")
+
+	fs = fss.FlagSet("output")
 	fs.StringVar(&o.JSON, "json", o.JSON, "Write the full report (steps, saturation point, set points, profile and its check) as JSON to this file.")
 	fs.StringVar(&o.ProfileOut, "profile-out", o.ProfileOut, "Write the fitted engine profile as YAML to this file, for lab simulate --profile.")
-	o.fs = fs
+	return fss
 }
 
 // changed reports whether the flag name was set on the command line.
@@ -180,12 +194,21 @@ within the SLO), reports the queue depth and KV-cache usage there, recommends th
 adapter's set points, and fits an engine profile for lab simulate --profile,
 replaying the steps on it to check the fit. Requests go only to --url (and
 --metrics-url); --max-requests caps them.`),
+		Example: `  # The emulator's default engine on loopback, stepped with requests sized like the conversation trace
+  lab emulator --port 8000 &
+  lab calibrate --url http://127.0.0.1:8000 --trace data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv \
+    --rates 8,10,12,14,16,18,20,22 --step-length 30s --json conv.json --profile-out conv-profile.yaml
+
+  # One pod of a cluster through a port-forward: fixed 1000 + 200 token requests, bursty arrivals
+  kubectl port-forward pod/vllm-0 8000 &
+  lab calibrate --url http://127.0.0.1:8000 --start-rate 2 --rate-step 2 --steps 12 --arrivals poisson --max-requests 5000`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.Run(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	o.AddFlags(cmd.Flags())
+	help.Set(cmd, o.Flags())
+	o.fs = cmd.Flags()
 	return cmd
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -134,4 +136,18 @@ func TestLabDocEmulatorCommands(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sameDefault compares a documented default with a flag's: durations and numbers
+// by value (the manual says 10m where the flag says 10m0s), the rest as text.
+func sameDefault(documented, def string) bool {
+	if a, err := time.ParseDuration(documented); err == nil {
+		b, err := time.ParseDuration(def)
+		return err == nil && a == b
+	}
+	if a, err := strconv.ParseFloat(documented, 64); err == nil {
+		b, err := strconv.ParseFloat(def, 64)
+		return err == nil && a == b
+	}
+	return documented == def
 }

@@ -101,14 +101,7 @@ func (o *EmulatorOptions) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("engine")
 	fs.IntVar(&o.Engines, "data-parallel-size", o.Engines, "Number of data-parallel engines in the process (engine label \"0\"..\"N-1\"); requests go to the least loaded.")
-	fs.IntVar(&o.Engine.MaxNumSeqs, "max-num-seqs", o.Engine.MaxNumSeqs, "Most requests running at once per engine.")
-	fs.IntVar(&o.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", o.Engine.MaxNumBatchedTokens, "Token budget of one engine step (chunked prefill).")
-	fs.IntVar(&o.Engine.BlockSize, "block-size", o.Engine.BlockSize, "Tokens per KV-cache block.")
-	fs.IntVar(&o.Engine.NumBlocks, "num-gpu-blocks", o.Engine.NumBlocks, "KV-cache blocks per engine (vLLM num_gpu_blocks, including its null block).")
-	fs.IntVar(&o.Engine.MaxModelLen, "max-model-len", o.Engine.MaxModelLen, "Longest prompt + output in tokens.")
-	fs.DurationVar(&o.Engine.StepTime.Base, "step-time-base", o.Engine.StepTime.Base, "Fixed time of one engine step.")
-	fs.DurationVar(&o.Engine.StepTime.PerSeq, "step-time-per-seq", o.Engine.StepTime.PerSeq, "Added step time per scheduled request.")
-	fs.DurationVar(&o.Engine.StepTime.PerPrefillToken, "step-time-per-prefill-token", o.Engine.StepTime.PerPrefillToken, "Added step time per prefill token.")
+	addEngineFlags(fs, &o.Engine)
 
 	fs = fss.FlagSet("metrics")
 	fs.StringVar(&o.MetricNames, "metric-names", o.MetricNames, "vLLM metric names to serve: v1 (kv_cache_usage_perc), v1-rename-window (also the deprecated gpu_cache_usage_perc and time_per_output_token_seconds, as vLLM 0.9.2-0.11) or v0 (gpu_cache_usage_perc, no engine label, one engine).")

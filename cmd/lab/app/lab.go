@@ -20,12 +20,14 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	var printVersion bool
 	cmd := &cobra.Command{
 		Use:   "lab",
-		Short: "Compare autoscaling policies offline, calibrate an engine, emulate vLLM",
+		Short: "Compare autoscalers offline, calibrate an engine, emulate vLLM",
 		Long: `lab is saturation-adapter's lab tool. It never runs in a cluster:
 
   lab simulate   replay a request trace against a simulated fleet under several
-                 autoscaling policies (the HPA on the adapter's metrics, KEDA-style
-                 queue triggers, GPU utilization, an oracle) and compare them
+                 autoscalers (the HPA on the adapter's metrics, KEDA-style queue
+                 triggers, GPU utilization, an oracle) and compare them
+  lab scoreboard compare autoscaler families fairly: frontiers over many seeds,
+                 tuned on one slice of a trace and scored on another
   lab calibrate  run a stepped load test against one live engine, find its
                  saturation point and recommend the adapter's set points
   lab emulator   serve emulated vLLM engines (completions, /metrics, faults) for
@@ -42,6 +44,6 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&printVersion, "version", false, "Print the version and exit.")
-	cmd.AddCommand(NewSimulateCommand(), NewCalibrateCommand(ctx), NewEmulatorCommand(ctx))
+	cmd.AddCommand(NewSimulateCommand(), NewScoreboardCommand(), NewCalibrateCommand(ctx), NewEmulatorCommand(ctx))
 	return cmd
 }

@@ -4,16 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/xml"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
 )
 
 const azureConvTrace = "../../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv"
@@ -32,7 +26,7 @@ func runSimulate(t *testing.T, args ...string) (string, string, error) {
 }
 
 // TestSimulateCommand replays three minutes of the Azure conversation trace at
-// twice its rate under every built-in policy and the recommended HPA, twice: the
+// twice its rate under every built-in policy and the README's HPA, twice: the
 // table has a line per policy, the JSON and SVG are written, and the same seed
 // gives the same JSON.
 func TestSimulateCommand(t *testing.T) {
@@ -60,7 +54,7 @@ func TestSimulateCommand(t *testing.T) {
 		t.Error("two runs with --seed 5 wrote different JSON")
 	}
 	lines := strings.Split(strings.TrimSpace(table), "\n")
-	wantRows := []string{"oracle", "static", "gpu-util", "keda-queue", "kv", "saturation", "demand-replicas", "my-hpa"}
+	wantRows := []string{"oracle", "static", "gpu-util", "keda-queue", "keda-queue-cached", "kv", "saturation", "demand-replicas", "my-hpa"}
 	if len(lines) != len(wantRows)+2 || !strings.Contains(lines[0], "TTFT<=2s") || !strings.Contains(lines[0], "x oracle") {
 		t.Fatalf("table:\n%s\nwant a header, %d policy lines and a footer", table, len(wantRows))
 	}
@@ -76,20 +70,20 @@ func TestSimulateCommand(t *testing.T) {
 		Workload struct {
 			Requests int `json:"requests"`
 		} `json:"workload"`
-		Policies []struct {
+		Autoscalers []struct {
 			Name             string            `json:"name"`
 			GPUHoursVsOracle float64           `json:"gpuHoursVsOracle"`
 			Series           []json.RawMessage `json:"series"`
-		} `json:"policies"`
+		} `json:"autoscalers"`
 	}
 	if err := json.Unmarshal(first, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Settings.Seed != 5 || rep.Workload.Requests < 1000 || len(rep.Policies) != len(wantRows) || rep.Policies[0].GPUHoursVsOracle != 1 {
+	if rep.Settings.Seed != 5 || rep.Workload.Requests < 1000 || len(rep.Autoscalers) != len(wantRows) || rep.Autoscalers[0].GPUHoursVsOracle != 1 {
 		t.Errorf("report header %+v, %d policies; want seed 5, the window's requests, %d policies, the oracle at ratio 1",
-			rep.Settings, len(rep.Policies), len(wantRows))
+			rep.Settings, len(rep.Autoscalers), len(wantRows))
 	}
-	for _, p := range rep.Policies {
+	for _, p := range rep.Autoscalers {
 		if len(p.Series) < 18 { // 3 minutes at 10 s
 			t.Errorf("%s: %d samples, want one every 10 s", p.Name, len(p.Series))
 		}
@@ -101,9 +95,9 @@ func TestSimulateCommand(t *testing.T) {
 }
 
 func TestSimulateFlagErrors(t *testing.T) {
-	_, _, err := runSimulate(t, "--policies", "kv,fastest", "--hpa-metrics-path", "carrier-pigeon", "--rate-scale", "0",
+	_, _, err := runSimulate(t, "--autoscalers", "kv,fastest", "--hpa-metrics-path", "carrier-pigeon", "--rate-scale", "0",
 		"--queue-depth-set-point", "0", "--gpu-utilization-target", "0")
-	for _, want := range []string{"--trace is required", `unknown policy "fastest"`, `--hpa-metrics-path="carrier-pigeon"`,
+	for _, want := range []string{"--trace is required", `unknown autoscaler "fastest"`, `--hpa-metrics-path="carrier-pigeon"`,
 		"rate scale must be in (0, 1000], got 0", "--queue-depth-set-point=0", "--gpu-utilization-target=0"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want it to contain %q", err, want)
@@ -126,7 +120,7 @@ func TestSimulateProfileAndEngineFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonPath := filepath.Join(t.TempDir(), "r.json")
-	if _, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--policies", "", "--profile", profile,
+	if _, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--profile", profile,
 		"--step-time-base", "7ms", "--json", jsonPath); err != nil {
 		t.Fatalf("simulate: %v\n%s", err, progress)
 	}
@@ -143,95 +137,18 @@ func TestSimulateProfileAndEngineFlags(t *testing.T) {
 				} `json:"stepTime"`
 			} `json:"engine"`
 		} `json:"settings"`
-		Policies []struct{ Name string } `json:"policies"`
+		Autoscalers []struct{ Name string } `json:"autoscalers"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if e := rep.Settings.Engine; e.MaxNumSeqs != 32 || e.StepTime.Base != "7ms" || len(rep.Policies) != 2 {
-		t.Errorf("engine %+v, %d policies; want the profile's 32 seqs, the flag's 7ms base, only the oracle and static", e, len(rep.Policies))
+	if e := rep.Settings.Engine; e.MaxNumSeqs != 32 || e.StepTime.Base != "7ms" || len(rep.Autoscalers) != 2 {
+		t.Errorf("engine %+v, %d policies; want the profile's 32 seqs, the flag's 7ms base, only the oracle and static", e, len(rep.Autoscalers))
 	}
-}
-
-// simulateSection is the manual's section of `lab simulate`'s example.
-const simulateSection = "`lab simulate`: compare autoscaling policies on your traffic"
-
-// TestReadmeSimulateTable runs the manual's `lab simulate` example as written,
-// from a directory like the checkout's root, and checks that it prints the
-// manual's table and writes sim.json (the report of the table's seven policies,
-// the table's request count) and sim.svg (a chart with a panel per policy). The
-// whole hour at 8 times the rate takes 15 s of CPU, several minutes under -race,
-// so the race-enabled `make test-unit` skips it and runs it again without -race.
-func TestReadmeSimulateTable(t *testing.T) {
-	if testing.Short() || raceDetector {
-		t.Skip("the full-hour replay is slow under -race or -short; run: go test ./cmd/lab/app -run TestReadmeSimulateTable")
-	}
-	md := labDocText(t)
-	cmds := labDocCommands(t, simulateSection)
-	if len(cmds) != 1 {
-		t.Fatalf("%d commands in %s's simulate example, want 1", len(cmds), labDoc)
-	}
-	c := cmds[0]
-	dir := doctest.InCheckoutDir(t, repoRoot)
-	out, progress, err := runRoot(c.Args...)
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", c.Line, err, progress)
-	}
-	if table := doctest.Output(t, md, c.Block); out != table {
-		t.Errorf("%s table:\n%s\n%s prints:\n%s", labDoc, table, c.Line, out)
-	}
-	var rep struct {
-		Workload struct {
-			Requests int `json:"requests"`
-		} `json:"workload"`
-		Policies []struct {
-			Name string `json:"name"`
-		} `json:"policies"`
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "sim.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("sim.json: %v", err)
-	}
-	if len(rep.Policies) != 7 || rep.Policies[0].Name != "oracle" || !strings.Contains(out, fmt.Sprintf("%d requests over", rep.Workload.Requests)) {
-		t.Errorf("sim.json: %d policies (first %+v), %d requests; want the table's 7 policies and requests", len(rep.Policies), rep.Policies, rep.Workload.Requests)
-	}
-	svg, err := os.ReadFile(filepath.Join(dir, "sim.svg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var chart struct {
-		XMLName xml.Name
-	}
-	if err := xml.Unmarshal(svg, &chart); err != nil || chart.XMLName.Local != "svg" || !bytes.Contains(svg, []byte("demand-replicas: TTFT")) {
-		t.Errorf("sim.svg: %v, root %q; want an SVG chart with a panel per policy", err, chart.XMLName.Local)
-	}
-}
-
-// TestReadmeSimulateFlags: the manual's flag table for `lab simulate` (labDoc)
-// names every flag the command has (and no other), with the command's defaults.
-func TestReadmeSimulateFlags(t *testing.T) {
-	checkFlagTable(t, simulateSection, NewSimulateCommand().Flags())
-}
-
-// sameDefault compares a documented default with a flag's DefValue: durations by
-// value (120s is 2m0s), numbers by value, anything else as text.
-func sameDefault(readme, def string) bool {
-	if a, err := time.ParseDuration(readme); err == nil {
-		b, err := time.ParseDuration(def)
-		return err == nil && a == b
-	}
-	if a, err := strconv.ParseFloat(readme, 64); err == nil {
-		b, err := strconv.ParseFloat(def, 64)
-		return err == nil && a == b
-	}
-	return readme == def
 }
 
 // TestSimulateUserHPAs: --hpa is repeatable and each manifest becomes a policy
-// named after it; the manual's metric kinds are accepted (External and Pods
+// named after it; the README's metric kinds are accepted (External and Pods
 // metrics of the adapter, Resource nvidia.com/gpu), and the ones it excludes are
 // rejected with the reason: Pods llm_demand_replicas, Pods metrics off the adapter
 // path.
@@ -253,7 +170,7 @@ func TestSimulateUserHPAs(t *testing.T) {
 	gpu := write("gpu", "  - type: Resource\n    resource:\n      name: nvidia.com/gpu\n      target: {type: Utilization, averageUtilization: 70}\n")
 	waiting := write("waiting", "  - type: External\n    external:\n      metric: {name: llm_num_requests_waiting}\n"+
 		"      target: {type: AverageValue, averageValue: \"5\"}\n")
-	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--time-scale", "0.5", "--policies", "",
+	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--time-scale", "0.5", "--autoscalers", "",
 		"--hpa", kvPods, "--hpa", gpu, "--hpa", waiting)
 	if err != nil {
 		t.Fatalf("simulate: %v\n%s", err, progress)
@@ -273,11 +190,11 @@ func TestSimulateUserHPAs(t *testing.T) {
 		t.Errorf("footer %q, want the minute replayed over 30s", footer)
 	}
 
-	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--policies", "", "--hpa", write("demand-pods", pods("llm_demand_replicas")))
+	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--hpa", write("demand-pods", pods("llm_demand_replicas")))
 	if err == nil || !strings.Contains(err.Error(), `Pods metric "llm_demand_replicas" is not one the simulated adapter serves per pod`) {
 		t.Errorf("error = %v, want Pods llm_demand_replicas rejected", err)
 	}
-	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--policies", "", "--hpa", kvPods, "--hpa-metrics-path", "keda")
+	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--hpa", kvPods, "--hpa-metrics-path", "keda")
 	if err == nil || !strings.Contains(err.Error(), "Pods metrics are simulated on the adapter path only") {
 		t.Errorf("error = %v, want Pods metrics off the adapter path rejected", err)
 	}
@@ -285,9 +202,9 @@ func TestSimulateUserHPAs(t *testing.T) {
 
 // TestSimulateNeverServed: a request still waiting for its first token when
 // --drain-limit ends counts as a miss, and a quantile that falls on it reads
-// "never" (the manual's Columns paragraph).
+// "never" (the README's Columns paragraph).
 func TestSimulateNeverServed(t *testing.T) {
-	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "20s", "--policies", "", "--drain-limit", "1ms")
+	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "20s", "--autoscalers", "", "--drain-limit", "1ms")
 	if err != nil {
 		t.Fatalf("simulate: %v\n%s", err, progress)
 	}
@@ -300,34 +217,5 @@ func TestSimulateNeverServed(t *testing.T) {
 		if len(f) < 6 || f[1] == "100.00%" || f[5] != "never" {
 			t.Errorf("line %q: want a TTFT share below 100%% and p99 TTFT never", line)
 		}
-	}
-}
-
-// TestReadmeProfileExample: the manual's engine profile is accepted by
-// --profile and is the emulator's default engine (the same table as no profile).
-func TestReadmeProfileExample(t *testing.T) {
-	text := labDocText(t)
-	at := strings.Index(text, "An engine profile (YAML or JSON")
-	if at < 0 {
-		t.Fatalf("no engine profile example in %s", labDoc)
-	}
-	block := text[at:]
-	block = block[strings.Index(block, "```yaml\n")+len("```yaml\n"):]
-	block = block[:strings.Index(block, "```")]
-	profile := filepath.Join(t.TempDir(), "profile.yaml")
-	if err := os.WriteFile(profile, []byte(block), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--trace", azureConvTrace, "--length", "2m", "--rate-scale", "4", "--policies", "saturation"}
-	withProfile, progress, err := runSimulate(t, append(args, "--profile", profile)...)
-	if err != nil {
-		t.Fatalf("simulate --profile (the manual's): %v\n%s", err, progress)
-	}
-	without, _, err := runSimulate(t, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if withProfile != without {
-		t.Errorf("with the manual's profile:\n%s\nwithout:\n%s", withProfile, without)
 	}
 }

@@ -1,0 +1,204 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/saturation-adapter/saturation-adapter/cmd/internal/help"
+	"github.com/saturation-adapter/saturation-adapter/lab/scoreboard"
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
+)
+
+// ScoreboardOptions are the flags of `lab scoreboard`.
+type ScoreboardOptions struct {
+	FleetOptions
+	// TuneStart, ScoreStart and SliceLength are the slices (trace time).
+	TuneStart, ScoreStart, SliceLength time.Duration
+	// Seeds is the number of seeds, from FirstSeed.
+	Seeds     int
+	FirstSeed uint64
+	// Workers bounds the replays at once (GOMAXPROCS when 0).
+	Workers int
+	// SLOGoal and CostGoal are the goal of the verdict.
+	SLOGoal, CostGoal float64
+	// Grid is every family's sweep; Families keeps some of them (all when
+	// empty).
+	Grid     scoreboard.Grid
+	Families []string
+	// ScaleDownWindow and ScaleDownPeriod are every HPA's scale-down
+	// stabilization window and the period in which it may remove one pod
+	// (simulate.RecommendedBehavior's 300 s and 120 s by default).
+	ScaleDownWindow, ScaleDownPeriod time.Duration
+	// JSON and SVG are output files ("" for none).
+	JSON, SVG string
+}
+
+// NewScoreboardOptions returns the defaults: the first half-hour to tune, the
+// second to score, 10 seeds, the goal of issue 21 (99 % within the TTFT SLO at
+// 1.15 × the oracle's GPU-hours), and the grid around the emulator's default
+// engine under conversation-like requests (scoreboard.DefaultGrid(3, 0.3, 12)).
+func NewScoreboardOptions() *ScoreboardOptions {
+	o := &ScoreboardOptions{FleetOptions: NewFleetOptions(), ScoreStart: 30 * time.Minute, SliceLength: 30 * time.Minute,
+		Seeds: 10, FirstSeed: 1, SLOGoal: 0.99, CostGoal: 1.15, Grid: scoreboard.DefaultGrid(3, 0.3, 12),
+		ScaleDownWindow: 300 * time.Second, ScaleDownPeriod: 120 * time.Second}
+	return o
+}
+
+// Flags returns the options' flags in named groups.
+func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	o.addFlags(&fss, false)
+	fs := fss.FlagSet("slices and seeds")
+	fs.DurationVar(&o.TuneStart, "tune-start", o.TuneStart, "Start of the slice set points are chosen on (trace time).")
+	fs.DurationVar(&o.ScoreStart, "score-start", o.ScoreStart, "Start of the slice the choices are scored on (trace time).")
+	fs.DurationVar(&o.SliceLength, "slice-length", o.SliceLength, "Length of each slice (trace time).")
+	fs.IntVar(&o.Seeds, "seeds", o.Seeds, "Seeds per slice, from --first-seed: every point is replayed on each (clock phases, cold starts, --rate-scale copies).")
+	fs.Uint64Var(&o.FirstSeed, "first-seed", o.FirstSeed, "The first seed.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Replays at once; 0 for GOMAXPROCS.")
+	fs.Float64Var(&o.SLOGoal, "slo-goal", o.SLOGoal, "Share of requests within --ttft-slo a tuned point must keep on the tune slice, and the verdict's bar.")
+	fs.Float64Var(&o.CostGoal, "cost-goal", o.CostGoal, "GPU-hours against the oracle's that the verdict accepts.")
+
+	g := &o.Grid
+	fs = fss.FlagSet("families")
+	fs.StringSliceVar(&o.Families, "families", o.Families, "Families to compare (gpu-util, keda-queue, keda-queue-cached, queue, kv, saturation, saturation+rate, saturation+rate+peak, saturation+minimum); empty for all.")
+	fs.Int32SliceVar(&g.GPUUtilization, "gpu-utilization-targets", g.GPUUtilization, "gpu-util's averageUtilization targets, percent.")
+	fs.Float64SliceVar(&g.Queue, "queue-targets", g.Queue, "Waiting requests per pod of keda-queue, keda-queue-cached and queue.")
+	fs.Float64SliceVar(&g.KV, "kv-targets", g.KV, "KV-cache usage targets of kv.")
+	fs.Float64Var(&g.SaturationQueue, "saturation-queue-set-point", g.SaturationQueue, "Queue set point of the fused families (lab calibrate measures it).")
+	fs.Float64SliceVar(&g.SaturationKV, "saturation-kv-set-points", g.SaturationKV, "KV-cache set points saturation sweeps (beside its default 5, 0.8).")
+	fs.Float64Var(&g.DemandKV, "rate-kv-set-point", g.DemandKV, "KV-cache set point of the families with a demand-rate term.")
+	fs.Float64SliceVar(&g.DemandRate, "rates", g.DemandRate, "Requests per second per replica the demand-rate families sweep (lab calibrate measures the capacity).")
+	fs.DurationVar(&g.DemandWindow, "rate-window", g.DemandWindow, "Window of the demand-rate term.")
+	fs.DurationVar(&g.Peak.Window, "peak-window", g.Peak.Window, "How long saturation+rate+peak holds a peak.")
+	fs.Float64Var(&g.Peak.Headroom, "peak-headroom", g.Peak.Headroom, "Headroom above the held peak (0.1: 10 %).")
+	fs.DurationVar(&g.Peak.HalfLife, "peak-half-life", g.Peak.HalfLife, "Half-life of a held peak; 0 holds it whole for the window.")
+	fs.Float64SliceVar(&g.Floors, "minimums", g.Floors, "Least replicas saturation+minimum sweeps (a scheduled minimum open over the slice).")
+	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds (the scale-up side stays the recommended 30 s, +2 pods per 60 s).")
+	fs.DurationVar(&o.ScaleDownPeriod, "scale-down-period", o.ScaleDownPeriod, "Every HPA's scale-down policy: one pod per this period.")
+
+	fs = fss.FlagSet("output")
+	fs.StringVar(&o.JSON, "json", o.JSON, "Write every point's results (medians and ranges on both slices) as JSON to this file.")
+	fs.StringVar(&o.SVG, "svg", o.SVG, "Write the score slice's frontiers as an SVG chart to this file.")
+	return fss
+}
+
+// Validate reports every invalid flag at once.
+func (o *ScoreboardOptions) Validate() error {
+	errs := o.validate()
+	if o.Seeds < 1 {
+		errs = append(errs, fmt.Errorf("--seeds=%d: want at least 1", o.Seeds))
+	}
+	if o.SliceLength <= 0 {
+		errs = append(errs, fmt.Errorf("--slice-length=%v: want > 0", o.SliceLength))
+	}
+	if o.ScaleDownWindow < 0 || o.ScaleDownWindow > time.Hour || o.ScaleDownPeriod < time.Second || o.ScaleDownPeriod > 30*time.Minute {
+		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Run replays every family's points on both slices and every seed and writes
+// the table to out and the JSON and SVG files; progress goes to progress.
+func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, _, tr, err := o.load()
+	if err != nil {
+		return err
+	}
+	g := o.Grid
+	g.MinReplicas = int32(cfg.MinReplicas)
+	g.Behavior = simulate.RecommendedBehavior()
+	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
+	g.Behavior.ScaleDown.StabilizationWindowSeconds = &window
+	g.Behavior.ScaleDown.Policies[0].PeriodSeconds = period
+	families, err := scoreboard.Families(g)
+	if err != nil {
+		return err
+	}
+	if len(o.Families) > 0 {
+		var keep []scoreboard.Family
+		for _, name := range o.Families {
+			found := false
+			for _, f := range families {
+				if f.Name == name {
+					keep, found = append(keep, f), true
+				}
+			}
+			if !found {
+				return fmt.Errorf("--families: unknown family %q", name)
+			}
+		}
+		families = keep
+	}
+	seeds := make([]uint64, o.Seeds)
+	for i := range seeds {
+		seeds[i] = o.FirstSeed + uint64(i)
+	}
+	start := time.Now()
+	sc := scoreboard.Config{Sim: cfg, Trace: tr, Window: o.Window, Seeds: seeds, Families: families,
+		Tune:    scoreboard.Slice{Start: o.TuneStart, Length: o.SliceLength},
+		Score:   scoreboard.Slice{Start: o.ScoreStart, Length: o.SliceLength},
+		SLOGoal: o.SLOGoal, CostGoal: o.CostGoal, Workers: o.Workers,
+		Progress: func(line string) { fmt.Fprintln(progress, line) }}
+	points := 0
+	for _, f := range families {
+		points += len(f.Points)
+	}
+	fmt.Fprintf(progress, "replaying %d points of %d families on 2 slices × %d seeds\n", points, len(families), len(seeds))
+	res, err := scoreboard.Run(sc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "done in %.0fs\n", time.Since(start).Seconds())
+	if err := res.WriteTable(out); err != nil {
+		return err
+	}
+	if err := writeFile(o.JSON, res.WriteJSON); err != nil {
+		return err
+	}
+	return writeFile(o.SVG, res.WriteSVG)
+}
+
+// NewScoreboardCommand returns `lab scoreboard`.
+func NewScoreboardCommand() *cobra.Command {
+	o := NewScoreboardOptions()
+	cmd := &cobra.Command{
+		Use:   "scoreboard --trace FILE [flags]",
+		Short: "Compare autoscaler families fairly: frontiers over many seeds, tuned on one slice and scored on another",
+		Long: strings.TrimSpace(`
+scoreboard compares autoscaler families the way a skeptical SRE would. Every family is
+a frontier: its target is swept (the GPU-utilization HPA's averageUtilization, KEDA's
+queue threshold with and without its cache, the queue-only and KV-only HPAs' targets,
+the fused score's set points, the demand-rate term's capacity per replica, with a held
+peak, with a scheduled minimum). Every point is replayed (lab simulate's fleet, HPA
+model and metrics pipelines) on --seeds seeds of two slices of the trace: it is chosen
+on the tune slice and reported on the score slice, as medians and ranges over the seeds
+of the share of requests within the TTFT SLO and of the GPU-hours against the oracle of
+the same seed. Points beaten on both axes are named with who beats them; each family's
+tuned point is checked against the goal (--slo-goal at --cost-goal × the oracle).
+It prints Markdown; --svg draws the frontiers. Replays run in parallel (--workers); the
+output does not depend on how many.`),
+		Example: `  # A quick look: two 5-minute slices of the conversation trace, 2 seeds, three families
+  lab scoreboard --trace data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv --rate-scale 8 \
+    --tune-start 20m --score-start 25m --slice-length 5m --seeds 2 --families gpu-util,keda-queue,saturation+rate
+
+  # The scoreboard of docs/scoreboard.md: both half-hours, 10 seeds, every family
+  lab scoreboard --trace data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv --rate-scale 8 \
+    --profile docs/calibration/emulator-conv-profile.yaml --json conv-scoreboard.json --svg conv-frontier.svg`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.Run(cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	help.Set(cmd, o.Flags())
+	return cmd
+}

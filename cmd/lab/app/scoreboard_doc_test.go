@@ -1,0 +1,231 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
+	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
+	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
+)
+
+// scoreboardDoc is the lab's scoreboard: methods, frontier tables, the
+// controls that see ahead, and the flags of simulate, scoreboard and
+// calibrate. Its commands are run as written and its tables compared.
+const scoreboardDoc = "docs/scoreboard.md"
+
+func scoreboardDocText(t *testing.T) string {
+	t.Helper()
+	return doctest.Read(t, repoRoot, scoreboardDoc)
+}
+
+// runDocSection runs every `lab …` command of the doc's section as written,
+// from a directory like the checkout's root, and checks that each prints the
+// block that follows it.
+func runDocSection(t *testing.T, section string, want int) {
+	t.Helper()
+	md := scoreboardDocText(t)
+	cmds := doctest.Commands(t, scoreboardDoc, md, section, "lab")
+	if len(cmds) != want {
+		t.Fatalf("%d commands in %q, want %d", len(cmds), section, want)
+	}
+	doctest.InCheckoutDir(t, repoRoot)
+	for _, c := range cmds {
+		out, progress, err := runRoot(c.Args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.Line, err, progress)
+		}
+		if table := doctest.Output(t, md, c.Block); out != table {
+			t.Errorf("%s line %d: %s prints:\n%s\nthe doc shows:\n%s", scoreboardDoc, c.Block.Line, c.Line, out, table)
+		}
+	}
+}
+
+// TestScoreboardDocShortRun runs the doc's short scoreboard (two 5-minute
+// slices, two seeds, four families) and compares its tables byte for byte: the
+// scoreboard's output depends only on its flags and seeds. Too slow under
+// -race; `make test` runs it without.
+func TestScoreboardDocShortRun(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("replays for seconds of CPU; slow under -race or -short")
+	}
+	runDocSection(t, "A scoreboard in seconds", 1)
+}
+
+// TestScoreboardDocReplay runs the doc's lab simulate example and compares
+// its table.
+func TestScoreboardDocReplay(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("slow under -race or -short")
+	}
+	runDocSection(t, "One replay, autoscaler by autoscaler", 1)
+}
+
+// TestScoreboardDocFullTables reproduces the doc's frontier tables (both
+// traces, both half-hours, 10 seeds, and again with a faster scale-down):
+// about a quarter to half an hour of CPU each, so only with
+// LAB_FULL_SCOREBOARD=1.
+func TestScoreboardDocFullTables(t *testing.T) {
+	if os.Getenv("LAB_FULL_SCOREBOARD") == "" {
+		t.Skip("set LAB_FULL_SCOREBOARD=1 to replay the full scoreboards (about half an hour of CPU each)")
+	}
+	runDocSection(t, "The conversation trace", 1)
+	runDocSection(t, "The code trace", 1)
+	runDocSection(t, "Faster scale-down", 2)
+}
+
+// flagTable renders a command's flag groups as the doc's Markdown table.
+func flagTable(fss cliflag.NamedFlagSets) string {
+	var b strings.Builder
+	b.WriteString("| group | flag | default | meaning |\n|---|---|---|---|\n")
+	for _, name := range fss.Order {
+		fss.FlagSets[name].VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Deprecated != "" {
+				return
+			}
+			def := "`" + f.DefValue + "`"
+			if f.DefValue == "" || f.DefValue == "[]" {
+				def = "none"
+			}
+			usage := strings.ReplaceAll(f.Usage, "|", `\|`)
+			fmt.Fprintf(&b, "| %s | `--%s` | %s | %s |\n", name, f.Name, def, usage)
+		})
+	}
+	return b.String()
+}
+
+// TestScoreboardDocFlags: the doc's flag tables are the commands' flags, by
+// group, with their defaults and help (regenerated from the commands: the
+// test prints the expected table).
+func TestScoreboardDocFlags(t *testing.T) {
+	md := scoreboardDocText(t)
+	for _, c := range []struct {
+		heading string
+		fss     cliflag.NamedFlagSets
+	}{
+		{"Flags of lab simulate", NewSimulateOptions().Flags()},
+		{"Flags of lab scoreboard", NewScoreboardOptions().Flags()},
+		{"Flags of lab calibrate", NewCalibrateOptions().Flags()},
+	} {
+		want := flagTable(c.fss)
+		if got := doctest.Section(t, md, c.heading); !strings.Contains(got, want) {
+			t.Errorf("%s: section %q does not hold the command's flags; it should read:\n%s", scoreboardDoc, c.heading, want)
+		}
+	}
+}
+
+// TestScoreboardDocProfile: the doc's engine profile is accepted by --profile
+// and is the emulator's default engine.
+func TestScoreboardDocProfile(t *testing.T) {
+	sec := doctest.Section(t, scoreboardDocText(t), "The engine profile")
+	at := strings.Index(sec, "```yaml\n")
+	if at < 0 {
+		t.Fatal("no yaml block in the engine profile section")
+	}
+	block := sec[at+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	path := filepath.Join(t.TempDir(), "profile.yaml")
+	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := simulate.LoadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != emulator.DefaultConfig() {
+		t.Errorf("the doc's profile is %+v, the emulator's default %+v", got, emulator.DefaultConfig())
+	}
+}
+
+// The examples of `lab simulate --help`, `lab scoreboard --help` and `lab
+// calibrate --help` parse and validate as written; the simulate and
+// scoreboard ones also run (their windows are short), from a directory like
+// the checkout's root with the files they name.
+func TestLabHelpExamples(t *testing.T) {
+	demand := hpaDemand(t)
+	dir := doctest.InCheckoutDir(t, repoRoot)
+	if err := os.WriteFile(filepath.Join(dir, "my-hpa.yaml"), []byte(demand), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policies := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: chat-ahead\n  kind: mean\n" +
+		"  terms: [{kind: queueDepth, setPoint: 2}, {kind: demandRate, setPoint: 12, window: 30s}]\n  peak: {window: 10m, headroom: 0.1}\n"
+	ahead := strings.Replace(strings.Replace(demand, "llm_demand_replicas", "chat-ahead", 1), "type: AverageValue, averageValue: \"1\"", "type: Value, value: \"1\"", 1)
+	for name, body := range map[string]string{"policies.yaml": policies, "chat-ahead-hpa.yaml": ahead} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sub := range []string{"simulate", "scoreboard", "calibrate"} {
+		cmd, _, err := NewCommand(context.Background()).Find([]string{sub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := 0
+		for _, line := range shdocCommands(t, cmd.Example) {
+			if !strings.HasPrefix(line, "lab ") || strings.HasSuffix(line, "&") {
+				continue // kubectl, and the emulator started in the background
+			}
+			words := shdocWords(t, line)
+			if sub == "calibrate" || (sub == "scoreboard" && strings.Contains(line, "conv-scoreboard.json")) {
+				// No engine to calibrate here, and the full scoreboard takes half
+				// an hour: these parse and validate only.
+				c := NewCommand(context.Background())
+				found, rest, err := c.Find(words[1:])
+				if err == nil {
+					err = found.ParseFlags(rest)
+				}
+				if err != nil {
+					t.Errorf("%s: %v", line, err)
+				}
+				ran++
+				continue
+			}
+			if raceDetector || testing.Short() {
+				continue
+			}
+			var out bytes.Buffer
+			o, progress, err := runRoot(words[1:]...)
+			out.WriteString(o)
+			if err != nil || out.Len() == 0 {
+				t.Errorf("%s: %v\n%s", line, err, progress)
+			}
+			ran++
+		}
+		if ran == 0 && !(raceDetector || testing.Short()) {
+			t.Errorf("lab %s --help has no lab example", sub)
+		}
+	}
+}
+
+// hpaDemand is testdata/hpa-demand.yaml: the HPA on llm_demand_replicas.
+func hpaDemand(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "hpa-demand.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func shdocCommands(t *testing.T, text string) []string {
+	t.Helper()
+	return shdoc.Commands(text)
+}
+
+func shdocWords(t *testing.T, line string) []string {
+	t.Helper()
+	w, err := shdoc.Words(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}

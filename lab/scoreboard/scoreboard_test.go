@@ -1,0 +1,118 @@
+package scoreboard
+
+import (
+	"bytes"
+	"encoding/xml"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
+	"github.com/saturation-adapter/saturation-adapter/lab/trace"
+)
+
+// tiny is a scoreboard small enough for a unit test: two 2-minute slices of
+// the conversation trace at twice its rate, a 30 s cold start, 2 seeds, two
+// families of two points.
+func tiny(t *testing.T, workers int) Config {
+	t.Helper()
+	tr, err := trace.ReadFile("../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := DefaultGrid(3, 0.3, 12)
+	g.GPUUtilization, g.Queue = []int32{60, 80}, []float64{2, 5}
+	all, err := Families(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fams []Family
+	for _, f := range all {
+		if f.Name == "gpu-util" || f.Name == "keda-queue" {
+			fams = append(fams, f)
+		}
+	}
+	sim := simulate.DefaultConfig()
+	sim.ColdStart = 30 * time.Second
+	w := simulate.DefaultWorkloadOptions()
+	w.RateScale = 2
+	return Config{Sim: sim, Trace: tr, Window: w, Tune: Slice{20 * time.Minute, 2 * time.Minute}, Score: Slice{22 * time.Minute, 2 * time.Minute},
+		Seeds: []uint64{1, 2}, Families: fams, SLOGoal: 0.99, CostGoal: 1.15, Workers: workers}
+}
+
+// TestRunDeterministicAcrossWorkers: the same seeds give the same result
+// whatever the number of replays at once, and the table and the chart are
+// written.
+func TestRunDeterministicAcrossWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays eight slices")
+	}
+	one, err := Run(tiny(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := Run(tiny(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(one, two); diff != "" {
+		t.Fatalf("1 and 2 workers differ (-1 +2):\n%s", diff)
+	}
+	var table, svg bytes.Buffer
+	if err := one.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| gpu-util | 60% |", "| keda-queue | q=5 |", "default", "**tuned**", "2 seeds (1, 2)"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	var root struct{ XMLName xml.Name }
+	if err := xml.Unmarshal(svg.Bytes(), &root); err != nil || root.XMLName.Local != "svg" {
+		t.Errorf("the frontier chart is not SVG: %v", err)
+	}
+	if f := one.Family("gpu-util"); f == nil || len(f.Points) != 2 || f.Points[0].Score.TTFTWithinSLO.Min > f.Points[0].Score.TTFTWithinSLO.Max {
+		t.Errorf("gpu-util results %+v", f)
+	}
+}
+
+// TestTunedAndDominated: the tuned point is the cheapest reaching the goal on
+// the tune slice (else the best share), and a point is dominated by those at
+// least as good on both axes of the score slice and better on one.
+func TestTunedAndDominated(t *testing.T) {
+	pt := func(fam, label string, tuneSLO, tuneCost, scoreSLO, scoreCost float64) PointResult {
+		return PointResult{Family: fam, Label: label,
+			Tune:  Stats{TTFTWithinSLO: Summary{Median: tuneSLO}, GPUHoursVsOracle: Summary{Median: tuneCost}},
+			Score: Stats{TTFTWithinSLO: Summary{Median: scoreSLO}, GPUHoursVsOracle: Summary{Median: scoreCost}}}
+	}
+	res := &Result{Families: []FamilyResult{
+		{Name: "a", Points: []PointResult{pt("a", "1", 0.995, 1.3, 0.99, 1.3), pt("a", "2", 0.991, 1.1, 0.98, 1.0), pt("a", "3", 0.98, 0.9, 0.97, 0.9)}},
+		{Name: "b", Points: []PointResult{pt("b", "1", 0.95, 1.0, 0.99, 1.2), pt("b", "2", 0.97, 1.2, 0.95, 1.4)}},
+	}}
+	for i := range res.Families {
+		f := &res.Families[i]
+		tuned := pickTuned(f.Points, 0.99)
+		f.Points[tuned].Tuned = true
+	}
+	markDominated(res)
+	if got := res.Family("a").Tuned().Label; got != "2" {
+		t.Errorf("a's tuned point %s, want 2 (the cheapest at >= 99 %% on the tune slice)", got)
+	}
+	if got := res.Family("b").Tuned().Label; got != "2" {
+		t.Errorf("b's tuned point %s, want 2 (none reaches the goal: the best share)", got)
+	}
+	if got := res.Families[1].Points[1].DominatedBy; !cmp.Equal(got, []string{"a/1", "a/2", "a/3", "b/1"}) {
+		t.Errorf("b/2 dominated by %v, want every other point", got)
+	}
+	if got := res.Families[0].Points[0].DominatedBy; !cmp.Equal(got, []string{"b/1"}) {
+		t.Errorf("a/1 dominated by %v, want b/1 (the same share, cheaper)", got)
+	}
+	if got := res.Families[1].Points[0].DominatedBy; got != nil {
+		t.Errorf("b/1 (the best share at its cost) dominated by %v, want none", got)
+	}
+}

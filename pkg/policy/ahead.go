@@ -1,0 +1,238 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// The controls that see ahead: floors under a mean or demand policy's value,
+// served inside the same External metric, so that a plain HPA follows them.
+// Both are in the pool's demand unit, replicas (the sum of the pods' parts, the
+// value a KindDemand policy serves): a KindMean policy serves the floored
+// demand divided by the pool's pods, which an HPA with target Value 1 turns
+// back into ceil(demand) replicas.
+
+// PeakHold keeps capacity for the last burst warm: the pool's demand is held
+// at no less than its own peak over Window, decayed by HalfLife, times
+// (1 + Headroom).
+type PeakHold struct {
+	// Window is how long a peak counts, > 0.
+	Window time.Duration
+	// Headroom is the fraction added to the held peak, >= 0 (0.2: 20 % above
+	// it). The newest demand is a peak too, so the served demand is at least
+	// demand × (1 + Headroom).
+	Headroom float64
+	// HalfLife, when > 0, halves a peak's weight every HalfLife of its age, so
+	// that a held burst releases capacity gradually; 0 holds it whole until it
+	// leaves the window.
+	HalfLife time.Duration
+}
+
+// ScheduledMinimum is a time window of known demand (a daily peak): while it is
+// open the pool's demand is at least Demand replicas.
+type ScheduledMinimum struct {
+	// Schedule is a standard 5-field cron expression (minute hour day-of-month
+	// month day-of-week, or a descriptor such as @daily) for the window's
+	// opening times.
+	Schedule string
+	// Duration is how long the window stays open after each opening, > 0.
+	Duration time.Duration
+	// TimeZone is the IANA time zone the schedule is read in ("" for UTC).
+	TimeZone string
+	// Demand is the least demand, in replicas, while the window is open; > 0.
+	Demand float64
+
+	sched cron.Schedule
+	loc   *time.Location
+}
+
+// cronParser reads standard cron expressions and descriptors (robfig/cron's
+// ParseStandard, without its CRON_TZ prefix: the time zone is a field).
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// compile parses the schedule and loads the time zone.
+func (m *ScheduledMinimum) compile() *FieldError {
+	sched, err := cronParser.Parse(m.Schedule)
+	if err != nil {
+		return fieldErr("schedule", m.Schedule, "not a 5-field cron expression (minute hour day-of-month month day-of-week): %v", err)
+	}
+	loc, err := time.LoadLocation(m.TimeZone)
+	if err != nil {
+		return fieldErr("timeZone", m.TimeZone, "not an IANA time zone: %v", err)
+	}
+	m.sched, m.loc = sched, loc
+	return nil
+}
+
+// Open reports whether the window is open at now: an opening falls in
+// (now − Duration, now].
+func (m *ScheduledMinimum) Open(now time.Time) bool {
+	if m.sched == nil {
+		return false
+	}
+	return !m.sched.Next(now.In(m.loc).Add(-m.Duration)).After(now)
+}
+
+// validateAhead checks the policy's peak hold and scheduled minimums and
+// compiles the schedules.
+func (p *Policy) validateAhead() *FieldError {
+	if (p.Peak != nil || len(p.Minimums) > 0) && p.Kind != KindMean && p.Kind != KindDemand {
+		return fieldErr("kind", p.Kind, "only mean and demand policies take a peak hold or scheduled minimums")
+	}
+	if h := p.Peak; h != nil {
+		switch {
+		case h.Window <= 0:
+			return fieldErr("peak.window", h.Window, "must be > 0")
+		case !(h.Headroom >= 0) || !finite(h.Headroom):
+			return fieldErr("peak.headroom", h.Headroom, "must be a finite number >= 0 (0.2: 20 %% above the peak)")
+		case h.HalfLife < 0:
+			return fieldErr("peak.halfLife", h.HalfLife, "must be >= 0 (0: no decay within the window)")
+		}
+	}
+	for i := range p.Minimums {
+		m := &p.Minimums[i]
+		if err := m.compile(); err != nil {
+			err.Field = fmt.Sprintf("minimums[%d].%s", i, err.Field)
+			return err
+		}
+		if m.Duration <= 0 {
+			return fieldErr(fmt.Sprintf("minimums[%d].duration", i), m.Duration, "must be > 0")
+		}
+		if !(m.Demand > 0) || !finite(m.Demand) {
+			return fieldErr(fmt.Sprintf("minimums[%d].demand", i), m.Demand, "must be a finite number of replicas > 0")
+		}
+	}
+	return nil
+}
+
+// Remembers reports whether the policy keeps state between requests for a
+// pool (a peak hold): the caller then keeps a PoolState per pool and passes it
+// to Ahead.
+func (p *Policy) Remembers() bool { return p.Peak != nil }
+
+// HasAhead reports whether the policy has a peak hold or scheduled minimums.
+func (p *Policy) HasAhead() bool { return p.Peak != nil || len(p.Minimums) > 0 }
+
+// PoolState is what a policy remembers of one pool between requests: the
+// demand it served, for its peak hold. One per (policy, pool); safe for
+// concurrent use. The zero value is ready.
+type PoolState struct {
+	mu sync.Mutex
+	// peaks is a monotone queue of demand samples: older ones are strictly
+	// larger (a sample no larger than a newer one can never be the peak again,
+	// since it is older and decays and expires first).
+	peaks []demandSample
+	last  time.Time
+}
+
+type demandSample struct {
+	at     time.Time
+	demand float64
+}
+
+// LastUsed returns the time of the last observation (to drop states of pools
+// nobody asks about).
+func (s *PoolState) LastUsed() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// observe records demand at now and returns the held peak: the largest
+// recorded demand within window, weighted 2^(-age/halfLife).
+func (s *PoolState) observe(now time.Time, demand float64, h *PeakHold) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = now
+	start := now.Add(-h.Window)
+	k := 0
+	for k < len(s.peaks) && !s.peaks[k].at.After(start) {
+		k++
+	}
+	s.peaks = s.peaks[k:]
+	for n := len(s.peaks); n > 0 && s.peaks[n-1].demand <= demand; n-- {
+		s.peaks = s.peaks[:n-1]
+	}
+	s.peaks = append(s.peaks, demandSample{at: now, demand: demand})
+	best := 0.0
+	for _, p := range s.peaks {
+		v := p.demand
+		if h.HalfLife > 0 {
+			v *= math.Exp2(-float64(now.Sub(p.at)) / float64(h.HalfLife))
+		}
+		best = max(best, v)
+	}
+	return best
+}
+
+// AheadValue says how the controls that see ahead moved a pool's value, in
+// replicas.
+type AheadValue struct {
+	// Demand is the pool's own demand (what it served before the floors).
+	Demand float64 `json:"demand"`
+	// Peak is the held peak × (1 + headroom), when the policy holds one.
+	Peak *float64 `json:"peak,omitempty"`
+	// Scheduled is the largest open scheduled minimum, when one is open;
+	// Window names it.
+	Scheduled *float64 `json:"scheduled,omitempty"`
+	Window    string   `json:"window,omitempty"`
+	// Served is the demand served: the largest of the three.
+	Served float64 `json:"served"`
+}
+
+// Ahead applies the policy's peak hold and scheduled minimums to pool (built
+// by the policy's PoolBuilder) at now, recording the pool's demand in st
+// (which may be nil for a policy that does not remember). A pool without a
+// value keeps none (no data is never a floor), except a pool of zero pods
+// under an open scheduled minimum, which is served that minimum (the HPA
+// computes ceil(value / target) at zero replicas). The pool's Ahead field
+// says what moved it.
+func (p *Policy) Ahead(now time.Time, st *PoolState, pool Pool) Pool {
+	if !p.HasAhead() {
+		return pool
+	}
+	scale := 1.0 // value = demand / scale
+	if p.Kind == KindMean && pool.Pods > 0 {
+		scale = float64(pool.Pods)
+	}
+	var av AheadValue
+	if pool.Value != nil {
+		av.Demand = *pool.Value * scale
+	} else if pool.Pods > 0 {
+		return pool
+	}
+	av.Served = av.Demand
+	if h := p.Peak; h != nil && st != nil && pool.Value != nil {
+		peak := st.observe(now, av.Demand, h) * (1 + h.Headroom)
+		av.Peak = &peak
+		av.Served = max(av.Served, peak)
+	}
+	for i := range p.Minimums {
+		m := &p.Minimums[i]
+		if m.Open(now) && (av.Scheduled == nil || m.Demand > *av.Scheduled) {
+			d := m.Demand
+			av.Scheduled, av.Window = &d, fmt.Sprintf("%q for %s (%s)", m.Schedule, m.Duration, zoneName(m.TimeZone))
+		}
+	}
+	if av.Scheduled != nil {
+		av.Served = max(av.Served, *av.Scheduled)
+	}
+	if pool.Value == nil && av.Scheduled == nil {
+		return pool
+	}
+	v := av.Served / scale
+	pool.Value = &v
+	pool.Ahead = &av
+	return pool
+}
+
+func zoneName(tz string) string {
+	if tz == "" {
+		return "UTC"
+	}
+	return tz
+}

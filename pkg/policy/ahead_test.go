@@ -1,0 +1,174 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+)
+
+// demandBody is a one-engine vLLM body with queue q, running n and finished
+// requests done (vllm:request_success_total, counted per finished_reason).
+func demandBody(q, n, done float64) string {
+	return vllm(q, n, 0.1) + "vllm:request_success_total{engine=\"0\",finished_reason=\"length\"} " + ftoa(done) + "\n"
+}
+
+func demandCatalog(t *testing.T, p Policy) *Catalog {
+	t.Helper()
+	c, err := NewCatalog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestDemandRateTerm: arrivals per second = finished + growth of what the
+// engine holds, over the window, divided by the per-replica set point: the
+// term's unit is replicas. 30 s apart, 300 more finished and 30 more held
+// (queue 10 → 25, running 20 → 35): 330 arrivals / 30 s = 11 requests/s, at a
+// set point of 5.5 requests/s per replica that is 2 replicas.
+func TestDemandRateTerm(t *testing.T) {
+	c := demandCatalog(t, Policy{Name: "ahead", Kind: KindDemand, UnknownSaturation: 1,
+		Terms: []Term{{Kind: TermDemandRate, SetPoint: 5.5, Window: 30 * time.Second}}})
+	p := c.Lookup("ahead")
+	h := history.NewHistory(history.HistoryOptions{Needs: c.Needs()},
+		read(t, demandBody(10, 20, 1000), t0), read(t, demandBody(25, 35, 1300), t0.Add(30*time.Second)))
+	rep := p.ExplainPod(h, "", t0.Add(30*time.Second), maxAge)
+	if len(rep.Terms) != 1 || !approx(rep.Terms[0].Value, 11) || !approx(rep.Terms[0].Ratio, 2) {
+		t.Fatalf("terms %+v, want demandRate 11 requests/s, ratio 2", rep.Terms)
+	}
+	if !strings.Contains(rep.Terms[0].Note, "330 arrived over 30s") {
+		t.Errorf("note %q, want the arrivals and the span", rep.Terms[0].Note)
+	}
+	// Two such pods: the pool's demand is the sum, 4 replicas.
+	b := p.NewPool(t0.Add(30*time.Second), maxAge)
+	b.Add(h, "")
+	b.Add(h, "")
+	if pool := b.Pool(); pool.Value == nil || !approx(*pool.Value, 4) {
+		t.Errorf("pool value %v, want 4 replicas", deref(pool.Value))
+	}
+	// One reading: no window, no value for the term.
+	one := history.NewHistory(history.HistoryOptions{Needs: c.Needs()}, read(t, demandBody(0, 0, 5), t0))
+	if rep := p.ExplainPod(one, "", t0, maxAge); len(rep.Terms) != 0 {
+		t.Errorf("one reading gave terms %+v, want none", rep.Terms)
+	}
+	// Validation names the field and the unit.
+	if _, err := NewCatalog(Policy{Name: "bad", Kind: KindMean, Terms: []Term{{Kind: TermDemandRate}}}); err == nil ||
+		!strings.Contains(err.Error(), "requests per second per replica") {
+		t.Errorf("a demand rate without a set point: %v", err)
+	}
+}
+
+// TestPeakHold: the served demand is the largest of the demand and the held
+// peak × (1 + headroom); a peak leaves after the window, and with a half-life
+// it decays before.
+func TestPeakHold(t *testing.T) {
+	h := &PeakHold{Window: 10 * time.Minute, Headroom: 0.25}
+	var st PoolState
+	at := func(m float64) time.Time { return t0.Add(time.Duration(m * float64(time.Minute))) }
+	steps := []struct {
+		min, demand, want float64
+	}{
+		{0, 4, 5},       // the newest is a peak: 4 × 1.25
+		{1, 8, 10},      // a burst
+		{2, 2, 10},      // held
+		{10.5, 3, 10},   // 9.5 min old: still held
+		{11.5, 3, 3.75}, // gone; 3 is the largest left
+	}
+	for _, s := range steps {
+		if got := st.observe(at(s.min), s.demand, h) * (1 + h.Headroom); !approx(got, s.want) {
+			t.Errorf("at %g min, demand %g: held %g, want %g", s.min, s.demand, got, s.want)
+		}
+	}
+	decay := &PeakHold{Window: 10 * time.Minute, HalfLife: 2 * time.Minute}
+	var ds PoolState
+	ds.observe(at(0), 8, decay)
+	if got := ds.observe(at(4), 1, decay); !approx(got, 2) {
+		t.Errorf("a peak of 8 after two half-lives holds %g, want 2", got)
+	}
+	if n := len(ds.peaks); n != 2 {
+		t.Errorf("%d samples kept, want 2 (8 then 1)", n)
+	}
+}
+
+// TestAheadOnMeanAndDemand: a KindMean policy serves the floored demand over
+// the pods (an HPA with Value 1 gets ceil(demand) back), a KindDemand policy
+// the demand; a scheduled minimum in its time zone, half-open at its end; a
+// pool of zero pods under an open window is served the minimum.
+func TestAheadOnMeanAndDemand(t *testing.T) {
+	minimums := func() []ScheduledMinimum {
+		// 09:00–17:00 on weekdays in Berlin (UTC+1 in November): 08:00–16:00 UTC.
+		return []ScheduledMinimum{{Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour, TimeZone: "Europe/Berlin", Demand: 6}}
+	}
+	mean := demandCatalog(t, Policy{Name: "m", Kind: KindMean, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(),
+		Peak: &PeakHold{Window: 5 * time.Minute, Headroom: 0.5}, Minimums: minimums()}).Lookup("m")
+	v := 0.5 // mean saturation of 2 pods: demand 1
+	pool := Pool{Pods: 2, Known: 2, Value: &v}
+	// t0 is Sunday 2026-11-29 12:00 UTC: no window open; demand 1 × 1.5.
+	var st PoolState
+	got := mean.Ahead(t0, &st, pool)
+	if got.Value == nil || !approx(*got.Value, 0.75) || got.Ahead == nil || got.Ahead.Scheduled != nil || !approx(got.Ahead.Served, 1.5) {
+		t.Fatalf("Sunday: %+v (ahead %+v), want value 1.5 / 2 pods = 0.75 and no window", got, got.Ahead)
+	}
+	monday := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC) // 09:00 in Berlin
+	if got := mean.Ahead(monday, &st, pool); got.Value == nil || !approx(*got.Value, 3) || got.Ahead.Scheduled == nil {
+		t.Errorf("Monday 09:00 Berlin: %v (ahead %+v), want 6 / 2 pods = 3", deref(got.Value), got.Ahead)
+	}
+	if got := mean.Ahead(monday.Add(8*time.Hour), &st, pool); got.Ahead.Scheduled != nil {
+		t.Errorf("at 17:00 Berlin the window is closed (half-open), got %+v", got.Ahead)
+	}
+	if got := mean.Ahead(monday.Add(-time.Minute), &st, pool); got.Ahead.Scheduled != nil {
+		t.Errorf("at 08:59 Berlin the window is not open yet, got %+v", got.Ahead)
+	}
+	// Zero pods, no value: the open minimum wakes the pool.
+	if got := mean.Ahead(monday.Add(time.Hour), nil, Pool{}); got.Value == nil || !approx(*got.Value, 6) {
+		t.Errorf("zero pods in the window: %v, want 6", deref(got.Value))
+	}
+	// Pods without data stay without a value (an error for the HPA).
+	if got := mean.Ahead(monday.Add(time.Hour), nil, Pool{Pods: 3}); got.Value != nil {
+		t.Errorf("pods without data got %v, want no value", *got.Value)
+	}
+	demand := demandCatalog(t, Policy{Name: "d", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(),
+		Minimums: minimums()}).Lookup("d")
+	d := 2.0
+	if got := demand.Ahead(monday, nil, Pool{Pods: 2, Known: 2, Value: &d}); !approx(*got.Value, 6) {
+		t.Errorf("demand policy in the window: %v, want 6", *got.Value)
+	}
+}
+
+func TestAheadValidation(t *testing.T) {
+	base := func() Policy {
+		return Policy{Name: "p", Kind: KindMean, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms()}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Policy)
+		field  string
+	}{
+		{"signal policy", func(p *Policy) { p.Kind, p.Terms, p.Peak = KindSignal, nil, &PeakHold{Window: time.Minute} }, "kind"},
+		{"no window", func(p *Policy) { p.Peak = &PeakHold{} }, "peak.window"},
+		{"negative headroom", func(p *Policy) { p.Peak = &PeakHold{Window: time.Minute, Headroom: -1} }, "peak.headroom"},
+		{"bad cron", func(p *Policy) {
+			p.Minimums = []ScheduledMinimum{{Schedule: "every morning", Duration: time.Hour, Demand: 1}}
+		}, "minimums[0].schedule"},
+		{"six fields", func(p *Policy) {
+			p.Minimums = []ScheduledMinimum{{Schedule: "0 0 9 * * 1-5", Duration: time.Hour, Demand: 1}}
+		}, "minimums[0].schedule"},
+		{"bad zone", func(p *Policy) {
+			p.Minimums = []ScheduledMinimum{{Schedule: "@daily", Duration: time.Hour, TimeZone: "Mars/Olympus", Demand: 1}}
+		}, "minimums[0].timeZone"},
+		{"no duration", func(p *Policy) { p.Minimums = []ScheduledMinimum{{Schedule: "@daily", Demand: 1}} }, "minimums[0].duration"},
+		{"no demand", func(p *Policy) { p.Minimums = []ScheduledMinimum{{Schedule: "@daily", Duration: time.Hour}} }, "minimums[0].demand"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := base()
+			tt.mutate(&p)
+			err := p.Validate()
+			if err == nil || err.Field != tt.field {
+				t.Errorf("Validate() = %v, want an error on %s", err, tt.field)
+			}
+		})
+	}
+}
