@@ -21,13 +21,6 @@ import (
 
 func ptr(v float64) *float64 { return &v }
 
-func deref(p *float64) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
 func sec(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
 func TestParseCacheConfig(t *testing.T) {

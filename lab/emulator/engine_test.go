@@ -356,7 +356,7 @@ func TestAbortUnstarted(t *testing.T) {
 	if !ok || f.Reason != FinishAbort {
 		t.Fatalf("AbortUnstarted(b) = %+v, %v; want b aborted", f, ok)
 	}
-	if s := e.Snapshot(); s.Waiting != 0 || s.Running != 1 || s.Counters.Finished[2] != 1 {
+	if s := e.Snapshot(); s.Waiting != 0 || s.Running != 1 || s.Finished[2] != 1 {
 		t.Errorf("after the abort %+v, want a alone running and one abort counted", s)
 	}
 }

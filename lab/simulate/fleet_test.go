@@ -166,8 +166,8 @@ func TestClientsAbandon(t *testing.T) {
 	if rec.abandonedN != 2 || f.done != 5 {
 		t.Errorf("abandoned %d, done %d; want 2 and 5", rec.abandonedN, f.done)
 	}
-	if s := f.pods[0].engine.Snapshot(); s.Counters.Finished[2] != 2 {
-		t.Errorf("the engine counted %d aborts, want 2", s.Counters.Finished[2])
+	if s := f.pods[0].engine.Snapshot(); s.Finished[2] != 2 {
+		t.Errorf("the engine counted %d aborts, want 2", s.Finished[2])
 	}
 
 	held := []Request{{At: 0, PromptTokens: 10, OutputTokens: 10}}

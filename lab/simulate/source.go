@@ -90,12 +90,6 @@ func defaultAdapterSource() func() MetricSource {
 	return f
 }
 
-// adapterSetPoints returns the adapter's default set points (policy.DefaultSetPoints).
-func adapterSetPoints() (queueDepth, kvCacheUsage float64) {
-	sp := policy.DefaultSetPoints()
-	return sp.QueueDepth, sp.KVCacheUsage
-}
-
 // failingSource answers every query with an error (defaults that do not
 // validate: cannot happen while the defaults are sane, but never a crash).
 type failingSource struct{ err error }

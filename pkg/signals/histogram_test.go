@@ -102,20 +102,3 @@ func TestHistogramAddLayouts(t *testing.T) {
 		t.Error("Add modified its inputs")
 	}
 }
-
-// sameBits reports whether two histograms hold the same floats, bit for bit.
-func sameBits(a, b *Histogram) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	eq := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
-	if !eq(a.Count, b.Count) || !eq(a.Sum, b.Sum) || len(a.Bounds) != len(b.Bounds) || len(a.Counts) != len(b.Counts) {
-		return false
-	}
-	for i := range a.Counts {
-		if !eq(a.Counts[i], b.Counts[i]) || !eq(a.Bounds[i], b.Bounds[i]) {
-			return false
-		}
-	}
-	return true
-}

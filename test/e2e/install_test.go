@@ -66,10 +66,10 @@ var (
 	verifyVersionBlock   = docRef{"docs/install.md", "Verify before installing", "VERSION="}
 	verifyChecksumsBlock = docRef{"docs/install.md", "Verify before installing", "curl"}
 	// A release built from the checkout (docs/install.md's development section).
-	releaseBlock   = docRef{"docs/install.md", "Development: building a release from source", "make release"}
-	devApplyBlock  = docRef{"docs/install.md", "Development: building a release from source", "kubectl apply -f dist/"}
-	devDeleteBlock = docRef{"docs/install.md", "Development: building a release from source", "kubectl delete -f dist/"}
-	helmBlock      = docRef{"docs/install.md", "Development: building a release from source", "helm install saturation-adapter charts/"}
+	releaseBlock          = docRef{"docs/install.md", "Development: building a release from source", "make release"}
+	devApplyBlock         = docRef{"docs/install.md", "Development: building a release from source", "kubectl apply -f dist/"}
+	devDeleteBlock        = docRef{"docs/install.md", "Development: building a release from source", "kubectl delete -f dist/"}
+	helmBlock             = docRef{"docs/install.md", "Development: building a release from source", "helm install saturation-adapter charts/"}
 	debugBlock            = docRef{"README.md", "Check it", "kubectl get --raw"}
 	saveSpecBlock         = docRef{"docs/install.md", "Before you install", "kubectl get apiservice"}
 	ownKustomizationBlock = docRef{"docs/install.md", "Your own kustomization", "mkdir -p my-install"}

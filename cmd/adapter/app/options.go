@@ -390,7 +390,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Identity.AddFlags(agg)
 	o.ManagedTLS.AddFlags(agg)
 
-
 	kube := fss.FlagSet("Kubernetes client")
 	kube.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
 		"Kubeconfig for reading pods and HorizontalPodAutoscalers; in-cluster configuration when empty.")
