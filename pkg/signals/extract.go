@@ -155,6 +155,14 @@ type scanBuffers struct {
 	offsets     []int
 	firstSample []int
 	learnable   []bool
+	// Per series the parser read: the filtered line it starts on and the
+	// length of its series bytes (name and label set as the parser consumed
+	// them); aligned, whether lines and series matched one to one (see
+	// parse); eofAt, the indices of the "# EOF" lines among the filtered ones.
+	entryLine []int
+	seriesLen []int
+	aligned   bool
+	eofAt     []int
 }
 
 // mergeFast merges the samples of the lines the series cache answered into
@@ -239,14 +247,24 @@ func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, er
 	om := isOpenMetrics(contentType)
 	b := e.bufs.Get().(*scanBuffers)
 	defer e.bufs.Put(b)
-	st, err := e.filter(body, om, b)
+	st, err := e.filter(body, om, false, b)
 	if err != nil {
 		return Reading{}, err
 	}
-	if err := e.parse(om, b.lines.Bytes(), b); err != nil {
+	err = e.parse(om, b.lines.Bytes(), b)
+	if !b.aligned && len(b.fast) > 0 {
+		// The parser did not read the lines as the filter cut them, so the
+		// lines the cache answered are not proven to read as they would
+		// there: read the body again without the cache.
+		if st, err = e.filter(body, om, true, b); err != nil {
+			return Reading{}, err
+		}
+		err = e.parse(om, b.lines.Bytes(), b)
+	}
+	if err != nil {
 		return Reading{}, err
 	}
-	if !om {
+	if !om && b.aligned {
 		e.series.learn(e, b)
 	}
 	b.mergeFast()
@@ -392,14 +410,17 @@ type filterStats struct {
 	firstText string
 }
 
-// filter copies the lines of families some dialect reads into b.lines, one per
-// line, normalised (no CR, no leading blanks, no exemplar in the text format).
-func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, error) {
+// filter copies the logical lines (see nextLine) of families some dialect
+// reads into b.lines, one per line, normalised (no final CR, no leading
+// blanks, no exemplar in the text format). A line the series cache answers
+// (hits) is not copied; noCache turns the cache off.
+func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filterStats, error) {
 	var st filterStats
 	b.lines.Reset()
-	b.lineNos, b.offsets, b.global, b.fast, b.accepted = b.lineNos[:0], b.offsets[:0], b.global[:0], b.fast[:0], 0
+	b.lineNos, b.offsets, b.global, b.fast, b.accepted, b.eofAt = b.lineNos[:0], b.offsets[:0], b.global[:0], b.fast[:0], 0, b.eofAt[:0]
 	b.flow = b.flow[:0]
-	if !om {
+	useCache := !om && !noCache
+	if useCache {
 		e.series.mu.RLock() // for hit
 		defer e.series.mu.RUnlock()
 	}
@@ -407,12 +428,13 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 	// The metric name of the last series line read, and whether its family is.
 	var prev []byte
 	var prevRead bool
-	for n := 1; len(body) > 0; n++ {
-		var line []byte
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			line, body = body, nil
+	join := true
+	for n := 1; len(body) > 0; {
+		first := n
+		line, rest, physical, failed := nextLine(body, om, join)
+		body, n = rest, n+physical
+		if failed {
+			join = false // textparse rejects the body: an unterminated quoted string
 		}
 		if k := len(line); k > 0 && line[k-1] == '\r' {
 			line = line[:k-1]
@@ -425,18 +447,14 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 		}
 		if line[0] == '#' {
 			if om && bytes.Equal(bytes.TrimSpace(line), []byte("# EOF")) {
-				b.lines.WriteString("# EOF\n")
-				b.lineNos = append(b.lineNos, n)
-				b.accepted++
+				b.eofAt = append(b.eofAt, len(b.offsets))
+				b.addLine([]byte("# EOF"), first)
 			}
 			continue
 		}
 		if !e.index.first[line[0]] && line[0] != '{' {
 			if !metricNameStart(line[0]) {
-				if st.other == 0 {
-					st.first, st.firstText = n, Excerpt(string(line), 80)
-				}
-				st.other++
+				st.other1(first, line)
 			}
 			continue // no family read starts with this byte
 		}
@@ -450,10 +468,7 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			var ok bool
 			name, ok = lineMetricName(line)
 			if !ok {
-				if st.other == 0 {
-					st.first, st.firstText = n, Excerpt(string(line), 80)
-				}
-				st.other++
+				st.other1(first, line)
 				continue
 			}
 			read = e.index.read[string(name)] // no allocation: Go optimises string(b) in a map index
@@ -467,10 +482,10 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			continue
 		}
 		if len(line) > maxLineBytes {
-			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, n, Excerpt(string(name), 80), len(line), maxLineBytes)
+			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, first, Excerpt(string(name), 80), len(line), maxLineBytes)
 		}
 		if bytes.IndexByte(line, 0) >= 0 {
-			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, n, Excerpt(string(name), 80))
+			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, first, Excerpt(string(name), 80))
 		}
 		if !om {
 			line = stripExemplar(line)
@@ -478,45 +493,52 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 		if b.accepted >= e.opts.MaxSeries {
 			return st, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
 		}
-		if !om && e.series.hit(line, b) {
+		// Only a line of one physical line: the cache's keys hold no newline.
+		if useCache && physical == 1 && e.series.hit(line, b) {
 			b.accepted++
 			continue
 		}
-		b.global = append(b.global, b.accepted)
-		b.offsets = append(b.offsets, b.lines.Len())
-		b.accepted++
-		b.lines.Write(line)
-		b.lines.WriteByte('\n')
-		b.lineNos = append(b.lineNos, n)
+		b.addLine(line, first)
 	}
 	if om && (len(b.lineNos) == 0 || b.lines.Len() < 6 || !bytes.HasSuffix(b.lines.Bytes(), []byte("# EOF\n"))) {
 		// The OpenMetrics parser needs its terminator; a truncated body is still
 		// read as far as it goes, as Prometheus does not.
-		b.lines.WriteString("# EOF\n")
-		b.lineNos = append(b.lineNos, 0)
+		b.eofAt = append(b.eofAt, len(b.offsets))
+		b.addLine([]byte("# EOF"), 0)
 	}
 	return st, nil
 }
 
+// other1 counts a line that is not exposition text.
+func (st *filterStats) other1(n int, line []byte) {
+	if st.other == 0 {
+		st.first, st.firstText = n, Excerpt(string(line), 80)
+	}
+	st.other++
+}
+
+// addLine hands a line (body line number n, 0 for one the filter adds) to
+// the parser.
+func (b *scanBuffers) addLine(line []byte, n int) {
+	b.global = append(b.global, b.accepted)
+	b.offsets = append(b.offsets, b.lines.Len())
+	b.lineNos = append(b.lineNos, n)
+	if n != 0 {
+		b.accepted++
+	}
+	b.lines.Write(line)
+	b.lines.WriteByte('\n')
+}
+
 // lineMetricName returns the metric name a series line starts with: the bytes
-// up to the first '{', blank or tab, or the quoted name of a UTF-8 series
-// ({"vllm:num_requests_waiting",engine="0"}). ok is false for a line that
+// up to the first '{', blank or tab, or the quoted name of a UTF-8 series,
+// which textparse accepts anywhere in the label set as a quoted string
+// followed by ',' or '}' ({"vllm:num_requests_waiting",engine="0"},
+// {engine="0","vllm:num_requests_waiting"}). ok is false for a line that
 // cannot be a series of the exposition format.
 func lineMetricName(line []byte) ([]byte, bool) {
 	if line[0] == '{' {
-		rest := bytes.TrimLeft(line[1:], " ")
-		if len(rest) == 0 || rest[0] != '"' {
-			return nil, false
-		}
-		for i := 1; i < len(rest); i++ {
-			switch rest[i] {
-			case '\\':
-				i++
-			case '"':
-				return rest[1:i], true
-			}
-		}
-		return nil, false
+		return quotedMetricName(line[1:])
 	}
 	if !metricNameStart(line[0]) {
 		return nil, false
@@ -527,6 +549,45 @@ func lineMetricName(line []byte) ([]byte, bool) {
 		}
 	}
 	return line, true
+}
+
+// quotedMetricName returns the first quoted string of a label set (after its
+// '{') that is followed by ',' or '}': the metric name. Label values (a quoted
+// string after '=') are skipped.
+func quotedMetricName(rest []byte) ([]byte, bool) {
+	afterEqual := false
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; c {
+		case '}':
+			return nil, false
+		case '=':
+			afterEqual = true
+		case '"':
+			j := i + 1
+			for ; j < len(rest) && rest[j] != '"'; j++ {
+				if rest[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(rest) {
+				return nil, false
+			}
+			quoted := rest[i+1 : j]
+			i = j
+			if afterEqual {
+				afterEqual = false // a label value
+				continue
+			}
+			k := j + 1
+			for k < len(rest) && (rest[k] == ' ' || rest[k] == '\t') {
+				k++
+			}
+			if k < len(rest) && (rest[k] == ',' || rest[k] == '}') {
+				return quoted, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // isNameEnd reports whether c ends an unquoted metric name in a series line.
@@ -574,11 +635,17 @@ func closingBrace(line []byte) int {
 
 // parse runs the exposition parser over data, the filtered lines (or, in the
 // tests' reference extraction, a whole body), and keeps the samples of
-// interest in b.samples.
+// interest in b.samples. Each sample's line is the index of the filtered line
+// its series starts on, found from where the parser's series bytes lie in
+// data (with no filtered lines, the series' index); b.aligned reports whether
+// every filtered line but "# EOF" gave exactly one series, in order, each
+// starting where its line starts: what the series cache may learn from.
 func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 	b.samples = b.samples[:0]
 	b.gateway = b.gateway[:0]
 	b.gwOldest = 0
+	b.firstSample, b.learnable, b.entryLine, b.seriesLen = b.firstSample[:0], b.learnable[:0], b.entryLine[:0], b.seriesLen[:0]
+	b.aligned = len(b.offsets) > 0
 	if len(data) == 0 {
 		return nil
 	}
@@ -588,22 +655,31 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 	} else {
 		p = textparse.NewPromParser(data, labels.NewSymbolTable(), false)
 	}
-	line := -1
-	b.firstSample, b.learnable = b.firstSample[:0], b.learnable[:0]
+	entry := -1
 	for {
-		entry, err := p.Next()
+		kind, err := p.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			b.aligned = false
 			return e.parseError(om, b, err)
 		}
-		if entry != textparse.EntrySeries {
+		if kind != textparse.EntrySeries {
 			continue
 		}
-		line++
-		_, ts, value := p.Series()
+		entry++
+		series, ts, value := p.Series()
+		line := entry
+		if len(b.offsets) > 0 {
+			var start bool
+			line, start = b.lineOf(data, series)
+			if !start || line != entry+b.eofBefore(line) {
+				b.aligned = false
+			}
+		}
 		b.firstSample, b.learnable = append(b.firstSample, len(b.samples)), append(b.learnable, ts == nil)
+		b.entryLine, b.seriesLen = append(b.entryLine, line), append(b.seriesLen, len(series))
 		p.Labels(&b.lset)
 		name := b.lset.Get(model.MetricNameLabel)
 		var t int64
@@ -611,7 +687,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 			t = *ts
 		}
 		if e.index.gateway[name] {
-			b.learnable[line] = false // gateway series are never learned (see seriesCache)
+			b.learnable[entry] = false // gateway series are never learned (see seriesCache)
 		}
 		if gs, ok := e.gatewaySeries(&b.lset, value); ok {
 			b.gateway = append(b.gateway, gs)
@@ -624,7 +700,33 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 			return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, Excerpt(b.lset.Get(model.BucketLabel), 40))
 		}
 	}
+	if b.aligned && len(b.entryLine) != len(b.offsets)-len(b.eofAt) {
+		b.aligned = false
+	}
 	return nil
+}
+
+// lineOf returns the index of the filtered line that series (bytes the
+// parser returned, a part of data) starts on, and whether it starts where
+// that line starts. The place comes from the slices' capacities: series
+// shares data's array, so cap(data)-cap(series) is its offset.
+func (b *scanBuffers) lineOf(data, series []byte) (int, bool) {
+	off := cap(data) - cap(series)
+	if len(series) == 0 || off < 0 || off >= len(data) || &data[off] != &series[0] {
+		return 0, false // not a part of data: no place
+	}
+	i, found := slices.BinarySearch(b.offsets, off)
+	if !found {
+		i-- // the line it lies in; offsets[0] is 0
+	}
+	return max(i, 0), found
+}
+
+// eofBefore counts the "# EOF" lines before filtered line i (OpenMetrics;
+// they give no series).
+func (b *scanBuffers) eofBefore(i int) int {
+	n, _ := slices.BinarySearch(b.eofAt, i)
+	return n
 }
 
 // collect appends to out what one series (its labels, value and timestamp in
@@ -664,8 +766,13 @@ func (e *Extractor) collect(out []rawSample, lset *labels.Labels, value float64,
 // parseError names the first filtered line the parser rejects, re-parsing line
 // by line (the error path only).
 func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
-	lines := bytes.SplitAfter(b.lines.Bytes(), []byte("\n"))
-	for i, l := range lines {
+	data := b.lines.Bytes()
+	for i, start := range b.offsets {
+		end := len(data)
+		if i+1 < len(b.offsets) {
+			end = b.offsets[i+1]
+		}
+		l := data[start:end]
 		if len(l) == 0 || i >= len(b.lineNos) || b.lineNos[i] == 0 {
 			continue
 		}
