@@ -3,7 +3,9 @@ package signals
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strconv"
 	"testing"
 	"time"
 
@@ -159,5 +161,86 @@ func BenchmarkExtractDefault(b *testing.B) {
 		if _, err := e.Extract(body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// fleetBodies returns n bodies made from the real dump, as n pods of
+// deployments Deployments serve them: each deployment its own model name,
+// each pod its own values (every sample scaled by a factor of its own, so
+// histograms stay cumulative).
+func fleetBodies(dump []byte, n, deployments int) [][]byte {
+	const model = `model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"`
+	bodies := make([][]byte, n)
+	for pod := range n {
+		var out bytes.Buffer
+		factor := 1 + float64(pod%97)/100
+		for line := range bytes.Lines(dump) {
+			line = bytes.ReplaceAll(line, []byte(model), fmt.Appendf(nil, `model_name="fleet/model-%02d"`, pod%deployments))
+			i := bytes.LastIndexByte(bytes.TrimRight(line, "\n"), ' ')
+			v, err := strconv.ParseFloat(string(bytes.TrimSpace(line[i+1:])), 64)
+			if line[0] == '#' || i < 0 || err != nil {
+				out.Write(line)
+				continue
+			}
+			out.Write(line[:i+1])
+			out.WriteString(strconv.FormatFloat(v*factor, 'g', -1, 64))
+			out.WriteByte('\n')
+		}
+		bodies[pod] = out.Bytes()
+	}
+	return bodies
+}
+
+// BenchmarkExtract3000Engines is issue 19's test of the extraction shortcuts
+// at fleet scale: 3,000 engines (pods of 30 deployments, each pod its own
+// values) read one after the other, each body three ways in a row so that the
+// machine's load weighs on all alike: through the series cache (cached-ns;
+// the steady state: every deployment's series learned), with the cache off
+// (nocache-ns: every line read goes to textparse, the prefilter kept) and by
+// the library path (textparse-ns: the whole body through textparse, the same
+// fold). x-cache = nocache / cached and x-textparse = textparse / cached; the
+// cache stays only while x-cache is at least 1.5 (issue 19). Per engine, for
+// the server's default extraction and with every family (a latency term).
+func BenchmarkExtract3000Engines(b *testing.B) {
+	bodies := fleetBodies(readTestdata(b, realV1Dump), 3000, 30)
+	for _, c := range []struct {
+		name string
+		opts ExtractOptions
+	}{{"default", ExtractOptions{}}, {"every", ExtractOptions{Histograms: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			cached, nocache, library := NewExtractorWith(c.opts), NewExtractorWith(c.opts), NewExtractorWith(c.opts)
+			nocache.series.off = true
+			for _, body := range bodies { // learn
+				if _, err := cached.Extract(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reference := func(body []byte) (Reading, error) { return library.extractReference(body, "") }
+			paths := []func([]byte) (Reading, error){cached.Extract, nocache.Extract, reference}
+			var spent [3]time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				for i, body := range bodies {
+					// The body into the CPU's caches first (3,000 bodies are
+					// 140 MB), and the first path in turn: none pays for both.
+					_ = bytes.IndexByte(body, 0)
+					for k := range paths {
+						p := (i + k) % len(paths)
+						t0 := time.Now()
+						if _, err := paths[p](body); err != nil {
+							b.Fatal(err)
+						}
+						spent[p] += time.Since(t0)
+					}
+				}
+			}
+			tCached, tNocache, tLibrary := spent[0], spent[1], spent[2]
+			n := float64(b.N * len(bodies))
+			b.ReportMetric(float64(tCached.Nanoseconds())/n, "cached-ns")
+			b.ReportMetric(float64(tNocache.Nanoseconds())/n, "nocache-ns")
+			b.ReportMetric(float64(tLibrary.Nanoseconds())/n, "textparse-ns")
+			b.ReportMetric(tNocache.Seconds()/tCached.Seconds(), "x-cache")
+			b.ReportMetric(tLibrary.Seconds()/tCached.Seconds(), "x-textparse")
+		})
 	}
 }
