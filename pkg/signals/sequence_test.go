@@ -177,3 +177,30 @@ func referenceApplies(body []byte, om bool, coldErr error) bool {
 	}
 	return wholeBodyParses(body, om) == nil
 }
+
+// TestSeriesCacheAnswersWholeBodies: once a deployment's series are learned,
+// a body whose every line read is answered by the cache is not parsed again
+// (issue 19's fix first read such bodies twice: no line for the parser was
+// taken for lines and series that do not align).
+func TestSeriesCacheAnswersWholeBodies(t *testing.T) {
+	e, cold := NewExtractorWith(ExtractOptions{}), NewExtractorWith(ExtractOptions{})
+	cold.series.off = true
+	if _, err := e.Extract([]byte(issue19Victim)); err != nil {
+		t.Fatal(err)
+	}
+	b := &scanBuffers{}
+	if _, err := e.filter([]byte(issue19Victim), false, false, b); err != nil || len(b.offsets) != 0 || len(b.fast) != 3 {
+		t.Fatalf("filter: %d lines for the parser, %d answered (%v); want 0 and 3", len(b.offsets), len(b.fast), err)
+	}
+	extract := func(x *Extractor) func() {
+		return func() {
+			if _, err := x.Extract([]byte(issue19Victim)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	warm, parsed := testing.AllocsPerRun(20, extract(e)), testing.AllocsPerRun(20, extract(cold))
+	if warm >= parsed {
+		t.Errorf("%g allocations with every line answered by the cache, %g without it: the body was parsed anyway", warm, parsed)
+	}
+}
