@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"strconv"
 	"sync"
-	"unsafe"
 )
 
 // seriesCache remembers, per series (the bytes textparse consumed as a
@@ -69,9 +68,11 @@ func (c *seriesCache) hit(line []byte, b *scanBuffers) bool {
 	if !found {
 		return false
 	}
-	// The value's bytes are not kept (a failed parse is dropped: textparse
-	// reads the line again and reports it).
-	v, err := strconv.ParseFloat(unsafe.String(&val[0], len(val)), 64)
+	// string(val) does not escape (ParseFloat's errors clone their input),
+	// so for a value of up to 32 bytes the conversion is on the stack: no
+	// allocation, no unsafe. A failed parse is dropped: textparse reads the
+	// line again and reports it.
+	v, err := strconv.ParseFloat(string(val), 64)
 	if err != nil {
 		return false
 	}
