@@ -489,6 +489,20 @@ type EngineFacts struct {
 	RejectionsRose bool
 	// InQueue is waiting + deferred + running in the newest reading.
 	InQueue float64
+	// TokensIncrease is how many tokens the engine generated from the oldest
+	// reading in the window to the newest (0 when the counter is absent; a
+	// counter that went down, a restart, counts as +Inf: it moved), and
+	// RunningMean its mean running requests over those readings: their ratio
+	// per second tells a livelock (prompts re-prefilled, no token made) from
+	// progress.
+	TokensIncrease float64
+	RunningMean    float64
+	// KVClimbing: KV-cache usage is present in every reading of the window,
+	// never fell from one to the next and rose overall. vLLM V1 adds a
+	// prompt's tokens to its counter only when its prefill completes, so a
+	// long chunked prefill shows every counter flat while its chunks fill the
+	// KV cache: that climb is progress.
+	KVClimbing bool
 }
 
 // engineFacts gathers the facts of each engine of the newest reading over the
@@ -508,18 +522,31 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 		qd, _ := e.Value(signals.QueueDeferred)
 		run, _ := e.Value(signals.Running)
 		f.InQueue = q + qd + run
+		kvNewer, kvOK := e.Value(signals.KVCacheUsage)
+		kvFirst, kvLast := kvNewer, kvNewer
+		runSum := 0.0
+		var oldest *signals.EngineSignals
 		for i := len(rs) - 1; i >= 0 && !rs[i].At().Before(start); i-- {
 			x := signals.FindEngine(rs[i], e.ID)
 			if x == nil {
 				break
 			}
+			oldest = x
 			f.Readings++
 			f.Span = last.At().Sub(rs[i].At())
 			wq, _ := x.Value(signals.QueueDepth)
 			wd, _ := x.Value(signals.QueueDeferred)
 			wr, _ := x.Value(signals.Running)
+			runSum += wr
 			f.Waiting = f.Waiting && wq+wd > 0
 			f.Working = f.Working && wr > 0
+			// Walking back in time: the KV usage of each older reading must not
+			// be above the newer one's.
+			if kv, ok := x.Value(signals.KVCacheUsage); !ok || !kvOK || kv > kvNewer {
+				kvOK = false
+			} else {
+				kvNewer, kvFirst = kv, kv
+			}
 			counters := 0
 			for s := range signals.NumSignals {
 				if !s.IsCounter() {
@@ -556,6 +583,17 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 				lv, lok := e.Value(s)
 				if ok != lok || v != lv {
 					f.GaugesFlat = false
+				}
+			}
+		}
+		if f.Readings > 0 {
+			f.RunningMean = runSum / float64(f.Readings)
+			f.KVClimbing = kvOK && f.Readings > 1 && kvLast > kvFirst
+			lv, lok := e.Value(signals.GenerationTokens)
+			if v, ok := oldest.Value(signals.GenerationTokens); ok && lok {
+				f.TokensIncrease = lv - v
+				if lv < v {
+					f.TokensIncrease = math.Inf(1)
 				}
 			}
 		}

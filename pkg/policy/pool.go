@@ -11,7 +11,9 @@ import (
 // PodValue is one pod's part in a pool, as PoolBuilder.Add computed it.
 type PodValue struct {
 	// Known reports whether the pod had a fresh reading with a value under the
-	// policy and can serve (no wedged, frozen or sleeping engine).
+	// policy from engines that can serve (not wedged, frozen or sleeping); a
+	// pod with some engines that cannot serve is known by its others (and
+	// counts at least at the unknown-pod saturation).
 	Known bool
 	// Present reports whether the pod has a value of its own under the policy:
 	// its saturation (KindMean, KindDemand) or the raw signal (KindSignal). A pod

@@ -220,8 +220,10 @@ func labelled(metric, label, value string) SourceSet {
 //   - vLLM V1 (vllm/v1/metrics/loggers.py, PrometheusStatLogger, v0.10–0.11) and
 //     V0 (≤ 0.8), including num_requests_waiting_by_reason, engine_sleep_state
 //     and admission_rejections_total from later releases (hazards NC-02, NC-03);
-//   - SGLang (python/sglang/srt/metrics/collector.py), both spellings (NC-05) and
-//     the hybrid-model pools full_token_usage, swa_token_usage, mamba_usage (NC-06);
+//   - SGLang (python/sglang/srt/metrics/collector.py), both spellings (NC-05),
+//     the hybrid-model pools full_token_usage, swa_token_usage, mamba_usage (NC-06)
+//     and the scheduler's realtime_tokens_total{mode} (collector.py at
+//     sgl-project/sglang 00ae9c15, SchedulerMetricsCollector);
 //   - Triton with the TensorRT-LLM backend (triton-inference-server/tensorrtllm_backend
 //     README, "Triton Metrics");
 //   - Hugging Face TGI (router/src/server.rs metric names) and llama.cpp server
@@ -274,9 +276,14 @@ func builtinDialects() []Dialect {
 					{Sources: []Source{{Metric: "sglang:full_token_usage"}, {Metric: "sglang:swa_token_usage"}}, Combine: CombineMax},
 					{Sources: []Source{{Metric: "sglang:token_usage"}}},
 				},
-				StateUsage:       one("sglang:mamba_usage"),
-				GenerationTokens: one("sglang:generation_tokens_total"),
-				PromptTokens:     one("sglang:prompt_tokens_total"),
+				StateUsage: one("sglang:mamba_usage"),
+				// The scheduler's own token counter (per rank, updated every
+				// decode log interval, 40 steps by default) before the
+				// tokenizer's, which counts a request's tokens when it
+				// finishes: with long generations nothing may finish within a
+				// state window while the engine decodes.
+				GenerationTokens: {labelled("sglang:realtime_tokens_total", "mode", "decode"), one("sglang:generation_tokens_total")[0]},
+				PromptTokens:     {labelled("sglang:realtime_tokens_total", "mode", "prefill_compute"), one("sglang:prompt_tokens_total")[0]},
 			},
 			Histos: [NumHistos][]HistoSource{
 				TTFT:              {{Metric: "sglang:time_to_first_token_seconds"}},

@@ -1056,29 +1056,28 @@ func (e *Extractor) keepDialect(r *Reading, samples []rawSample, dialect, spelli
 	return out
 }
 
-// dropAggregates drops, per metric, unlabelled series beside engine-labelled
-// ones: a series without the engine label next to per-engine series is an
-// aggregate of them (a relabelled sum, a second exporter), not another engine,
+// dropAggregates drops, per signal (and per histogram), unlabelled series
+// beside engine-labelled ones: a series without the engine label next to
+// per-engine series of the same signal is an aggregate of them (a relabelled
+// sum, a second exporter, SGLang's tokenizer-wide generation_tokens_total
+// beside its schedulers' per-rank realtime_tokens_total), not another engine,
 // and adding it would count the pod twice.
 func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) []rawSample {
 	if len(d.EngineLabels) == 0 || !slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine == "" }) ||
 		!slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine != "" }) {
 		return samples
 	}
-	labelled := map[string]bool{}
+	var labelled [int(NumSignals) + int(NumHistos)]bool
 	for i := range samples {
 		if samples[i].engine != "" {
-			labelled[samples[i].metric(d)] = true
+			labelled[samples[i].what()] = true
 		}
-	}
-	if len(labelled) == 0 {
-		return samples
 	}
 	var dropped []string
 	out := samples[:0]
 	for _, s := range samples {
-		if m := s.metric(d); s.engine == "" && labelled[m] {
-			if !slices.Contains(dropped, m) {
+		if s.engine == "" && labelled[s.what()] {
+			if m := s.metric(d); !slices.Contains(dropped, m) {
 				dropped = append(dropped, m)
 			}
 			continue
@@ -1090,6 +1089,15 @@ func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) [
 			d.spell(m, spelling), strings.Join(d.EngineLabels, "/")))
 	}
 	return out
+}
+
+// what is the signal of a scalar sample, NumSignals + the histogram of a
+// histogram sample.
+func (s *rawSample) what() int {
+	if s.scalar {
+		return int(s.sref.signal)
+	}
+	return int(NumSignals) + int(s.href.histo)
 }
 
 // metric returns the table name (first spelling) of the family the sample

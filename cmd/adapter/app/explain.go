@@ -490,8 +490,11 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	}
 	for _, p := range ex.Pods {
 		for _, e := range p.EngineStates {
-			if e.State != policy.StateOK {
+			switch {
+			case e.State != policy.StateOK:
 				fmt.Fprintf(w, "%s engine %q: %s (%s)\n", p.Source, e.ID, e.State, e.Reason)
+			case e.Reason != "": // "state not judged: 1 scrape, need 3"
+				fmt.Fprintf(w, "%s engine %q: %s\n", p.Source, e.ID, e.Reason)
 			}
 		}
 		if p.Why != "" {
