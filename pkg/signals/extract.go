@@ -74,7 +74,8 @@ const (
 type ExtractOptions struct {
 	// Histograms makes the extractor read latency histograms (TTFT, end-to-end
 	// and inter-token latency), which only latency guardrail terms need; without
-	// it their lines are skipped unparsed.
+	// it their lines are skipped unparsed. It also turns the series cache on
+	// (see seriesCache), which pays only for the hundreds of histogram series.
 	Histograms bool
 	// MaxSeries bounds the series of the families read per body (0:
 	// DefaultMaxSeries); more is ErrTooManySeries.
@@ -119,6 +120,7 @@ func NewExtractorWith(opts ExtractOptions) *Extractor {
 	}
 	d := builtinDialects()
 	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms, opts.GatewayMetrics), names: newSourceNames(d)}
+	e.series.off = !opts.Histograms
 	e.bufs.New = func() any { return &scanBuffers{} }
 	return e
 }

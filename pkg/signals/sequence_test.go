@@ -183,7 +183,7 @@ func referenceApplies(body []byte, om bool, coldErr error) bool {
 // (issue 19's fix first read such bodies twice: no line for the parser was
 // taken for lines and series that do not align).
 func TestSeriesCacheAnswersWholeBodies(t *testing.T) {
-	e, cold := NewExtractorWith(ExtractOptions{}), NewExtractorWith(ExtractOptions{})
+	e, cold := NewExtractor(), NewExtractor()
 	cold.series.off = true
 	if _, err := e.Extract([]byte(issue19Victim)); err != nil {
 		t.Fatal(err)
