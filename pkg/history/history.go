@@ -169,6 +169,11 @@ type Window struct {
 	// Resets counts counter resets seen; Approx reports interpolated layouts.
 	Resets int
 	Approx bool
+	// Inconsistent reports, per latency histogram, a pair of readings where a
+	// bucket fell while the count did not: not a restart (everything would
+	// fall) but a broken exposition; the window's observations of that
+	// histogram are then unknown (Histograms nil), not counted whole.
+	Inconsistent [signals.NumHistos]bool
 }
 
 // computeWindow aggregates the readings within the key's window before the
@@ -232,6 +237,10 @@ func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
 					}
 					continue
 				}
+				if inconsistent(e.Hist[hk], pe.Hist[hk]) {
+					a.Inconsistent[hk] = true
+					continue
+				}
 				reset, approx := addSince(&a.Histograms[hk], e.Hist[hk], pe.Hist[hk])
 				if reset {
 					a.Resets++
@@ -243,7 +252,19 @@ func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
 	if fast {
 		telescope(&a, rs[i0], rs[i0+1], last, keep, &sums)
 	}
+	for hk := range signals.NumHistos {
+		if a.Inconsistent[hk] {
+			a.Histograms[hk] = nil
+		}
+	}
 	return a
+}
+
+// inconsistent reports whether h, of older's layout, has a bucket below
+// older's while its count is not: Histogram.Since would take it for a
+// restart and count h whole.
+func inconsistent(h, older *signals.Histogram) bool {
+	return h.Count >= older.Count && signals.SameLayout(h, older) && decreased(h, older)
 }
 
 // addIncreases adds each counter's increase from pe to e (a decrease is a

@@ -140,6 +140,9 @@ type TermValue struct {
 	SetPoint float64 `json:"setPoint"`
 	Ratio    float64 `json:"ratio"`
 	Capped   bool    `json:"capped,omitempty"`
+	// Dropped reports a term without a value, for the reason Note gives (a
+	// latency window whose histogram is inconsistent); it counts for nothing.
+	Dropped bool `json:"dropped,omitempty"`
 	// Note says how the value was obtained when that is not plain ("no new
 	// observations while requests wait: at least the SLO", "from the state
 	// pool", the quantile and window).
@@ -279,7 +282,7 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 		report.Saturation = &s
 		best := -1.0
 		for _, t := range report.Terms {
-			if t.Ratio > best {
+			if !t.Dropped && t.Ratio > best {
 				best, report.Dominant = t.Ratio, t.Term
 			}
 		}
@@ -364,6 +367,9 @@ func (p *Policy) podTerms(h *history.History, r *signals.Reading, unable []strin
 		}
 		v, note, ok := p.termValue(t, h, r, keep, f, terms != nil)
 		if !ok {
+			if terms != nil && note != "" {
+				*terms = append(*terms, TermValue{Term: t.Kind, SetPoint: t.SetPoint, Note: note, Dropped: true})
+			}
 			continue
 		}
 		ratio := v / t.SetPoint
@@ -428,6 +434,9 @@ func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, keep
 	w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
 	if !w.OK {
 		return 0, "", false
+	}
+	if w.Inconsistent[hk] {
+		return 0, fmt.Sprintf("dropped: a bucket of the %s histogram fell while its count rose within %s (a broken exposition, not a restart)", hk, t.Window), false
 	}
 	q, _ := f.Value(signals.QueueDepth)
 	qd, _ := f.Value(signals.QueueDeferred)

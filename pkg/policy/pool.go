@@ -103,8 +103,11 @@ type PoolBuilder struct {
 	n        int
 	unknowns []float64
 	// Pooled observations of the latency terms, and whether any known pod had
-	// requests in flight.
+	// requests in flight; per term, whether a known pod's window was
+	// consistent (usable) and whether one was inconsistent (dropped).
 	obs    []*signals.Histogram
+	usable []bool
+	broken []bool
 	busy   bool
 	oldest time.Time
 	gw     *float64
@@ -166,8 +169,14 @@ func (b *PoolBuilder) Add(h *history.History, why string) PodValue {
 		}
 		if b.obs == nil {
 			b.obs = make([]*signals.Histogram, len(p.Terms))
+			b.usable, b.broken = make([]bool, len(p.Terms)), make([]bool, len(p.Terms))
 		}
 		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
+		if w.Inconsistent[hk] {
+			b.broken[i] = true
+			continue
+		}
+		b.usable[i] = true
 		if d := w.Histograms[hk]; d != nil {
 			switch {
 			case b.obs[i] == nil:
@@ -277,6 +286,9 @@ func (b *PoolBuilder) Pool() Pool {
 		}
 		var obs *signals.Histogram
 		if b.obs != nil {
+			if b.broken[i] && !b.usable[i] {
+				continue // every pod's window is inconsistent: the term drops
+			}
 			obs = b.obs[i]
 		}
 		lv, note, ok := latencyValue(&p.Terms[i], obs, b.busy, true)

@@ -227,3 +227,43 @@ func TestStateNotJudged(t *testing.T) {
 		}
 	}
 }
+
+// TestInconsistentHistogramDropsTheWindow (issue 19, item 4): a TTFT bucket
+// that falls while the histogram's count rises is a broken exposition (an
+// exporter that resets one series of a family, a relabelling that mixes two
+// engines), not a restart: the latency term drops with a note, instead of
+// counting the newer histogram whole as new observations.
+func TestInconsistentHistogramDropsTheWindow(t *testing.T) {
+	c, err := NewCatalog(Policy{Name: "chat", Kind: KindMean, UnknownSaturation: 1, Terms: []Term{
+		{Kind: TermQueueDepth, SetPoint: 100},
+		{Kind: TermTTFT, SetPoint: 2, Quantile: 0.9, Window: time.Minute},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1,000 requests were all under 0.5 s; 15 s later the 0.5 s bucket reads
+	// 10 while the count rose to 1,010: counted as a restart, all 1,010 would
+	// be new observations, most above 5 s, a p90 at the last bound: 2.5x the
+	// SLO from a pod answering in 0.2 s.
+	h := scrapes(t, c, ttftBody(1, [4]float64{1000, 1000, 1000, 1000}, 1000), ttftBody(1, [4]float64{10, 10, 10, 1010}, 1010))
+	w := h.Window(history.WindowKey{Window: time.Minute})
+	if !w.Inconsistent[0] || w.Histograms[0] != nil || w.Resets != 0 {
+		t.Fatalf("window %+v: want TTFT inconsistent, no observations, no reset", w)
+	}
+	now := h.Latest().At()
+	rep := c.Lookup("chat").ExplainPod(h, "", now, maxAge)
+	var ttft *TermValue
+	for i := range rep.Terms {
+		if rep.Terms[i].Term == TermTTFT {
+			ttft = &rep.Terms[i]
+		}
+	}
+	if ttft == nil || !ttft.Dropped || !strings.Contains(ttft.Note, "fell while its count rose") || rep.Dominant != TermQueueDepth {
+		t.Errorf("terms %+v (dominant %s): want the TTFT term dropped with its note, the queue dominant", rep.Terms, rep.Dominant)
+	}
+	b := c.Lookup("chat").NewPool(now, maxAge)
+	b.Add(h, "")
+	if p := b.Pool(); p.Value == nil || !approx(*p.Value, 0.01) || len(p.Latency) != 0 {
+		t.Errorf("pool %v %+v: want 0.01 (queue 1 of 100), no latency term", deref(p.Value), p.Latency)
+	}
+}

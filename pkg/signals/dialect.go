@@ -11,8 +11,9 @@ type Signal int
 // batch slots) and engine states (wedged, frozen, sleeping, clipped).
 const (
 	// QueueDepth is the number of requests waiting that more replicas would
-	// shorten: vLLM's num_requests_waiting, or only its reason="capacity" part
-	// when num_requests_waiting_by_reason exists. Unit: requests.
+	// shorten: vLLM's num_requests_waiting_by_reason{reason="capacity"} when
+	// it exists, else num_requests_waiting less its reason="deferred" part
+	// (when only that part exists). Unit: requests.
 	QueueDepth Signal = iota
 	// Running is the number of requests in the running batch. Unit: requests.
 	Running
@@ -156,6 +157,11 @@ type SourceSet struct {
 	// finished_reason, admission_rejections_total's reason). Series that differ
 	// only in other labels are duplicates.
 	SumLabel string
+	// Minus lists signals that the set's value includes and that are read
+	// apart: an engine's value of each, when it has one, is subtracted (at
+	// least 0 remains). vLLM's num_requests_waiting counts the deferred waits
+	// that num_requests_waiting_by_reason{reason="deferred"} gives.
+	Minus []Signal
 }
 
 // String renders the set: its source, max(a, b) or a / b.
@@ -240,7 +246,7 @@ func builtinDialects() []Dialect {
 				// Only capacity waits count once the engine splits them by reason.
 				QueueDepth: {
 					labelled("vllm:num_requests_waiting_by_reason", "reason", "capacity"),
-					{Sources: []Source{{Metric: "vllm:num_requests_waiting"}}},
+					{Sources: []Source{{Metric: "vllm:num_requests_waiting"}}, Minus: []Signal{QueueDeferred}},
 				},
 				QueueDeferred: {labelled("vllm:num_requests_waiting_by_reason", "reason", "deferred")},
 				Running:       one("vllm:num_requests_running"),
@@ -263,8 +269,10 @@ func builtinDialects() []Dialect {
 			},
 		},
 		{
-			Name:         "sglang",
-			EngineLabels: []string{"dp_rank"},
+			Name: "sglang",
+			// The router's aggregated /engine_metrics adds worker_addr (one
+			// engine per worker, hazard NC-05); a pod's own /metrics has none.
+			EngineLabels: []string{"dp_rank", "worker_addr"},
 			ModelLabel:   "model_name",
 			Spellings:    []string{"sglang:", "sglang_"},
 			Sources: [NumSignals][]SourceSet{

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"slices"
@@ -800,13 +801,18 @@ func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
 }
 
 // engineKey returns the engine's ID: the values of the dialect's engine labels,
-// joined by "/" with empty trailing values left out, at most maxLabelBytes long.
+// joined by "/" with empty trailing values left out, at most maxLabelBytes
+// long. Distinct label values never share an ID: when the ID cannot be the
+// values as they are (cut to length, control characters or invalid UTF-8
+// replaced, or a "/" inside a value that is not the last), it ends in "#" and
+// a hash of the exact values (FNV-64a), so two engines whose labels differ
+// only past the cut stay two engines (issue 19).
 func engineKey(d *Dialect, lset *labels.Labels) string {
 	switch len(d.EngineLabels) {
 	case 0:
 		return ""
 	case 1:
-		return Excerpt(lset.Get(d.EngineLabels[0]), maxLabelBytes)
+		return engineID(lset.Get(d.EngineLabels[0]), false)
 	}
 	parts := make([]string, 0, len(d.EngineLabels))
 	for _, l := range d.EngineLabels {
@@ -815,7 +821,23 @@ func engineKey(d *Dialect, lset *labels.Labels) string {
 	for len(parts) > 0 && parts[len(parts)-1] == "" {
 		parts = parts[:len(parts)-1]
 	}
-	return Excerpt(strings.Join(parts, "/"), maxLabelBytes)
+	ambiguous := false
+	for _, p := range parts[:max(len(parts)-1, 0)] {
+		ambiguous = ambiguous || strings.Contains(p, "/")
+	}
+	return engineID(strings.Join(parts, "/"), ambiguous)
+}
+
+// engineID returns raw as an engine ID, or, when it would not be raw (see
+// engineKey) or ambiguous is set, an excerpt of it with a hash of raw.
+func engineID(raw string, ambiguous bool) string {
+	id := Excerpt(raw, maxLabelBytes)
+	if id == raw && !ambiguous {
+		return raw
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(raw))
+	return Excerpt(raw, maxLabelBytes-17) + "#" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // ratioEpsilon is the float noise above 1 accepted (and clamped) in a ratio: an
@@ -1272,9 +1294,11 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 	for _, id := range ids {
 		eb := engines[id]
 		es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
+		var chosen [NumSignals]int8
 		for s := range NumSignals {
 			sets := d.Sources[s]
 			any := false
+			chosen[s] = -1
 			for p := range sets {
 				v, has, valid := eb.value(d, s, p, id, r)
 				if !has {
@@ -1291,9 +1315,21 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 					use[s].fellBack = append(use[s].fellBack, id)
 				}
 				es.Set(s, v)
+				chosen[s] = int8(p)
 				use[s].valid++
 				use[s].prefs |= 1 << p
 				break
+			}
+		}
+		for s := range NumSignals {
+			if chosen[s] < 0 {
+				continue
+			}
+			for _, m := range d.Sources[s][chosen[s]].Minus {
+				if x, ok := es.Value(m); ok {
+					v, _ := es.Value(s)
+					es.Set(s, max(0, v-x))
+				}
 			}
 		}
 		for h := range NumHistos {

@@ -80,6 +80,11 @@ type ExplainPool struct {
 type Explanation struct {
 	Pods []ExplainPod `json:"pods"`
 	Pool ExplainPool  `json:"pool"`
+	// Warnings are the policy configuration's own (every policy's
+	// Policy.Warnings, as the server logs them when it loads --config: a queue
+	// set point at or above the admission cap) and what explain cannot do
+	// offline (a role: policy filters pods by a label no file carries).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ExplainOptions are explain's own flags.
@@ -403,6 +408,13 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 		ex.Pool.Value = p.Value
 	}
 	ex.Pool.Warnings = gatewayWarnings(pol, gateways, p)
+	for _, cp := range catalog.Policies() {
+		ex.Warnings = append(ex.Warnings, cp.Warnings()...)
+	}
+	if pol.Role != "" {
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("policy %s counts only pods labelled %s=%s; explain cannot read pod labels offline, so every pod given counts as one of them",
+			pol.Name, catalog.RoleLabel(), pol.Role))
+	}
 	return ex
 }
 
@@ -477,6 +489,10 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 			if t.Capped {
 				mark += " (capped)"
 			}
+			if t.Dropped {
+				terms = append(terms, fmt.Sprintf("%s dropped", t.Term))
+				continue
+			}
 			terms = append(terms, fmt.Sprintf("%s %.4g/%.4g=%.3g%s", t.Term, t.Value, t.SetPoint, t.Ratio, mark))
 		}
 		if len(terms) == 0 {
@@ -509,6 +525,9 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	}
 	for _, warn := range ex.Pool.Warnings {
 		fmt.Fprintf(w, "pool %s: warning: %s\n", ex.Pool.Policy, warn)
+	}
+	for _, warn := range ex.Warnings {
+		fmt.Fprintf(w, "config: warning: %s\n", warn)
 	}
 	for _, l := range ex.Pool.Latency {
 		fmt.Fprintf(w, "pool %s: %.4gs / SLO %.4gs = %.3g (%s)\n", l.Term, l.Value, l.SetPoint, l.Ratio, l.Note)

@@ -1,0 +1,61 @@
+package app
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestExplainConfigWarnings (issue 19, item 4): explain prints the policy
+// file's warnings, as the server logs them when it loads the file (a queue
+// set point at or above the admission cap, hazard NC-02: the queue term can
+// never exceed its set point), and says that a role: policy cannot filter
+// pods offline. The engine dump is NC-02's, scraped at the cap.
+func TestExplainConfigWarnings(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- name: capped
+  kind: demand
+  queueCap: 166
+  terms: [{kind: queueDepth, setPoint: 200}]
+- name: decode
+  kind: demand
+  role: decode
+  terms: [{kind: queueDepth, setPoint: 5}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	body := filepath.Join("..", "..", "..", "testdata", "hazards", "NC-02-t0.prom")
+	for _, tt := range []struct {
+		policy string
+		want   []string
+	}{
+		{"capped", []string{"policy capped: queue depth set point 200 is at or above the admission cap 166"}},
+		{"decode", []string{"policy capped: queue depth set point 200", "policy decode counts only pods labelled llm-d.ai/role=decode; explain cannot read pod labels offline"}},
+	} {
+		t.Run(tt.policy, func(t *testing.T) {
+			var ex Explanation
+			out := runExplain(t, "--config="+cfg, "--policy="+tt.policy, body)
+			if err := json.Unmarshal(out, &ex); err != nil {
+				t.Fatalf("explain: %s", out)
+			}
+			if len(ex.Warnings) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", ex.Warnings, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(ex.Warnings[i], w) {
+					t.Errorf("warning %d = %q, want it to say %q", i, ex.Warnings[i], w)
+				}
+			}
+			table := string(runExplain(t, "--config="+cfg, "--policy="+tt.policy, "-o", "table", body))
+			if !strings.Contains(table, "config: warning: "+tt.want[0]) {
+				t.Errorf("the table lacks %q:\n%s", tt.want[0], table)
+			}
+		})
+	}
+}
