@@ -294,7 +294,7 @@ func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
 			key := s.Metric + describeAll(s.Labels)
-			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *policy.GatewayInput) bool { return g.Metric == s.Metric && s.Matches(g.Match) }) {
+			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *policy.GatewayInput) bool { return g.Reads(s.Metric) && s.Matches(g.Match) }) {
 				delete(a.unmatched, key)
 				continue
 			}

@@ -150,3 +150,26 @@ func TestGatewayBearerToken(t *testing.T) {
 		t.Errorf("unreadable token file: HTTP %d %q, want 503 saying the token file cannot be read, without its path", r.code, r.status.Message)
 	}
 }
+
+// NC-26: two namespaces run endpoint pickers of the same pool name whose
+// series carry no namespace label (team-a holds 40, team-b 3). Each HPA's
+// gateway input reads the pickers of its own namespace: 40 and 3 waiting,
+// never 43.
+func TestGatewayDemandByNamespace(t *testing.T) {
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen-pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureCatalog(t, catalog,
+		podSpec{ns: "team-a", name: "epp-0", labels: map[string]string{"app": "epp"}, engine: newEngine(t, sample(t, "hazards/NC-26-epp-team-a.prom"))},
+		podSpec{ns: "team-b", name: "epp-0", labels: map[string]string{"app": "epp"}, engine: newEngine(t, sample(t, "hazards/NC-26-epp-team-b.prom"))},
+	)
+	// Zero engine pods: the gateway's demand alone, 40 / 5 and 3 / 5.
+	for ns, want := range map[string]string{"team-a": "8", "team-b": "600m"} {
+		if got := f.value(t, ns, "gw-demand", "app=vllm"); got != want {
+			t.Errorf("%s: gw-demand = %s, want %s", ns, got, want)
+		}
+	}
+}

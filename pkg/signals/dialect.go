@@ -1,6 +1,9 @@
 package signals
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Signal names one canonical scalar signal of an engine: a gauge read as is, or a
 // counter whose rate a policy may use.
@@ -407,8 +410,15 @@ func (d *Dialect) spellings() int { return max(1, len(d.Spellings)) }
 // histogram series name.
 func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourceIndex {
 	idx := sourceIndex{scalars: map[string][]sourceRef{}, histos: map[string][]histoRef{}, gateway: map[string]bool{}, read: map[string]bool{}}
-	for _, g := range gateway {
-		if g != "" {
+	for _, metric := range gateway {
+		if metric == "" {
+			continue
+		}
+		names := GatewayQueueMetrics(metric)
+		if slices.Contains(names, LLMDGatewayQueueMetric) || metric == LLMDGatewayQueueMetric {
+			names = append(names, LLMDStaleEndpointsMetric)
+		}
+		for _, g := range names {
 			idx.gateway[g], idx.read[g], idx.first[g[0]] = true, true, true
 		}
 	}

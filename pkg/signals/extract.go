@@ -316,8 +316,10 @@ func milliTime(t int64) time.Time {
 // flowControlPrefixes are the name prefixes of the gateway's flow-control
 // families: the Gateway API inference extension's (pkg/epp/metrics,
 // inference_extension_flow_control_*) and llm-d's mirror of them
-// (llm_d_epp_flow_control_*, e.g. llm_d_epp_flow_control_pool_saturation).
-var flowControlPrefixes = []string{"inference_extension_flow_control_", "llm_d_epp_flow_control_"}
+// (llm_d_epp_flow_control_*, e.g. llm_d_epp_flow_control_pool_saturation),
+// and the NVIDIA Dynamo frontend's (dynamo_frontend_*), whose router queue
+// gauge exists only while its router queues (hazard NC-25).
+var flowControlPrefixes = []string{"inference_extension_flow_control_", "llm_d_epp_flow_control_", "dynamo_frontend_"}
 
 // maxFlowFamilies bounds Reading.FlowControl.
 const maxFlowFamilies = 8
@@ -346,8 +348,37 @@ func isFlowControlFamily(name string) bool {
 // DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
 // queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
 // inference_extension_flow_control_queue_size), labelled by inference_pool,
-// fairness_id, priority and model names (hazard NC-04).
+// fairness_id, priority and model names (hazard NC-04). A gateway input with
+// it reads LLMDGatewayQueueMetric first (see GatewayQueueMetrics).
 const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
+
+// LLMDGatewayQueueMetric is the same queue gauge under llm-d-router's name:
+// from v0.10.0 (2026-08-17; llm-d/llm-d-router pkg/epp/metrics) the endpoint
+// picker emits every flow-control and pool gauge under the deprecated
+// inference_extension_* / inference_pool_* name and a llm_d_epp_* one, from
+// the same call (hazard NC-20).
+const LLMDGatewayQueueMetric = "llm_d_epp_flow_control_queue_size"
+
+// LLMDStaleEndpointsMetric is llm-d-router's count of endpoints whose metrics
+// are missing or stale (llm_d_epp_flow_control_stale_endpoints{detector},
+// llm-d-router PR #2165): the saturation detector scores them saturated
+// (fail-closed), so flow control stops dispatching and its queue grows while
+// engines idle (hazard NC-20).
+const LLMDStaleEndpointsMetric = "llm_d_epp_flow_control_stale_endpoints"
+
+// GatewayQueueMetrics returns the families a gateway input of metric reads,
+// in order of preference: one body counts only the first it has, never two
+// (the endpoint picker exports each queue series under both names). For the
+// inference extension's queue gauge (the default) that is llm-d-router's
+// name, then it; any other metric is read alone. An extractor reading metric
+// reads them all (ExtractOptions.GatewayMetrics), and with llm-d's name its
+// stale-endpoints gauge.
+func GatewayQueueMetrics(metric string) []string {
+	if metric == DefaultGatewayQueueMetric {
+		return []string{LLMDGatewayQueueMetric, DefaultGatewayQueueMetric}
+	}
+	return []string{metric}
+}
 
 // DialectGateway is the Reading.Dialect of a body with gateway queue series
 // and no engine metric.

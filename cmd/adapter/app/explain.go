@@ -408,6 +408,9 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 		ex.Pool.Value = p.Value
 	}
 	ex.Pool.Warnings = gatewayWarnings(pol, gateways, p)
+	if pol.Gateway != nil {
+		ex.Pool.Warnings = append(ex.Pool.Warnings, pol.Gateway.Notes(gateways...)...)
+	}
 	for _, cp := range catalog.Policies() {
 		ex.Warnings = append(ex.Warnings, cp.Warnings()...)
 	}
@@ -427,20 +430,20 @@ func gatewayWarnings(pol *policy.Policy, gateways []*signals.Reading, p policy.P
 	for _, r := range gateways {
 		mirrors := map[string]bool{} // queue-size series already counted or warned, by labels
 		for i := range r.Gateway {
-			if s := &r.Gateway[i]; pol.Gateway != nil && s.Metric == pol.Gateway.Metric {
+			if s := &r.Gateway[i]; pol.Gateway != nil && pol.Gateway.Reads(s.Metric) {
 				mirrors[gatewayLabels(s.Labels)] = true
 			}
 		}
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
-			if s.Value <= 0 || (pol.Gateway != nil && pol.Gateway.Metric == s.Metric && s.Matches(pol.Gateway.Match)) {
+			if s.Value <= 0 || !strings.HasSuffix(s.Metric, "_queue_size") || (pol.Gateway != nil && pol.Gateway.Reads(s.Metric) && s.Matches(pol.Gateway.Match)) {
 				continue
 			}
 			if id := gatewayLabels(s.Labels); strings.HasSuffix(s.Metric, "_flow_control_queue_size") {
 				// llm-d exports each queue series under its own and the upstream
 				// name (llm_d_epp_flow_control_queue_size and
 				// inference_extension_flow_control_queue_size): the same requests.
-				if pol.Gateway == nil || s.Metric != pol.Gateway.Metric {
+				if pol.Gateway == nil || !pol.Gateway.Reads(s.Metric) {
 					if mirrors[id] {
 						continue
 					}
