@@ -524,7 +524,21 @@ type EngineFacts struct {
 	// long chunked prefill shows every counter flat while its chunks fill the
 	// KV cache: that climb is progress.
 	KVClimbing bool
+	// GaugesDead: the engine's queue and running gauges read 0 in every
+	// reading of the window while its finished-requests counter rose: they
+	// are not updated (trtllm-serve without enable_iter_perf_stats, hazard
+	// NC-17), so its 0 is unknown, not idle. Judged only for the engines whose
+	// gauges can be dead that way (deadGaugeDialects); Finished is the rise.
+	GaugesDead bool
+	Finished   float64
 }
+
+// deadGaugeDialects are the engines whose queue and running gauges can stay 0
+// while requests complete: trtllm-serve fills them from iteration stats,
+// which are off by default (TRT-LLM PR #19418). Other engines' gauges are
+// set by the scheduler itself; a short request between two scrapes there is
+// no evidence of dead gauges.
+var deadGaugeDialects = []string{"trtllm"}
 
 // engineFacts gathers the facts of each engine of the newest reading over the
 // readings within the state window.
@@ -546,6 +560,7 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 		kvNewer, kvOK := e.Value(signals.KVCacheUsage)
 		kvFirst, kvLast := kvNewer, kvNewer
 		runSum := 0.0
+		zeros := slices.Contains(deadGaugeDialects, last.Dialect)
 		var oldest *signals.EngineSignals
 		for i := len(rs) - 1; i >= 0 && !rs[i].At().Before(start); i-- {
 			x := signals.FindEngine(rs[i], e.ID)
@@ -559,6 +574,9 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 			wd, _ := x.Value(signals.QueueDeferred)
 			wr, _ := x.Value(signals.Running)
 			runSum += wr
+			_, hq := x.Value(signals.QueueDepth)
+			_, hr := x.Value(signals.Running)
+			zeros = zeros && hq && hr && wq == 0 && wr == 0
 			f.Waiting = f.Waiting && wq+wd > 0
 			f.Working = f.Working && wr > 0
 			// Walking back in time: the KV usage of each older reading must not
@@ -616,6 +634,11 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 				if lv < v {
 					f.TokensIncrease = math.Inf(1)
 				}
+			}
+			lf, lfok := e.Value(signals.RequestsFinished)
+			if v, ok := oldest.Value(signals.RequestsFinished); ok && lfok && lf > v {
+				f.Finished = lf - v
+				f.GaugesDead = zeros && f.Readings > 1
 			}
 		}
 		// Rejections compare with the reading before the newest, however old: a

@@ -19,9 +19,11 @@ const (
 	// StateSleeping: vLLM sleep mode (engine_sleep_state awake = 0). The pod is
 	// Ready and reports zeros but cannot serve until woken.
 	StateSleeping EngineState = "sleeping"
-	// StateFrozen: gauges claim work in progress (requests running) while every
-	// counter stays flat and the gauges do not move: the metrics are a stale
-	// snapshot, or the engine stopped.
+	// StateFrozen: the gauges do not follow the engine. Either they claim work
+	// in progress (requests running) while every counter stays flat and the
+	// gauges do not move (a stale snapshot, or the engine stopped), or they
+	// read 0 while requests complete (trtllm-serve without iteration stats,
+	// hazard NC-17: its 0 is unknown, not idle).
 	StateFrozen EngineState = "frozen"
 	// StateWedged: requests wait, yet nothing completes and the running
 	// requests generate next to no token (LivelockTokensPerSecond) across
@@ -85,6 +87,9 @@ func (p *Policy) engineState(f *history.EngineFacts, window time.Duration) (Engi
 		return StateSleeping, "engine_sleep_state awake is 0"
 	case long && f.Working && f.HasCounters && f.CountersFlat && f.GaugesFlat:
 		return StateFrozen, fmt.Sprintf("requests running but no counter and no gauge moved for %s (%d scrapes)", span, f.Readings)
+	case long && f.GaugesDead:
+		return StateFrozen, fmt.Sprintf("queue and running read 0 in %d scrapes over %s while %g requests finished: the gauges are not updated "+
+			"(trtllm-serve fills them from iteration stats: enable_iter_perf_stats: true); unknown, not idle", f.Readings, span, f.Finished)
 	case long && f.Waiting && f.HasTokens && (!f.HasFinished || f.FinishedFlat) && !(f.PromptsFlat && f.KVClimbing):
 		rate := f.TokensIncrease / max(f.RunningMean, 1) / f.Span.Seconds()
 		switch {

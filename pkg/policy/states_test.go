@@ -2,10 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
 	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 )
 
@@ -265,5 +267,29 @@ func TestInconsistentHistogramDropsTheWindow(t *testing.T) {
 	b.Add(h, "")
 	if p := b.Pool(); p.Value == nil || !approx(*p.Value, 0.01) || len(p.Latency) != 0 {
 		t.Errorf("pool %v %+v: want 0.01 (queue 1 of 100), no latency term", deref(p.Value), p.Latency)
+	}
+}
+
+// TestTRTLLMDeadGauges (hazard NC-17): trtllm-serve with iteration stats off
+// keeps its queue and running gauges at 0 while requests complete (+412 in
+// 30 s between NC-17-v1.3-t0 and t1; the scrapes in between, every 2 s, are
+// those two bodies' counters interpolated). Its 0 is not idle: the engine is
+// frozen (unknown), and says why; a one-pod pool has no value.
+func TestTRTLLMDeadGauges(t *testing.T) {
+	c := builtin(t, 1)
+	t0body := string(testfixture.Read(t, "testdata/hazards/NC-17-v1.3-t0.prom"))
+	var bodies []string
+	for i := range 6 {
+		done := 18211 + float64(412*2*i)/30
+		bodies = append(bodies, strings.Replace(t0body, "} 18211.0\n", fmt.Sprintf("} %g\n", math.Round(done)), 1))
+	}
+	rep, v := evalAlone(c, MetricDemandReplicas, scrapes(t, c, bodies...))
+	if rep.State != StateFrozen || !strings.Contains(rep.Engines[0].Reason, "enable_iter_perf_stats") || v != nil {
+		t.Errorf("state %s (%+v), value %v; want frozen naming enable_iter_perf_stats, no value", rep.State, rep.Engines, deref(v))
+	}
+	// Idle for real: nothing completes either.
+	idle := []string{t0body, t0body, t0body, t0body, t0body, t0body}
+	if rep, v := evalAlone(c, MetricDemandReplicas, scrapes(t, c, idle...)); rep.State != StateOK || v == nil || *v != 0 {
+		t.Errorf("idle: state %s (%+v), value %v; want ok, 0", rep.State, rep.Engines, deref(v))
 	}
 }

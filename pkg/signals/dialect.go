@@ -149,6 +149,11 @@ const (
 	// CombineRatio: Sources[0] / Sources[1], both required (Triton's used / max
 	// KV blocks).
 	CombineRatio
+	// CombineSum: Sources[0] plus the others present. The set stands for what
+	// it adds to Sources[0] (required): a body has it only when one of the
+	// others has series (SGLang P/D's bootstrap and prealloc queues beside
+	// num_queue_reqs, hazard NC-21).
+	CombineSum
 )
 
 // SourceSet is one alternative for a signal: one source, or several combined.
@@ -178,6 +183,8 @@ func (ss SourceSet) String() string {
 		return "max(" + strings.Join(names, ", ") + ")"
 	case CombineRatio:
 		return strings.Join(names, " / ")
+	case CombineSum:
+		return strings.Join(names, " + ")
 	}
 	return strings.Join(names, ", ")
 }
@@ -220,6 +227,15 @@ type Dialect struct {
 
 func one(metric string) []SourceSet { return []SourceSet{{Sources: []Source{{Metric: metric}}}} }
 
+// sum is a CombineSum set of the metrics.
+func sum(metrics ...string) SourceSet {
+	ss := SourceSet{Combine: CombineSum}
+	for _, m := range metrics {
+		ss.Sources = append(ss.Sources, Source{Metric: m})
+	}
+	return ss
+}
+
 func labelled(metric, label, value string) SourceSet {
 	return SourceSet{Sources: []Source{{Metric: metric, Label: label, Value: value}}}
 }
@@ -235,6 +251,9 @@ func labelled(metric, label, value string) SourceSet {
 //     sgl-project/sglang 00ae9c15, SchedulerMetricsCollector);
 //   - Triton with the TensorRT-LLM backend (triton-inference-server/tensorrtllm_backend
 //     README, "Triton Metrics");
+//   - TensorRT-LLM's trtllm-serve (NVIDIA/TensorRT-LLM PR #5785, core metrics,
+//     2025-07; PR #12545, trtllm_ prefix and the queue gauges, 2026-03-25;
+//     hazard NC-17);
 //   - Hugging Face TGI (router/src/server.rs metric names) and llama.cpp server
 //     (tools/server, --metrics).
 //
@@ -279,8 +298,23 @@ func builtinDialects() []Dialect {
 			ModelLabel:   "model_name",
 			Spellings:    []string{"sglang:", "sglang_"},
 			Sources: [NumSignals][]SourceSet{
-				QueueDepth: one("sglang:num_queue_reqs"),
-				Running:    one("sglang:num_running_reqs"),
+				// With prefill/decode disaggregation most of the backlog waits
+				// outside num_queue_reqs (hazard NC-21; sgl-project/sglang
+				// PR #24341, 2026-05-04, renamed prefill_prealloc to
+				// prefill_bootstrap; collector.py): a prefill pod's bootstrap
+				// queue (either spelling, the new first, never both) and a
+				// decode pod's prealloc queue are demand; the decode transfer
+				// queue (KV in flight from prefill) is a deferred wait, and the
+				// prefill inflight queue (prefill done, polling the transfer) is
+				// neither. The pod's role comes from its labels, never from
+				// engine_type ("unified" on P/D nodes).
+				QueueDepth: {
+					sum("sglang:num_queue_reqs", "sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_decode_prealloc_queue_reqs"),
+					sum("sglang:num_queue_reqs", "sglang:num_prefill_prealloc_queue_reqs", "sglang:num_decode_prealloc_queue_reqs"),
+					one("sglang:num_queue_reqs")[0],
+				},
+				QueueDeferred: one("sglang:num_decode_transfer_queue_reqs"),
+				Running:       one("sglang:num_running_reqs"),
 				// On hybrid models token_usage is max(full, swa, mamba): KV comes from
 				// the attention pools when the engine exports them (NC-06).
 				KVCacheUsage: {
@@ -324,6 +358,28 @@ func builtinDialects() []Dialect {
 					}, Combine: CombineRatio},
 				},
 				RequestsFinished: one("nv_inference_request_success"),
+			},
+		},
+		{
+			// TensorRT-LLM's trtllm-serve (hazard NC-17): Prometheus text at
+			// /prometheus/metrics (its /metrics is JSON), trtllm_-prefixed
+			// from 1.3 (NVIDIA/TensorRT-LLM PR #12545, 2026-03-25, which
+			// added the queue and running gauges from iteration stats),
+			// unprefixed before; one engine per server, labelled model_name.
+			Name:       "trtllm",
+			ModelLabel: "model_name",
+			Spellings:  []string{"trtllm_", ""},
+			Sources: [NumSignals][]SourceSet{
+				QueueDepth:       one("trtllm_num_requests_waiting"),
+				Running:          one("trtllm_num_requests_running"),
+				GenerationTokens: one("trtllm_generation_tokens_total"),
+				PromptTokens:     one("trtllm_prompt_tokens_total"),
+				RequestsFinished: {{Sources: []Source{{Metric: "trtllm_request_success_total"}}, SumLabel: "finished_reason"}},
+			},
+			Histos: [NumHistos][]HistoSource{
+				TTFT:              {{Metric: "trtllm_time_to_first_token_seconds"}},
+				E2ELatency:        {{Metric: "trtllm_e2e_request_latency_seconds"}},
+				InterTokenLatency: {{Metric: "trtllm_time_per_output_token_seconds"}},
 			},
 		},
 		{

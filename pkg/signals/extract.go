@@ -247,6 +247,11 @@ func (e *Extractor) Extract(body []byte) (Reading, error) {
 // (timestamps in seconds, exemplars, # EOF); anything else as the text format
 // 0.0.4, with exemplars after a series ignored.
 func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, error) {
+	if isJSON(body, contentType) {
+		// Short: the scraper keeps about 200 bytes of an error (trtllm-serve's
+		// /metrics is its iteration stats, hazard NC-17).
+		return Reading{}, fmt.Errorf("%w: JSON, not Prometheus text (trtllm-serve: scrape /prometheus/metrics; return_perf_metrics, enable_iter_perf_stats)", ErrParse)
+	}
 	om := isOpenMetrics(contentType)
 	b := e.bufs.Get().(*scanBuffers)
 	defer e.bufs.Put(b)
@@ -272,6 +277,18 @@ func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, er
 	}
 	b.mergeFast()
 	return e.reading(b, st)
+}
+
+// isJSON reports whether a body is JSON rather than exposition text: its
+// Content-Type says so, or it starts with '[' (no exposition line does; a
+// '{' may start a UTF-8 series line).
+func isJSON(body []byte, contentType string) bool {
+	ct := strings.TrimSpace(strings.ToLower(contentType))
+	if strings.HasPrefix(ct, "application/json") {
+		return true
+	}
+	rest := bytes.TrimLeft(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), " \t\r\n")
+	return len(rest) > 0 && rest[0] == '['
 }
 
 // isOpenMetrics reports whether a Content-Type is OpenMetrics text.
@@ -915,6 +932,10 @@ func validate(s Signal, v float64) (float64, Reason, bool) {
 func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (Reading, error) {
 	dialect, spelling, ok := e.chooseDialect(samples)
 	if !ok {
+		if e.hasDialect(samples, "trtllm") {
+			return Reading{}, fmt.Errorf("%w: trtllm-serve's metrics without its queue and running gauges (trtllm_num_requests_waiting, TensorRT-LLM 1.3 and later, "+
+				"filled from iteration stats: enable_iter_perf_stats: true; hazard NC-17): its load is unknown", ErrNoEngineMetrics)
+		}
 		if st.other > 0 {
 			return Reading{}, fmt.Errorf("%w: line %d is not exposition text: %q (and %d other lines)", ErrParse, st.first, st.firstText, st.other-1)
 		}
@@ -990,6 +1011,20 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	}
 	r.Fold = FoldEngines(r.Engines, keep)
 	return r, nil
+}
+
+// hasDialect reports whether a sample belongs to the dialect named name.
+func (e *Extractor) hasDialect(samples []rawSample, name string) bool {
+	for i := range samples {
+		d := samples[i].sref.dialect
+		if !samples[i].scalar {
+			d = samples[i].href.dialect
+		}
+		if e.dialects[d].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // mergeUnlabelled gives the series of families that no engine label splits
@@ -1316,6 +1351,9 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 	for _, id := range ids {
 		for i := range engines[id].cells {
 			k := &engines[id].cells[i].key
+			if k.part == 0 && d.Sources[k.signal][k.pref].Combine == CombineSum {
+				continue // a sum is present by what it adds (see CombineSum)
+			}
 			if p := presentPref[k.signal]; p < 0 || k.pref < p {
 				presentPref[k.signal] = k.pref
 			}
@@ -1438,6 +1476,24 @@ func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading)
 			return 0, true, false
 		}
 		v, _, bad := validate(s, num/den)
+		return v, true, !bad
+	case CombineSum:
+		total, base, baseOK := partValue(0)
+		found := false
+		for part := 1; part < len(set.Sources); part++ {
+			x, h, o := partValue(part)
+			found = found || h
+			if o {
+				total += x
+			}
+		}
+		if !found {
+			return 0, false, false
+		}
+		if !base || !baseOK {
+			return 0, true, false
+		}
+		v, _, bad := validate(s, total)
 		return v, true, !bad
 	case CombineMax:
 		best, found, ok := 0.0, false, false

@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -103,5 +104,77 @@ func TestEngineLabelsNeverMerge(t *testing.T) {
 	}
 	if q, _ := r.Value(QueueDepth); len(r.Engines) != 2 || q != 7 {
 		t.Errorf("Triton: %d engines, queue %g; want 2, 7", len(r.Engines), q)
+	}
+}
+
+// TestSGLangDisaggregatedQueues (hazard NC-21): a prefill pod's backlog is
+// num_queue_reqs plus its bootstrap queue (prealloc before SGLang PR #24341,
+// never both), a decode pod's plus its prealloc queue; the decode transfer
+// queue is deferred, the prefill inflight queue not counted.
+func TestSGLangDisaggregatedQueues(t *testing.T) {
+	for _, tt := range []struct {
+		file            string
+		queue, deferred float64
+		source          string
+	}{
+		{"NC-21-prefill.prom", 6 + 58, -1, "sglang:num_queue_reqs + sglang:num_prefill_bootstrap_queue_reqs + sglang:num_decode_prealloc_queue_reqs"},
+		{"NC-21-prefill-oldbuild.prom", 4 + 61, -1, "sglang:num_queue_reqs + sglang:num_prefill_prealloc_queue_reqs + sglang:num_decode_prealloc_queue_reqs"},
+		{"NC-21-decode.prom", 0 + 41, 17, "sglang:num_queue_reqs + sglang:num_prefill_bootstrap_queue_reqs + sglang:num_decode_prealloc_queue_reqs"},
+		{"NC-05-engine.prom", 12, -1, "sglang:num_queue_reqs"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			r, err := NewExtractor().Extract(readTestdata(t, "hazards/"+tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, _ := r.Value(QueueDepth)
+			d, hasD := r.Value(QueueDeferred)
+			if q != tt.queue || (tt.deferred >= 0) != hasD || (hasD && d != tt.deferred) || r.Sources[QueueDepth.String()] != tt.source {
+				t.Errorf("queue %g (%s), deferred %g (%v); want %g (%s), %g", q, r.Sources[QueueDepth.String()], d, hasD, tt.queue, tt.source, tt.deferred)
+			}
+		})
+	}
+	// Both spellings of the bootstrap queue in one body: the new one only.
+	body := string(readTestdata(t, "hazards/NC-21-prefill.prom")) +
+		"sglang:num_prefill_prealloc_queue_reqs{engine_type=\"unified\",model_name=\"deepseek-ai/DeepSeek-V3\",pp_rank=\"0\",tp_rank=\"0\"} 58.0\n"
+	r, err := NewExtractor().Extract([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := r.Value(QueueDepth); q != 64 {
+		t.Errorf("both spellings: queue %g, want 64", q)
+	}
+}
+
+// TestTRTLLMServe (hazard NC-17): trtllm-serve's Prometheus text in both
+// spellings; its /metrics JSON is an error naming the right path and the
+// options; a 1.1 body without the gauges is unknown, saying why.
+func TestTRTLLMServe(t *testing.T) {
+	r, err := NewExtractor().Extract(readTestdata(t, "hazards/NC-17-v1.3-t0.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, hq := r.Value(QueueDepth)
+	run, hr := r.Value(Running)
+	fin, _ := r.Value(RequestsFinished)
+	if r.Dialect != "trtllm" || !hq || !hr || q != 0 || run != 0 || fin != 18211 || r.Sources[QueueDepth.String()] != "trtllm_num_requests_waiting" {
+		t.Errorf("1.3: dialect %s, queue %g (%v), running %g (%v), finished %g, sources %v", r.Dialect, q, hq, run, hr, fin, r.Sources)
+	}
+	// The unprefixed spelling (before 1.3), never both.
+	body := strings.NewReplacer("trtllm_num_requests", "num_requests", "trtllm_request_success_total", "request_success_total").Replace(string(readTestdata(t, "hazards/NC-17-v1.3-t0.prom")))
+	r, err = NewExtractor().Extract([]byte(body))
+	if err != nil || r.Sources[QueueDepth.String()] != "num_requests_waiting" || r.Dialect != "trtllm" {
+		t.Errorf("unprefixed: %v, %s %v", err, r.Dialect, r.Sources)
+	}
+	// 1.1: no queue, running or KV gauge at all.
+	if _, err := NewExtractor().Extract(readTestdata(t, "hazards/NC-17-v1.1.prom")); !errors.Is(err, ErrNoEngineMetrics) || !strings.Contains(err.Error(), "enable_iter_perf_stats") {
+		t.Errorf("1.1: %v, want ErrNoEngineMetrics naming enable_iter_perf_stats", err)
+	}
+	// GET /metrics: JSON (the iteration stats), by Content-Type or by its '['.
+	for _, ctype := range []string{"application/json", ""} {
+		_, err := NewExtractor().ExtractContent([]byte("[]"), ctype)
+		if !errors.Is(err, ErrParse) || !strings.Contains(err.Error(), "/prometheus/metrics") || !strings.Contains(err.Error(), "return_perf_metrics") {
+			t.Errorf("JSON body (Content-Type %q): %v, want ErrParse naming /prometheus/metrics and return_perf_metrics", ctype, err)
+		}
 	}
 }
