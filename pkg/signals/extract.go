@@ -1005,12 +1005,34 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	if d.Name == "vllm" {
 		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
 	}
-	var keep func(*EngineSignals) bool
-	if d.BackendPrefix != "" && slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
-		keep = func(e *EngineSignals) bool { return e.Backend }
+	keep := defaultView(&r)
+	if d.BackendPrefix != "" && keep == nil && len(r.Models) > 1 {
+		r.warn(fmt.Sprintf("%d models (%s) and no TensorRT-LLM backend series or %q model: their queues add up, "+
+			"and an ensemble's steps count one request once each; set the policy's model", len(r.Models), strings.Join(r.Models, ", "), TritonBackendModel))
 	}
 	r.Fold = FoldEngines(r.Engines, keep)
 	return r, nil
+}
+
+// TritonBackendModel is the model name Triton's TensorRT-LLM backend has by
+// convention (triton-inference-server/tensorrtllm_backend's all_models
+// repository: preprocessing, tensorrt_llm, postprocessing, ensemble).
+const TritonBackendModel = "tensorrt_llm"
+
+// defaultView returns which engines a reading's pod value counts when no
+// model is asked for (nil: all). Triton counts the models that do the work,
+// never the sum of an ensemble's steps, each of which holds the same
+// requests: its TensorRT-LLM backend models (with nv_trt_llm_* series) when it
+// has any, else the one named by the backend's convention
+// (TritonBackendModel) when several models are served.
+func defaultView(r *Reading) func(*EngineSignals) bool {
+	if slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
+		return func(e *EngineSignals) bool { return e.Backend }
+	}
+	if r.Dialect == "triton-trtllm" && len(r.Models) > 1 && slices.Contains(r.Models, TritonBackendModel) {
+		return func(e *EngineSignals) bool { return e.Model == TritonBackendModel }
+	}
+	return nil
 }
 
 // hasDialect reports whether a sample belongs to the dialect named name.

@@ -178,3 +178,35 @@ func TestTRTLLMServe(t *testing.T) {
 		}
 	}
 }
+
+// TestTritonNeverSumsSteps: a Triton pod of the TensorRT-LLM backend's model
+// repository (preprocessing, tensorrt_llm, postprocessing, ensemble) whose
+// nv_trt_llm_* series are off holds each request in every step: the pod's
+// queue is the tensorrt_llm model's, not the sum; with other names, the sum
+// is said, never silent.
+func TestTritonNeverSumsSteps(t *testing.T) {
+	steps := func(names ...string) string {
+		var b strings.Builder
+		for _, m := range names {
+			fmt.Fprintf(&b, "nv_inference_pending_request_count{model=%q,version=\"1\"} 5\nnv_inference_request_success{model=%q,version=\"1\"} 1200\n", m, m)
+		}
+		return b.String()
+	}
+	r, err := NewExtractor().Extract([]byte(steps("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := r.Value(QueueDepth); q != 5 || len(r.Warnings) != 0 {
+		t.Errorf("backend by convention: queue %g, warnings %q; want 5, none", q, r.Warnings)
+	}
+	if keep := EngineFilter(&r, ""); keep == nil || !keep(&EngineSignals{Model: "tensorrt_llm"}) || keep(&EngineSignals{Model: "ensemble"}) {
+		t.Error("EngineFilter does not select the tensorrt_llm model as the fold does")
+	}
+	r, err = NewExtractor().Extract([]byte(steps("llama-ensemble", "llama-trt")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := r.Value(QueueDepth); q != 10 || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "set the policy's model") {
+		t.Errorf("no convention: queue %g, warnings %q; want 10 and the warning", q, r.Warnings)
+	}
+}
