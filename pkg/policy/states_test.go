@@ -293,3 +293,25 @@ func TestTRTLLMDeadGauges(t *testing.T) {
 		t.Errorf("idle: state %s (%+v), value %v; want ok, 0", rep.State, rep.Engines, deref(v))
 	}
 }
+
+// TestScaleFromZeroInFlightPool: a demand policy with starting pods serves at
+// least the pods counted and starting, and says why; a mean policy does not
+// change (its Value target multiplies by Ready pods).
+func TestScaleFromZeroInFlightPool(t *testing.T) {
+	gw := &GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "p"}}
+	c, err := NewCatalog(
+		Policy{Name: "demand", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(), Gateway: gw},
+		Policy{Name: "mean", Kind: KindMean, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(), Gateway: gw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"demand": 1, "mean": 0} {
+		b := c.Lookup(name).NewPool(t0, maxAge)
+		b.AddGateway(0) // the requests that woke the pool timed out
+		b.AddStarting(1)
+		p := b.Pool()
+		if p.Value == nil || *p.Value != want || (name == "demand") != strings.HasPrefix(p.InFlight, "scale-from-zero in flight") {
+			t.Errorf("%s: %v %q, want %g", name, deref(p.Value), p.InFlight, want)
+		}
+	}
+}

@@ -69,7 +69,11 @@ type ExplainPool struct {
 	// GatewayQueue is the gateway-held backlog the policy's gateway input adds
 	// (from the --gateway files), nil without one.
 	GatewayQueue *float64 `json:"gatewayQueue,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// Starting and InFlight: pods of a scale-up still starting (--starting)
+	// and what a demand policy does for them ("scale-from-zero in flight: …").
+	Starting int    `json:"starting,omitempty"`
+	InFlight string `json:"inFlight,omitempty"`
+	Error    string `json:"error,omitempty"`
 	// Warnings say what an HPA on this policy would get wrong: requests held by
 	// flow control that the policy does not count (hazard NC-04), a mean policy
 	// read at zero Ready pods (NC-08).
@@ -103,6 +107,9 @@ type ExplainOptions struct {
 	// one per pod: the backlog of a policy's gateway input, and requests held
 	// by flow control that a policy without one misses.
 	Gateways []string
+	// Starting is the number of pods a scale-up created that are still
+	// starting (policy.PoolBuilder.AddStarting).
+	Starting int
 }
 
 func newExplainCommand() *cobra.Command {
@@ -186,6 +193,7 @@ holding requests that --policy does not count is warned about.`,
 	in := fss.FlagSet("input")
 	in.DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
 	in.StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
+	in.IntVar(&eo.Starting, "starting", 0, "Pods a scale-up created that are still starting (not Ready, within the server's --startup-grace): a demand policy then serves at least the pods given and these (scale from zero in flight).")
 	in.StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
 	prom.AddLabelFlags(in)
 	out := fss.FlagSet("output")
@@ -242,7 +250,7 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			inputs[i].scrapes++
 		}
 	}
-	return explain(catalog, pol, inputs, gateways, 3*eo.Interval), nil
+	return explain(catalog, pol, inputs, gateways, 3*eo.Interval, eo.Starting), nil
 }
 
 // explainGateways reads the --gateway files with the server's extractor, reading
@@ -263,7 +271,10 @@ func explainGateways(catalog *policy.Catalog, files []string, stdin io.Reader) (
 		if err != nil {
 			return nil, fmt.Errorf("--gateway %s: %w", f, err)
 		}
-		if len(r.Gateway) == 0 {
+		if len(r.Gateway) == 0 && len(r.FlowControl) == 0 {
+			// Flow-control families without a queue series are a gateway with
+			// nothing held (the endpoint picker deletes idle flows' series), as
+			// the server reads it.
 			return nil, fmt.Errorf("--gateway %s: no series of %s: is it the endpoint picker's /metrics, with flow control on?", f, strings.Join(metrics, ", "))
 		}
 		out = append(out, &r)
@@ -324,7 +335,7 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 		slices.SortStableFunc(rs, func(a, b *signals.Reading) int { return a.Time.Compare(b.Time) })
 		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: history.NewHistory(hopts, rs...)}
 	}
-	return explain(catalog, pol, inputs, nil, 3*prom.ScrapeInterval), nil
+	return explain(catalog, pol, inputs, nil, 3*prom.ScrapeInterval, eo.Starting), nil
 }
 
 // explainPolicy returns the catalog of the scoring options and the policy
@@ -355,7 +366,7 @@ type explainInput struct {
 // explain pools the pods as one pool of Ready pods at the newest reading of
 // any, a reading older than maxAge before that being stale, with the gateway's
 // queue when the policy has a gateway input.
-func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration) Explanation {
+func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int) Explanation {
 	var now time.Time
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
@@ -394,8 +405,10 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 			gwErr = fmt.Sprintf("the --gateway files: %v: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", err)
 		}
 	}
+	chosen.AddStarting(starting)
 	p := chosen.Pool()
 	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, pol.Name, p.Latency
+	ex.Pool.Starting, ex.Pool.InFlight = p.Starting, p.InFlight
 	ex.Pool.Saturation, ex.Pool.DemandReplicas = satPool.Pool().Value, demandPool.Pool().Value
 	switch {
 	case gwErr != "":
@@ -525,6 +538,9 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	}
 	if ex.Pool.GatewayQueue != nil {
 		fmt.Fprintf(w, "pool %s: gateway queue %g\n", ex.Pool.Policy, *ex.Pool.GatewayQueue)
+	}
+	if ex.Pool.InFlight != "" {
+		fmt.Fprintf(w, "pool %s: %s\n", ex.Pool.Policy, ex.Pool.InFlight)
 	}
 	for _, warn := range ex.Pool.Warnings {
 		fmt.Fprintf(w, "pool %s: warning: %s\n", ex.Pool.Policy, warn)

@@ -59,3 +59,34 @@ policies:
 		})
 	}
 }
+
+// TestExplainScaleFromZeroInFlight: explain --starting says "scale-from-zero
+// in flight" and serves what the server would while the pod loads: the idle
+// endpoint picker (llm-d-router, flows collected) holds nothing, the demand
+// is the starting pod's 1.
+func TestExplainScaleFromZeroInFlight(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	epp := filepath.Join(dir, "epp.prom")
+	for f, body := range map[string]string{
+		cfg: "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: qwen-demand\n  kind: demand\n" +
+			"  terms: [{kind: queueDepth, setPoint: 5}]\n  gateway: {selector: app=epp, match: {inference_pool: qwen-pool}}\n",
+		epp: "llm_d_epp_flow_control_pool_saturation{inference_pool=\"qwen-pool\",stage=\"effective\"} 0\n",
+	} {
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ex Explanation
+	out := runExplain(t, "--config="+cfg, "--policy=qwen-demand", "--gateway="+epp, "--starting=1")
+	if err := json.Unmarshal(out, &ex); err != nil {
+		t.Fatalf("explain: %s", out)
+	}
+	if ex.Pool.Value == nil || *ex.Pool.Value != 1 || ex.Pool.Starting != 1 || !strings.HasPrefix(ex.Pool.InFlight, "scale-from-zero in flight") {
+		t.Errorf("pool %+v, want 1 with scale-from-zero in flight", ex.Pool)
+	}
+	table := string(runExplain(t, "--config="+cfg, "--policy=qwen-demand", "--gateway="+epp, "--starting=1", "-o", "table"))
+	if !strings.Contains(table, "pool qwen-demand: scale-from-zero in flight") {
+		t.Errorf("the table does not say it:\n%s", table)
+	}
+}
