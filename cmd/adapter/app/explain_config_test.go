@@ -90,3 +90,14 @@ func TestExplainScaleFromZeroInFlight(t *testing.T) {
 		t.Errorf("the table does not say it:\n%s", table)
 	}
 }
+
+// TestExplainPrometheusWithoutNamespace (hazard NC-26): an answer whose
+// endpoint-picker series were grouped without the namespace label (team-a's
+// 40 and team-b's 3 merged into 43) is refused, naming the labels, never
+// read as one pool's 43.
+func TestExplainPrometheusWithoutNamespace(t *testing.T) {
+	out := string(runExplain(t, "--prometheus-response", filepath.Join("..", "..", "..", "testdata", "hazards", "NC-26-prometheus.json")))
+	if !strings.HasPrefix(out, "error: ") || !strings.Contains(out, "no series with the labels namespace and pod") {
+		t.Errorf("explain of an answer without namespace labels: %s", out)
+	}
+}
