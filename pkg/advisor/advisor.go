@@ -108,7 +108,10 @@ type Advisor struct {
 	mu     sync.Mutex
 	hpas   map[types.NamespacedName]*hpaInfo
 	active map[types.NamespacedName]map[Reason]bool
-	warned map[string]bool // unmatched gateway pools already logged
+	// inflight holds the HPAs told that a scale-up (from zero) is in flight
+	// (policy.Pool.InFlight), until it is over.
+	inflight map[types.NamespacedName]bool
+	warned   map[string]bool // unmatched gateway pools already logged
 	// unmatched holds the gateway series (metric and labels) last seen holding
 	// requests no gateway input matches, with when: the gauge counts them over
 	// every gateway answered, not only the last one.
@@ -124,7 +127,7 @@ const unmatchedTTL = 10 * time.Minute
 func New(recorder record.EventRecorder, catalogs Catalogs, metrics *Metrics) *Advisor {
 	return &Advisor{recorder: recorder, catalogs: catalogs, metrics: metrics,
 		hpas: map[types.NamespacedName]*hpaInfo{}, active: map[types.NamespacedName]map[Reason]bool{}, warned: map[string]bool{},
-		unmatched: map[string]time.Time{}}
+		unmatched: map[string]time.Time{}, inflight: map[types.NamespacedName]bool{}}
 }
 
 // HPAHandler returns the event handler that keeps the advisor's view of the HPAs
@@ -213,7 +216,11 @@ func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, p
 			continue
 		}
 		for _, m := range info.metrics {
-			if m.name == metric && m.selector == sel && m.value {
+			if m.name != metric || m.selector != sel {
+				continue
+			}
+			a.inFlight(key, info, pool.InFlight)
+			if m.value {
 				hits = append(hits, key)
 			}
 		}
@@ -233,6 +240,27 @@ func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, p
 		a.set(key, info, ReasonValueTargetNoReadyPods, bad && info.current > 0, fmt.Sprintf(
 			"%s has demand %.3g but no Ready pod: with target type Value the HPA multiplies by Ready pods and computes 0 replicas (hazard NC-08). "+
 				"Use a demand policy (e.g. llm_demand_replicas) with target type AverageValue \"1\"", metric, value))
+	}
+}
+
+// ReasonScaleUpInFlight is the reason of the Normal Event an HPA gets when
+// the pool behind its metric has pods a scale-up created that are still
+// starting and the adapter holds the demand for them (policy.Pool.InFlight:
+// "scale-from-zero in flight: ..."), once per episode.
+const ReasonScaleUpInFlight = "ScaleUpInFlight"
+
+// inFlight records an HPA's scale-up in flight (msg, "" when none); a.mu is
+// held.
+func (a *Advisor) inFlight(key types.NamespacedName, info *hpaInfo, msg string) {
+	switch {
+	case msg == "":
+		delete(a.inflight, key)
+	case !a.inflight[key]:
+		a.inflight[key] = true
+		klog.V(2).InfoS("Scale-up in flight", "hpa", klog.KObj(info.obj), "message", msg)
+		if a.recorder != nil {
+			a.recorder.Event(info.obj, corev1.EventTypeNormal, ReasonScaleUpInFlight, msg)
+		}
 	}
 }
 
@@ -294,7 +322,7 @@ func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
 			key := s.Metric + describeAll(s.Labels)
-			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *policy.GatewayInput) bool { return g.Metric == s.Metric && s.Matches(g.Match) }) {
+			if s.Value <= 0 || slices.ContainsFunc(inputs, func(g *policy.GatewayInput) bool { return g.Reads(s.Metric) && s.Matches(g.Match) }) {
 				delete(a.unmatched, key)
 				continue
 			}

@@ -177,3 +177,27 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Scale from zero in flight (issue 19): an HPA on a pool whose demand the
+// adapter holds for a starting pod gets a Normal Event saying so, once per
+// episode, whatever its target type.
+func TestScaleFromZeroInFlightEvent(t *testing.T) {
+	a, rec, _ := newAdvisor(t)
+	h := a.HPAHandler()
+	h.OnAdd(hpa("average", 0, 1, "gw-demand", autoscalingv2.AverageValueMetricType), false)
+	events(rec)
+	sel := labels.SelectorFromSet(labels.Set{"app": "vllm"})
+	v := 1.0
+	b := policy.Pool{Pods: 0, Value: &v, Starting: 1, InFlight: "scale-from-zero in flight: 1 pods starting, so the demand served is at least 1"}
+	a.Answered("llm", "gw-demand", sel, b)
+	a.Answered("llm", "gw-demand", sel, b)
+	got := events(rec)
+	if len(got) != 1 || !strings.Contains(got[0], "Normal ScaleUpInFlight scale-from-zero in flight") {
+		t.Errorf("events %q, want one Normal ScaleUpInFlight event", got)
+	}
+	a.Answered("llm", "gw-demand", sel, policy.Pool{Pods: 1, Value: &v})
+	a.Answered("llm", "gw-demand", sel, b)
+	if got := events(rec); len(got) != 1 {
+		t.Errorf("events %q, want one again for the next episode", got)
+	}
+}

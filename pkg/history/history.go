@@ -175,6 +175,11 @@ type Window struct {
 	// window built from increases alone has no gauges).
 	HeldChange float64
 	HeldKnown  bool
+	// Inconsistent reports, per latency histogram, a pair of readings where a
+	// bucket fell while the count did not: not a restart (everything would
+	// fall) but a broken exposition; the window's observations of that
+	// histogram are then unknown (Histograms nil), not counted whole.
+	Inconsistent [signals.NumHistos]bool
 }
 
 // computeWindow aggregates the readings within the key's window before the
@@ -238,6 +243,10 @@ func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
 					}
 					continue
 				}
+				if inconsistent(e.Hist[hk], pe.Hist[hk]) {
+					a.Inconsistent[hk] = true
+					continue
+				}
 				reset, approx := addSince(&a.Histograms[hk], e.Hist[hk], pe.Hist[hk])
 				if reset {
 					a.Resets++
@@ -248,6 +257,11 @@ func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
 	}
 	if fast {
 		telescope(&a, rs[i0], rs[i0+1], last, keep, &sums)
+	}
+	for hk := range signals.NumHistos {
+		if a.Inconsistent[hk] {
+			a.Histograms[hk] = nil
+		}
 	}
 	a.HeldChange, a.HeldKnown = heldChange(rs[i0], last, k.Model)
 	return a
@@ -282,6 +296,13 @@ func heldChange(first, last *signals.Reading, model string) (float64, bool) {
 		}
 	}
 	return change, known
+}
+
+// inconsistent reports whether h, of older's layout, has a bucket below
+// older's while its count is not: Histogram.Since would take it for a
+// restart and count h whole.
+func inconsistent(h, older *signals.Histogram) bool {
+	return h.Count >= older.Count && signals.SameLayout(h, older) && decreased(h, older)
 }
 
 // addIncreases adds each counter's increase from pe to e (a decrease is a
@@ -527,7 +548,35 @@ type EngineFacts struct {
 	RejectionsRose bool
 	// InQueue is waiting + deferred + running in the newest reading.
 	InQueue float64
+	// TokensIncrease is how many tokens the engine generated from the oldest
+	// reading in the window to the newest (0 when the counter is absent; a
+	// counter that went down, a restart, counts as +Inf: it moved), and
+	// RunningMean its mean running requests over those readings: their ratio
+	// per second tells a livelock (prompts re-prefilled, no token made) from
+	// progress.
+	TokensIncrease float64
+	RunningMean    float64
+	// KVClimbing: KV-cache usage is present in every reading of the window,
+	// never fell from one to the next and rose overall. vLLM V1 adds a
+	// prompt's tokens to its counter only when its prefill completes, so a
+	// long chunked prefill shows every counter flat while its chunks fill the
+	// KV cache: that climb is progress.
+	KVClimbing bool
+	// GaugesDead: the engine's queue and running gauges read 0 in every
+	// reading of the window while its finished-requests counter rose: they
+	// are not updated (trtllm-serve without enable_iter_perf_stats, hazard
+	// NC-17), so its 0 is unknown, not idle. Judged only for the engines whose
+	// gauges can be dead that way (deadGaugeDialects); Finished is the rise.
+	GaugesDead bool
+	Finished   float64
 }
+
+// deadGaugeDialects are the engines whose queue and running gauges can stay 0
+// while requests complete: trtllm-serve fills them from iteration stats,
+// which are off by default (TRT-LLM PR #19418). Other engines' gauges are
+// set by the scheduler itself; a short request between two scrapes there is
+// no evidence of dead gauges.
+var deadGaugeDialects = []string{"trtllm"}
 
 // engineFacts gathers the facts of each engine of the newest reading over the
 // readings within the state window.
@@ -546,18 +595,35 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 		qd, _ := e.Value(signals.QueueDeferred)
 		run, _ := e.Value(signals.Running)
 		f.InQueue = q + qd + run
+		kvNewer, kvOK := e.Value(signals.KVCacheUsage)
+		kvFirst, kvLast := kvNewer, kvNewer
+		runSum := 0.0
+		zeros := slices.Contains(deadGaugeDialects, last.Dialect)
+		var oldest *signals.EngineSignals
 		for i := len(rs) - 1; i >= 0 && !rs[i].At().Before(start); i-- {
 			x := signals.FindEngine(rs[i], e.ID)
 			if x == nil {
 				break
 			}
+			oldest = x
 			f.Readings++
 			f.Span = last.At().Sub(rs[i].At())
 			wq, _ := x.Value(signals.QueueDepth)
 			wd, _ := x.Value(signals.QueueDeferred)
 			wr, _ := x.Value(signals.Running)
+			runSum += wr
+			_, hq := x.Value(signals.QueueDepth)
+			_, hr := x.Value(signals.Running)
+			zeros = zeros && hq && hr && wq == 0 && wr == 0
 			f.Waiting = f.Waiting && wq+wd > 0
 			f.Working = f.Working && wr > 0
+			// Walking back in time: the KV usage of each older reading must not
+			// be above the newer one's.
+			if kv, ok := x.Value(signals.KVCacheUsage); !ok || !kvOK || kv > kvNewer {
+				kvOK = false
+			} else {
+				kvNewer, kvFirst = kv, kv
+			}
 			counters := 0
 			for s := range signals.NumSignals {
 				if !s.IsCounter() {
@@ -595,6 +661,22 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 				if ok != lok || v != lv {
 					f.GaugesFlat = false
 				}
+			}
+		}
+		if f.Readings > 0 {
+			f.RunningMean = runSum / float64(f.Readings)
+			f.KVClimbing = kvOK && f.Readings > 1 && kvLast > kvFirst
+			lv, lok := e.Value(signals.GenerationTokens)
+			if v, ok := oldest.Value(signals.GenerationTokens); ok && lok {
+				f.TokensIncrease = lv - v
+				if lv < v {
+					f.TokensIncrease = math.Inf(1)
+				}
+			}
+			lf, lfok := e.Value(signals.RequestsFinished)
+			if v, ok := oldest.Value(signals.RequestsFinished); ok && lfok && lf > v {
+				f.Finished = lf - v
+				f.GaugesDead = zeros && f.Readings > 1
 			}
 		}
 		// Rejections compare with the reading before the newest, however old: a

@@ -13,7 +13,9 @@ import (
 
 // computeWindowReference is the window aggregate with each pair's histogram
 // difference built by Since, then cloned or added (as History did before
-// addSince): the reference computeWindow is held to, bit for bit.
+// addSince): the reference computeWindow is held to, bit for bit. A pair
+// whose bucket fell while its count did not (same layout) is inconsistent
+// (issue 19): that histogram's window is dropped, not counted as a reset.
 func computeWindowReference(rs []*signals.Reading, k WindowKey) Window {
 	a := Window{Key: k}
 	last := rs[len(rs)-1]
@@ -58,6 +60,16 @@ func computeWindowReference(rs []*signals.Reading, k WindowKey) Window {
 				if e.Hist[hk] == nil || pe.Hist[hk] == nil {
 					continue
 				}
+				if h, o := e.Hist[hk], pe.Hist[hk]; h.Count >= o.Count && signals.SameLayout(h, o) {
+					fell := false
+					for i := range h.Counts {
+						fell = fell || h.Counts[i] < o.Counts[i]
+					}
+					if fell {
+						a.Inconsistent[hk] = true
+						continue
+					}
+				}
 				d, reset, approx := e.Hist[hk].Since(pe.Hist[hk])
 				if reset {
 					a.Resets++
@@ -70,6 +82,11 @@ func computeWindowReference(rs []*signals.Reading, k WindowKey) Window {
 					a.Histograms[hk] = a.Histograms[hk].Add(d)
 				}
 			}
+		}
+	}
+	for hk := range signals.NumHistos {
+		if a.Inconsistent[hk] {
+			a.Histograms[hk] = nil
 		}
 	}
 	return a

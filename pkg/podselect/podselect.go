@@ -109,6 +109,11 @@ type Member struct {
 	Target scrape.Target
 	// TargetErr says why the pod cannot be scraped (no IP yet, a bad annotation).
 	TargetErr error
+	// Starting reports a pod that is not Ready yet and not terminating
+	// (Pending, or Running and not Ready: pulling its image, loading its
+	// model), created at Created.
+	Starting bool
+	Created  time.Time
 }
 
 // Selection tracks the selectors of interest and turns them into pool members
@@ -354,7 +359,9 @@ func (s *Selection) Member(namespace, name string) (m Member, found bool, err er
 func (s *Selection) member(p *corev1.Pod) Member { return s.memberWith(p, Override{}) }
 
 func (s *Selection) memberWith(p *corev1.Pod, ov Override) Member {
-	m := Member{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Counted: Counted(p), Labels: p.Labels}
+	m := Member{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID, Counted: Counted(p), Labels: p.Labels,
+		Created: p.CreationTimestamp.Time}
+	m.Starting = !m.Counted && p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning)
 	m.Target, m.TargetErr = s.targetWith(p, ov)
 	return m
 }
@@ -600,6 +607,29 @@ func (s *Selection) targetWith(p *corev1.Pod, ov Override) (scrape.Target, error
 		path = ov.Path
 	}
 	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port))}
-	// Path may carry a query (e.g. /metrics?format=text); keep it verbatim.
-	return scrape.Target{Pod: key, UID: p.UID, URL: u.String() + path, BearerTokenFile: ov.BearerTokenFile}, nil
+	// Path may carry a query (e.g. /metrics?format=text); keep it verbatim,
+	// but never let a scrape load a model (noAutoload).
+	return scrape.Target{Pod: key, UID: p.UID, URL: u.String() + noAutoload(path), BearerTokenFile: ov.BearerTokenFile}, nil
+}
+
+// noAutoload returns path with autoload=false added to its query when the
+// query names a model: llama.cpp's server in router mode (llama-server with
+// --models-dir or --models-preset) loads the model a GET /metrics?model=X
+// names when it is not loaded (--models-autoload, on by default;
+// ggml-org/llama.cpp#23096, #19346), so a scrape every 2 s would load, and
+// keep awake, a model its operator unloaded or let sleep. With
+// autoload=false the router does not load it; the scrape then fails, and the
+// pod counts as unknown, not as idle capacity. Any other path is returned
+// as it is.
+func noAutoload(path string) string {
+	p, query, ok := strings.Cut(path, "?")
+	if !ok {
+		return path
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil || !q.Has("model") || q.Get("autoload") == "false" {
+		return path
+	}
+	q.Set("autoload", "false")
+	return p + "?" + q.Encode()
 }

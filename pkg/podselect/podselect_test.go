@@ -127,6 +127,14 @@ func TestMemberTarget(t *testing.T) {
 		},
 		{name: "port only", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "65535"), want: "http://10.0.0.1:65535/metrics"},
 		{name: "path with query kept verbatim", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "/metrics?format=text"), want: "http://10.0.0.1:8000/metrics?format=text"},
+		// llama.cpp's router mode loads the model /metrics?model= names
+		// (ggml-org/llama.cpp#23096): a scrape never asks it to.
+		{name: "llama.cpp router model: never autoload", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "/metrics?model=qwen3-8b"),
+			want: "http://10.0.0.1:8000/metrics?autoload=false&model=qwen3-8b"},
+		{name: "llama.cpp router model: autoload=true overridden", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "/metrics?model=qwen3-8b&autoload=true"),
+			want: "http://10.0.0.1:8000/metrics?autoload=false&model=qwen3-8b"},
+		{name: "llama.cpp router model: autoload=false kept verbatim", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPath, "/metrics?model=a&autoload=false"),
+			want: "http://10.0.0.1:8000/metrics?model=a&autoload=false"},
 		{name: "IPv6 pod IP", pod: pod("llm", "p", "fd00:10::1", nil), want: "http://[fd00:10::1]:8000/metrics"},
 		{name: "IPv6 pod IP with port", pod: annotated(pod("llm", "p", "fd00:10::1", nil), podselect.AnnotationPort, "9090"), want: "http://[fd00:10::1]:9090/metrics"},
 		{name: "port not a number", pod: annotated(pod("llm", "p", "10.0.0.1", nil), podselect.AnnotationPort, "abc"), wantErr: `prometheus.io/port="abc"`},

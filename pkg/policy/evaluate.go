@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/saturation-adapter/saturation-adapter/pkg/history"
@@ -18,12 +19,18 @@ const (
 	// StateSleeping: vLLM sleep mode (engine_sleep_state awake = 0). The pod is
 	// Ready and reports zeros but cannot serve until woken.
 	StateSleeping EngineState = "sleeping"
-	// StateFrozen: gauges claim work in progress (requests running) while every
-	// counter stays flat and the gauges do not move: the metrics are a stale
-	// snapshot, or the engine stopped.
+	// StateFrozen: the gauges do not follow the engine. Either they claim work
+	// in progress (requests running) while every counter stays flat and the
+	// gauges do not move (a stale snapshot, or the engine stopped), or they
+	// read 0 while requests complete (trtllm-serve without iteration stats,
+	// hazard NC-17: its 0 is unknown, not idle).
 	StateFrozen EngineState = "frozen"
-	// StateWedged: requests wait, yet nothing completes and no token is
-	// generated across several scrapes (the engine's /health may still say OK).
+	// StateWedged: requests wait, yet nothing completes and the running
+	// requests generate next to no token (LivelockTokensPerSecond) across
+	// several scrapes, even while prompts are prefilled over and over (a
+	// livelock: vLLM 0.27-era deadlocks re-prefill the same prefixes); the
+	// engine's /health may still say OK. A long chunked prefill, every counter
+	// flat while the KV cache fills, is progress, not this.
 	StateWedged EngineState = "wedged"
 	// StateClipped: the queue sits at an admission cap (vLLM
 	// --max-num-queued-reqs: waiting + running at the policy's QueueCap, or
@@ -57,26 +64,74 @@ func (s EngineState) severity() int {
 // pod then counts at the unknown-pod saturation, as an unscraped pod does.
 func (s EngineState) cannotServe() bool { return s.severity() >= 2 }
 
+// LivelockTokensPerSecond is the generation rate per running request below
+// which an engine with waiting requests and nothing finishing is wedged: one
+// token per running request per 10 s. A sequence in decode gets a token every
+// engine step (tens of milliseconds, even on a saturated engine: decode is
+// memory-bound and batched), so a rate this low is no decode at all; the
+// running count is taken as at least one.
+const LivelockTokensPerSecond = 0.1
+
 // engineState derives an engine's state from its facts under the policy: a
 // state of no progress (frozen, wedged) needs at least MinStateReadings
-// readings over at least half the state window, all showing it.
+// readings over at least half the state window, all showing it; with fewer,
+// the reason says the state was not judged (and why).
 func (p *Policy) engineState(f *history.EngineFacts, window time.Duration) (EngineState, string) {
-	long := f != nil && f.Readings >= history.MinStateReadings && f.Span >= window/2
-	switch {
-	case f == nil:
+	if f == nil {
 		return StateOK, ""
+	}
+	long := f.Readings >= history.MinStateReadings && f.Span >= window/2
+	span := f.Span.Round(time.Second)
+	switch {
 	case f.Asleep:
 		return StateSleeping, "engine_sleep_state awake is 0"
 	case long && f.Working && f.HasCounters && f.CountersFlat && f.GaugesFlat:
-		return StateFrozen, fmt.Sprintf("requests running but no counter and no gauge moved for %s (%d scrapes)", f.Span.Round(time.Second), f.Readings)
-	case long && f.Waiting && f.HasTokens && f.TokensFlat && f.PromptsFlat && (!f.HasFinished || f.FinishedFlat):
-		return StateWedged, fmt.Sprintf("requests waiting but no token generated and nothing finished for %s (%d scrapes)", f.Span.Round(time.Second), f.Readings)
+		return StateFrozen, fmt.Sprintf("requests running but no counter and no gauge moved for %s (%d scrapes)", span, f.Readings)
+	case long && f.GaugesDead:
+		return StateFrozen, fmt.Sprintf("queue and running read 0 in %d scrapes over %s while %g requests finished: the gauges are not updated "+
+			"(trtllm-serve fills them from iteration stats: enable_iter_perf_stats: true); unknown, not idle", f.Readings, span, f.Finished)
+	case long && f.Waiting && f.HasTokens && (!f.HasFinished || f.FinishedFlat) && !(f.PromptsFlat && f.KVClimbing):
+		rate := f.TokensIncrease / max(f.RunningMean, 1) / f.Span.Seconds()
+		switch {
+		case f.TokensFlat && f.PromptsFlat:
+			return StateWedged, fmt.Sprintf("requests waiting but no token generated and nothing finished for %s (%d scrapes)", span, f.Readings)
+		case rate < LivelockTokensPerSecond:
+			return StateWedged, fmt.Sprintf("requests waiting, nothing finished and %.2g tokens/s per running request (%g tokens, %.3g running) for %s (%d scrapes): a livelock%s",
+				rate, f.TokensIncrease, f.RunningMean, span, f.Readings, promptsNote(f))
+		}
+	}
+	switch {
 	case p.QueueCap > 0 && f.InQueue >= p.QueueCap:
 		return StateClipped, fmt.Sprintf("waiting + running = %g, at the admission cap %g", f.InQueue, p.QueueCap)
 	case f.RejectionsRose && f.InQueue > 0:
 		return StateClipped, "admission rejections rising while requests wait"
+	case !long && f.Readings > 0:
+		return StateOK, notJudged(f, window)
 	}
 	return StateOK, ""
+}
+
+func promptsNote(f *history.EngineFacts) string {
+	if f.PromptsFlat {
+		return ""
+	}
+	return " (prompt tokens still prefilled)"
+}
+
+// notJudged says why the states of no progress were not judged: too few
+// readings in the state window, or too short a span.
+func notJudged(f *history.EngineFacts, window time.Duration) string {
+	if f.Readings < history.MinStateReadings {
+		return fmt.Sprintf("state not judged: %d %s, need %d", f.Readings, plural(f.Readings, "scrape"), history.MinStateReadings)
+	}
+	return fmt.Sprintf("state not judged: %d scrapes over %s, need %s", f.Readings, f.Span.Round(time.Second), window/2)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // TermValue is one term of a pod's (or a pool's) saturation.
@@ -90,6 +145,9 @@ type TermValue struct {
 	SetPoint float64 `json:"setPoint"`
 	Ratio    float64 `json:"ratio"`
 	Capped   bool    `json:"capped,omitempty"`
+	// Dropped reports a term without a value, for the reason Note gives (a
+	// latency window whose histogram is inconsistent); it counts for nothing.
+	Dropped bool `json:"dropped,omitempty"`
 	// Note says how the value was obtained when that is not plain ("no new
 	// observations while requests wait: at least the SLO", "from the state
 	// pool", the quantile and window).
@@ -177,7 +235,7 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 		// Unknown: the unknown-pod saturation, or the last good saturation while
 		// it is higher and not older than HoldLastGood.
 		if r != nil && p.HoldLastGood > 0 && now.Sub(r.At()) <= p.HoldLastGood {
-			if _, last, has := p.podTerms(h, r, nil, false); has && last > ev.part {
+			if _, last, has := p.podTerms(h, r, nil, nil, false); has && last > ev.part {
 				ev.part, ev.held = last, true
 				ev.why += fmt.Sprintf("; counted at its last good saturation %.3g until %s old", last, p.HoldLastGood)
 			}
@@ -192,8 +250,10 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 	qd, _ := r.Value(signals.QueueDeferred)
 	run, _ := r.Value(signals.Running)
 	ev.busy = q+qd+run > 0
-	// Engine states.
+	// Engine states. Engines that cannot serve are left out of the pod's
+	// terms; the others still count (see below).
 	var stateWhy string
+	var unable []string
 	for i := range r.Engines {
 		e := &r.Engines[i]
 		if p.Model != "" && !signals.SameModel(e.Model, p.Model) {
@@ -202,6 +262,9 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 		st, reason := p.engineState(h.FactsOf(e.ID), h.StateWindow())
 		if report != nil {
 			report.Engines = append(report.Engines, EngineReport{ID: e.ID, Model: e.Model, State: st, Reason: reason})
+		}
+		if st.cannotServe() {
+			unable = append(unable, e.ID)
 		}
 		if st.severity() > ev.state.severity() {
 			ev.state, stateWhy = st, fmt.Sprintf("engine %q %s: %s", e.ID, st, reason)
@@ -212,20 +275,33 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 		report.Fresh, report.State = true, ev.state
 		terms = &report.Terms
 	}
-	own, part, has := p.podTerms(h, r, terms, ownLatency || report != nil)
+	own, part, has := p.podTerms(h, r, unable, terms, ownLatency || report != nil)
+	served := has // some engine that can serve has a term
+	if !has && len(unable) > 0 {
+		// No engine that can serve is left: the terms of them all, for the
+		// report; the pod counts as unknown.
+		own, part, has = p.podTerms(h, r, nil, terms, ownLatency || report != nil)
+	}
 	if report != nil && has {
 		s := own
 		report.Saturation = &s
 		best := -1.0
 		for _, t := range report.Terms {
-			if t.Ratio > best {
+			if !t.Dropped && t.Ratio > best {
 				best, report.Dominant = t.Ratio, t.Term
 			}
 		}
 	}
 	switch {
-	case ev.state.cannotServe():
+	case ev.state.cannotServe() && !served:
 		ev.why = stateWhy + fmt.Sprintf("; counts at the unknown-pod saturation %g", p.UnknownSaturation)
+	case ev.state.cannotServe():
+		// A pod is not its worst engine: its other engines' load still counts
+		// (a data-parallel rank wedged beside one with 40 waiting; model B
+		// asleep beside model A's queue), at least at the unknown-pod
+		// saturation for the engines that cannot serve.
+		ev.known, ev.sat, ev.part = true, max(own, p.UnknownSaturation), max(part, p.UnknownSaturation)
+		ev.why = stateWhy + fmt.Sprintf("; counts max(its other engines' saturation %.3g, the unknown-pod saturation %g)", part, p.UnknownSaturation)
 	case !has:
 		ev.why = "no valid term"
 		if p.Model != "" && signals.FoldEngines(r.Engines, signals.EngineFilter(r, p.Model)).EngineCount == 0 {
@@ -266,14 +342,26 @@ func (p *Policy) lostDemand(h *history.History) (float64, bool) {
 	return (fin + rej) / fin, true
 }
 
-// podTerms computes a pod's terms from reading r (the newest of h): own is its
+// podTerms computes a pod's terms from reading r (the newest of h), leaving out
+// the engines whose IDs are in unable (they cannot serve): own is its
 // saturation with its own latency terms (when latency is set; else the same as
 // part), part without them (the pool adds pooled latency instead); has is false
-// when no term has a value. terms, when not nil, receives each term with a note.
-func (p *Policy) podTerms(h *history.History, r *signals.Reading, terms *[]TermValue, latency bool) (own, part float64, has bool) {
+// when no term has a value (or no engine is left). terms, when not nil,
+// receives each term with a note.
+func (p *Policy) podTerms(h *history.History, r *signals.Reading, unable []string, terms *[]TermValue, latency bool) (own, part float64, has bool) {
+	keep := signals.EngineFilter(r, p.Model)
+	if len(unable) > 0 {
+		base := keep
+		keep = func(e *signals.EngineSignals) bool {
+			return (base == nil || base(e)) && !slices.Contains(unable, e.ID)
+		}
+	}
 	f := &r.Fold
-	if p.Model != "" {
-		mf := signals.FoldEngines(r.Engines, signals.EngineFilter(r, p.Model))
+	if p.Model != "" || len(unable) > 0 {
+		mf := signals.FoldEngines(r.Engines, keep)
+		if mf.EngineCount == 0 {
+			return 0, 0, false
+		}
 		f = &mf
 	}
 	partHas := false
@@ -282,8 +370,11 @@ func (p *Policy) podTerms(h *history.History, r *signals.Reading, terms *[]TermV
 		if t.Kind.IsLatency() && !latency {
 			continue
 		}
-		v, note, ok := p.termValue(t, h, r, f, terms != nil)
+		v, note, ok := p.termValue(t, h, r, keep, f, terms != nil)
 		if !ok {
+			if terms != nil && note != "" {
+				*terms = append(*terms, TermValue{Term: t.Kind, SetPoint: t.SetPoint, Note: note, Dropped: true})
+			}
 			continue
 		}
 		ratio := v / t.SetPoint
@@ -307,7 +398,7 @@ func (p *Policy) podTerms(h *history.History, r *signals.Reading, terms *[]TermV
 
 // termValue returns one term's value for a pod and, when withNote is set, a
 // note on how it was obtained; ok is false when the pod has no value for it.
-func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, f *signals.Fold, withNote bool) (v float64, note string, ok bool) {
+func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, keep func(*signals.EngineSignals) bool, f *signals.Fold, withNote bool) (v float64, note string, ok bool) {
 	switch t.Kind {
 	case TermQueueDepth:
 		v, ok = f.Value(signals.QueueDepth)
@@ -332,7 +423,7 @@ func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, f *s
 		}
 		return v, "", ok
 	case TermBatchSlots:
-		return batchSlots(t, r, p.Model, f, withNote)
+		return batchSlots(t, r, keep, f, withNote)
 	case TermPreemptionRate:
 		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
 		inc, has := w.Increases.Value(signals.Preemptions)
@@ -350,6 +441,9 @@ func (p *Policy) termValue(t *Term, h *history.History, r *signals.Reading, f *s
 	w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
 	if !w.OK {
 		return 0, "", false
+	}
+	if w.Inconsistent[hk] {
+		return 0, fmt.Sprintf("dropped: a bucket of the %s histogram fell while its count rose within %s (a broken exposition, not a restart)", hk, t.Window), false
 	}
 	q, _ := f.Value(signals.QueueDepth)
 	qd, _ := f.Value(signals.QueueDeferred)
@@ -421,10 +515,9 @@ func latencyValue(t *Term, obs *signals.Histogram, busy, withNote bool) (float64
 
 // batchSlots is running / slots (the engines' own limits, else MaxNumSeqs per
 // engine), or the state pool's usage when higher.
-func batchSlots(t *Term, r *signals.Reading, model string, f *signals.Fold, withNote bool) (float64, string, bool) {
+func batchSlots(t *Term, r *signals.Reading, keep func(*signals.EngineSignals) bool, f *signals.Fold, withNote bool) (float64, string, bool) {
 	running, hasRun := f.Value(signals.Running)
 	slots := 0.0
-	keep := signals.EngineFilter(r, model)
 	for i := range r.Engines {
 		e := &r.Engines[i]
 		if keep != nil && !keep(e) {

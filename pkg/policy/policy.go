@@ -345,11 +345,15 @@ type GatewayInput struct {
 
 // Queue returns the waiting requests of the gateway series that a gateway
 // input selects: the sum over the series of its metric whose labels match,
-// over the readings given (one per gateway pod). A reading whose series exist
-// but none match counts 0 (flow control holds nothing for this pool), and so
-// does a gateway reading with no series of the metric but other flow-control
-// families (Reading.FlowControl): the endpoint picker deletes an idle flow's
-// series after its GC timeout (FlowGCTimeout, 5 min by default).
+// over the readings given (one per gateway pod). Each reading counts the
+// first family of signals.GatewayQueueMetrics(Metric) it has, never two: with
+// the inference extension's default gauge, llm-d-router's
+// llm_d_epp_flow_control_queue_size first, so the default input works when an
+// endpoint picker exports only the new name (hazard NC-20). A reading whose
+// series exist but none match counts 0 (flow control holds nothing for this
+// pool), and so does a gateway reading with no series of the metric but other
+// flow-control families (Reading.FlowControl): the endpoint picker deletes an
+// idle flow's series after its GC timeout (FlowGCTimeout, 5 min by default).
 //
 // Errors, never a silent 0: no reading at all; a reading with no series of the metric and no
 // flow-control family (flow control off, or not the gateway's /metrics); one
@@ -360,15 +364,17 @@ type GatewayInput struct {
 func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 	var queue float64
 	series, labelled, read := 0, 0, 0
+	names := signals.GatewayQueueMetrics(g.Metric)
 	for _, r := range readings {
 		if r == nil {
 			continue
 		}
 		read++
+		metric := readFamily(r, names)
 		n := 0
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
-			if s.Metric != g.Metric {
+			if s.Metric != metric {
 				continue
 			}
 			n++
@@ -380,7 +386,7 @@ func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 			}
 		}
 		if n == 0 {
-			if other := otherQueueFamily(r, g.Metric); other != "" {
+			if other := otherQueueFamily(r, names); other != "" {
 				return 0, fmt.Errorf("the gateway exports %s, not %s: set the gateway input's metric", other, g.Metric)
 			}
 			if len(r.FlowControl) == 0 {
@@ -403,16 +409,87 @@ func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 	return queue, nil
 }
 
+// Reads reports whether a gateway series of the family metric is one the input
+// may count (one of signals.GatewayQueueMetrics(Metric)).
+func (g *GatewayInput) Reads(metric string) bool {
+	return slices.Contains(signals.GatewayQueueMetrics(g.Metric), metric)
+}
+
+// readFamily returns the first of names that r has gateway series of ("" when
+// none).
+func readFamily(r *signals.Reading, names []string) string {
+	for _, name := range names {
+		if slices.ContainsFunc(r.Gateway, func(s signals.GatewaySeries) bool { return s.Metric == name }) {
+			return name
+		}
+	}
+	return ""
+}
+
+// The NVIDIA Dynamo frontend's gauges (ai-dynamo/dynamo metrics guide; hazard
+// NC-25): the router's scheduler queue, the backlog a gateway input reads
+// (labelled worker_type; registered only when the frontend runs with
+// --router-queue-threshold), and the count of requests from HTTP entry to
+// their first token, which includes requests prefilling on workers and is
+// no queue.
+const (
+	DynamoRouterQueueMetric = "dynamo_frontend_router_queue_pending_requests"
+	DynamoQueuedMetric      = "dynamo_frontend_queued_requests"
+)
+
+// Notes says what a gateway's readings tell about its queue beyond the
+// number: endpoints the endpoint picker scores saturated because their
+// metrics are stale (llm_d_epp_flow_control_stale_endpoints > 0, hazard
+// NC-20: its dispatch stopped, the queue grows because nothing is
+// dispatched, and its pool saturation reads 1.0 for want of data, not of
+// capacity); a Dynamo frontend without its router queue gauge (router
+// queueing off: no gateway queue, counted 0; hazard NC-25).
+func (g *GatewayInput) Notes(readings ...*signals.Reading) []string {
+	var out []string
+	for _, r := range readings {
+		if r == nil {
+			continue
+		}
+		if g.Metric == DynamoRouterQueueMetric && readFamily(r, []string{DynamoRouterQueueMetric}) == "" {
+			out = append(out, fmt.Sprintf("the Dynamo frontend exports no %s: its router does not queue (no --router-queue-threshold), so the gateway holds no queue: 0", DynamoRouterQueueMetric))
+		}
+		for i := range r.Gateway {
+			if s := &r.Gateway[i]; s.Metric == signals.LLMDStaleEndpointsMetric && s.Value > 0 {
+				out = append(out, fmt.Sprintf("the endpoint picker scores %g endpoints saturated because their metrics are missing or stale (%s%s): "+
+					"flow control stopped dispatching to them, so its queue grows for want of engine metrics, not of capacity; check the endpoint picker's scrapes of the engines",
+					s.Value, s.Metric, labelsSuffix(s.Labels)))
+			}
+		}
+	}
+	return out
+}
+
+func labelsSuffix(l map[string]string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%q", k, l[k])
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
 // otherQueueFamily returns a flow-control queue-size family of r other than
-// metric, "" when none.
-func otherQueueFamily(r *signals.Reading, metric string) string {
+// names, "" when none.
+func otherQueueFamily(r *signals.Reading, names []string) string {
 	for _, f := range r.FlowControl {
-		if strings.HasSuffix(f, "_flow_control_queue_size") && f != metric {
+		if strings.HasSuffix(f, "_flow_control_queue_size") && !slices.Contains(names, f) {
 			return f
 		}
 	}
 	for i := range r.Gateway {
-		if f := r.Gateway[i].Metric; f != metric && strings.HasSuffix(f, "_flow_control_queue_size") {
+		if f := r.Gateway[i].Metric; !slices.Contains(names, f) && strings.HasSuffix(f, "_flow_control_queue_size") {
 			return f
 		}
 	}
@@ -483,6 +560,14 @@ func (p *Policy) Validate() *FieldError {
 		return fieldErr("queueCap", p.QueueCap, "must be 0 (unknown) or a number of requests in [1, %g]", signals.MaxRequests)
 	}
 	if g := p.Gateway; g != nil {
+		if strings.HasSuffix(g.Metric, "_pool_saturation") {
+			return fieldErr("gateway.metric", g.Metric, "is the pool's saturation (a ratio per stage: prefill, decode, effective), not a queue of requests; "+
+				"read the queue (%s, the default)", signals.DefaultGatewayQueueMetric)
+		}
+		if g.Metric == DynamoQueuedMetric {
+			return fieldErr("gateway.metric", g.Metric, "counts requests from HTTP entry to their first token, prefilling ones included, not a queue (hazard NC-25); "+
+				"read the router's queue, %s", DynamoRouterQueueMetric)
+		}
 		if g.QueueSetPoint != 0 && (!(g.QueueSetPoint >= MinSetPoint) || !finite(g.QueueSetPoint)) {
 			return fieldErr("gateway.queueSetPoint", g.QueueSetPoint, "must be 0 (the queue depth term's) or a finite number >= %g", MinSetPoint)
 		}
@@ -649,7 +734,7 @@ func (c *Catalog) Needs() history.Needs {
 			}
 		}
 		if g := p.Gateway; g != nil && !slices.Contains(n.GatewayMetrics, g.Metric) {
-			n.GatewayMetrics = append(n.GatewayMetrics, g.Metric)
+			n.GatewayMetrics = append(n.GatewayMetrics, g.Metric) // the extractor adds llm-d's names (signals.GatewayQueueMetrics)
 		}
 	}
 	return n

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 // PodValue is one pod's part in a pool, as PoolBuilder.Add computed it.
 type PodValue struct {
 	// Known reports whether the pod had a fresh reading with a value under the
-	// policy and can serve (no wedged, frozen or sleeping engine).
+	// policy from engines that can serve (not wedged, frozen or sleeping); a
+	// pod with some engines that cannot serve is known by its others (and
+	// counts at least at the unknown-pod saturation).
 	Known bool
 	// Present reports whether the pod has a value of its own under the policy:
 	// its saturation (KindMean, KindDemand) or the raw signal (KindSignal). A pod
@@ -53,6 +56,12 @@ type Pool struct {
 	// Ahead, when set, says how a peak hold or a scheduled minimum moved Value
 	// (Policy.Ahead).
 	Ahead *AheadValue
+	// Starting is the number of pods a scale-up created that are still
+	// starting (see PoolBuilder.AddStarting); while any is, a demand policy's
+	// Value is at least Pods + Starting. InFlight says so, for explain and the
+	// HPA's Event ("" when none).
+	Starting int
+	InFlight string
 }
 
 // PoolBuilder folds the pods of one pool into a Pool under one policy, one pod
@@ -104,13 +113,17 @@ type PoolBuilder struct {
 	n        int
 	unknowns []float64
 	// Pooled observations of the latency terms, and whether any known pod had
-	// requests in flight.
+	// requests in flight; per term, whether a known pod's window was
+	// consistent (usable) and whether one was inconsistent (dropped).
 	obs    []*signals.Histogram
+	usable []bool
+	broken []bool
 	busy   bool
 	oldest time.Time
 	gw     *float64
 	// poolOnly skips what only a per-pod answer needs (each pod's own latency).
 	poolOnly bool
+	starting int
 }
 
 // PoolOnly says that the caller needs the pool's value only, not each pod's
@@ -167,8 +180,14 @@ func (b *PoolBuilder) Add(h *history.History, why string) PodValue {
 		}
 		if b.obs == nil {
 			b.obs = make([]*signals.Histogram, len(p.Terms))
+			b.usable, b.broken = make([]bool, len(p.Terms)), make([]bool, len(p.Terms))
 		}
 		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
+		if w.Inconsistent[hk] {
+			b.broken[i] = true
+			continue
+		}
+		b.usable[i] = true
 		if d := w.Histograms[hk]; d != nil {
 			switch {
 			case b.obs[i] == nil:
@@ -219,6 +238,22 @@ func (b *PoolBuilder) addSignal(h *history.History, why string) PodValue {
 // (1 request / 5000) never rounds a waiting request away.
 const MinWakeDemand = 0.001
 
+// AddStarting adds n pods of the pool that a scale-up created and that are
+// still starting: not Ready yet, younger than the start-up grace (the
+// adapter's --startup-grace). A demand policy's value is then at least the
+// pods counted plus these, so that an HPA (target type AverageValue 1) never
+// deletes a pod that is loading its model before it has served: a gateway
+// queue that empties while the first pod loads (requests time out) would
+// otherwise read 0, the HPA would scale back to zero, the next request would
+// create the pod again, forever (scale-to-zero setups, hazard NC-15). A mean
+// policy cannot hold them this way (its Value target is multiplied by the
+// Ready pods, hazard NC-08).
+func (b *PoolBuilder) AddStarting(n int) {
+	if n > 0 {
+		b.starting += n
+	}
+}
+
 // AddGateway adds the pool's gateway-held queue (waiting requests) to the
 // demand; see PoolBuilder. queue must be finite and >= 0.
 func (b *PoolBuilder) AddGateway(queue float64) {
@@ -228,6 +263,31 @@ func (b *PoolBuilder) AddGateway(queue float64) {
 
 // Pool returns the aggregate of the pods added so far.
 func (b *PoolBuilder) Pool() Pool {
+	out := b.pool()
+	if b.starting == 0 || b.policy.Kind != KindDemand {
+		return out
+	}
+	out.Starting = b.starting
+	floor := float64(b.pods + b.starting)
+	kind := "scale-up"
+	if b.pods == 0 {
+		kind = "scale-from-zero"
+	}
+	switch {
+	case out.Value != nil && *out.Value < floor:
+		v := floor
+		out.Value = &v
+		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting, so the demand served is at least %d (the pods counted and starting) until they are Ready or older than the start-up grace",
+			kind, b.starting, b.pods+b.starting)
+	case out.Value != nil:
+		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting; the demand (%.4g) keeps them", kind, b.starting, *out.Value)
+	default:
+		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting; no value (the HPA holds, deleting none)", kind, b.starting)
+	}
+	return out
+}
+
+func (b *PoolBuilder) pool() Pool {
 	p := b.policy
 	out := Pool{Pods: b.pods, Fresh: b.fresh, Known: b.known, Held: b.held, States: b.states, Oldest: b.oldest, Gateway: b.gw}
 	if p.Kind == KindSignal {
@@ -278,6 +338,9 @@ func (b *PoolBuilder) Pool() Pool {
 		}
 		var obs *signals.Histogram
 		if b.obs != nil {
+			if b.broken[i] && !b.usable[i] {
+				continue // every pod's window is inconsistent: the term drops
+			}
 			obs = b.obs[i]
 		}
 		lv, note, ok := latencyValue(&p.Terms[i], obs, b.busy, true)

@@ -53,3 +53,36 @@ func TestGatewayInput(t *testing.T) {
 		}
 	}
 }
+
+// NC-26 through Prometheus: the endpoint pickers' series carry no namespace
+// label of their own, but the scrape target's namespace label (the source's
+// --prometheus-namespace-label) ties each to its pod: team-a's HPA reads 40,
+// team-b's 3, never the 43 of an answer grouped without it.
+func TestGatewayDemandByNamespace(t *testing.T) {
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen-pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []*model.SampleStream
+	for _, team := range []string{"a", "b"} {
+		body, err := os.ReadFile(filepath.Join("..", "..", "testdata", "hazards", "NC-26-epp-team-"+team+".prom"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range streamsOf(t, body, "epp-0", t0) {
+			s.Metric["namespace"] = model.LabelValue("team-" + team)
+			streams = append(streams, s)
+		}
+	}
+	prom := newFakeProm(t, ok(map[string]string{"series": matrix(t, streams...)}))
+	f := newFixture(t, prom, fixtureOptions{catalog: catalog},
+		pod{ns: "team-a", name: "epp-0", labels: map[string]string{"app": "epp"}},
+		pod{ns: "team-b", name: "epp-0", labels: map[string]string{"app": "epp"}})
+	for ns, want := range map[string]string{"team-a": "8", "team-b": "600m"} {
+		if got := f.value(t, ns, "gw-demand", "app=vllm"); got != want {
+			t.Errorf("%s: gw-demand = %s, want %s (40 / 5 and 3 / 5)", ns, got, want)
+		}
+	}
+}

@@ -150,3 +150,58 @@ func TestGatewayBearerToken(t *testing.T) {
 		t.Errorf("unreadable token file: HTTP %d %q, want 503 saying the token file cannot be read, without its path", r.code, r.status.Message)
 	}
 }
+
+// NC-26: two namespaces run endpoint pickers of the same pool name whose
+// series carry no namespace label (team-a holds 40, team-b 3). Each HPA's
+// gateway input reads the pickers of its own namespace: 40 and 3 waiting,
+// never 43.
+func TestGatewayDemandByNamespace(t *testing.T) {
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen-pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureCatalog(t, catalog,
+		podSpec{ns: "team-a", name: "epp-0", labels: map[string]string{"app": "epp"}, engine: newEngine(t, sample(t, "hazards/NC-26-epp-team-a.prom"))},
+		podSpec{ns: "team-b", name: "epp-0", labels: map[string]string{"app": "epp"}, engine: newEngine(t, sample(t, "hazards/NC-26-epp-team-b.prom"))},
+	)
+	// Zero engine pods: the gateway's demand alone, 40 / 5 and 3 / 5.
+	for ns, want := range map[string]string{"team-a": "8", "team-b": "600m"} {
+		if got := f.value(t, ns, "gw-demand", "app=vllm"); got != want {
+			t.Errorf("%s: gw-demand = %s, want %s", ns, got, want)
+		}
+	}
+}
+
+// Scale from zero in flight (issue 19, item 3): the gateway held requests, the
+// HPA scaled 0 -> 1, and the pod is loading its model (Pending, then Running
+// and not Ready) when the requests time out and the gateway's queue empties.
+// The demand served stays at least 1 while the pod is starting, so the HPA
+// (AverageValue 1) does not delete it before it served; past the start-up
+// grace it does not.
+func TestScaleFromZeroInFlight(t *testing.T) {
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "qwen-pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint picker with its flows idle (llm-d-router: pool saturation 0, no queue).
+	epp := newEngine(t, "llm_d_epp_flow_control_pool_saturation{inference_pool=\"qwen-pool\",stage=\"effective\"} 0\n")
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	f := newFixtureCatalog(t, catalog,
+		podSpec{name: "epp-0", labels: map[string]string{"app": "epp"}, engine: epp},
+		podSpec{name: "vllm-0", labels: map[string]string{"app": "vllm"}, pending: true, created: now.Add(-2 * time.Minute)},
+	)
+	r := f.get(t, "llm", "gw-demand", "app=vllm")
+	if r.code != http.StatusOK || r.list.Items[0].Value.String() != "1" || r.list.Items[0].MetricLabels["pods_starting"] != "1" {
+		t.Fatalf("starting pod, empty gateway: HTTP %d %+v, want 1 with pods_starting 1", r.code, r.list)
+	}
+	// Past the grace the pod is no longer held: the empty gateway's 0.
+	f.clock.Step(9 * time.Minute)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "0" {
+		t.Errorf("past the start-up grace: gw-demand = %s, want 0", got)
+	}
+}

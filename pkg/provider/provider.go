@@ -73,6 +73,11 @@ func (s StaticCatalog) Catalog() *policy.Catalog { return s.C }
 type Options struct {
 	// MaxAge is the age beyond which a pod's last reading is stale.
 	MaxAge time.Duration
+	// StartupGrace is how long after its creation a pod that is not Ready yet
+	// counts as starting (loading its model): a demand policy's value is then
+	// at least the pods counted and starting (policy.PoolBuilder.AddStarting).
+	// 0 turns it off.
+	StartupGrace time.Duration
 	// Advice, when set, hears about every External answer.
 	Advice Advice
 }
@@ -233,6 +238,9 @@ func metricLabels(p policy.Pool) map[string]string {
 	}
 	if p.Gateway != nil {
 		out["gateway_queue"] = strconv.FormatFloat(*p.Gateway, 'g', -1, 64)
+	}
+	if p.Starting > 0 {
+		out["pods_starting"] = strconv.Itoa(p.Starting)
 	}
 	return out
 }
@@ -429,15 +437,19 @@ func (p *Provider) fold(catalog *policy.Catalog, pol *policy.Policy, members []p
 		b.PoolOnly()
 	}
 	roleKey := catalog.RoleLabel()
+	starting := 0
 	for i := range members {
 		m := &members[i]
-		if !m.Counted || gw.isGatewayPod(m) {
+		if gw.isGatewayPod(m) || (pol.Role != "" && m.Labels[roleKey] != pol.Role) {
+			continue
+		}
+		if m.Starting && p.opts.StartupGrace > 0 && now.Sub(m.Created) < p.opts.StartupGrace {
+			starting++
+		}
+		if !m.Counted {
 			continue
 		}
 		role := m.Labels[roleKey]
-		if pol.Role != "" && role != pol.Role {
-			continue
-		}
 		if role != "" && !slices.Contains(a.roles, role) {
 			a.roles = append(a.roles, role)
 		}
@@ -453,6 +465,7 @@ func (p *Provider) fold(catalog *policy.Catalog, pol *policy.Policy, members []p
 	if gw != nil {
 		b.AddGateway(gw.queue)
 	}
+	b.AddStarting(starting)
 	a.pool = b.Pool()
 	if len(a.roles) < 2 {
 		a.roles = nil

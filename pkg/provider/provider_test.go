@@ -92,6 +92,8 @@ type podSpec struct {
 	notReady bool
 	pending  bool
 	annot    map[string]string
+	// created is the pod's creation time (zero: long ago).
+	created time.Time
 }
 
 func makePod(p podSpec) *corev1.Pod {
@@ -118,6 +120,7 @@ func makePod(p podSpec) *corev1.Pod {
 	if p.pending {
 		pod.Status.Phase, pod.Status.PodIP = corev1.PodPending, ""
 	}
+	pod.CreationTimestamp = metav1.NewTime(p.created)
 	return pod
 }
 
@@ -222,7 +225,7 @@ func newFixtureCatalog(t *testing.T, catalog *policy.Catalog, specs ...object) *
 	sc := scrape.New(scrape.Options{Timeout: 2 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: 4}, client,
 		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{Histograms: true, GatewayMetrics: catalog.Needs().GatewayMetrics}),
 			History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
-	opts := Options{MaxAge: 6 * time.Second}
+	opts := Options{MaxAge: 6 * time.Second, StartupGrace: 10 * time.Minute}
 	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
 }

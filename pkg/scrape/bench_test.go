@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -203,6 +204,14 @@ func raiseFileLimit(tb testing.TB, want uint64) {
 	}
 }
 
+// inUse returns the heap and goroutine stack bytes in use after a GC.
+func inUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse + m.StackInuse)
+}
+
 // cpuTime returns the user and system CPU time of this process so far.
 func cpuTime(tb testing.TB) time.Duration {
 	tb.Helper()
@@ -250,4 +259,94 @@ func scrapeErrors(tb testing.TB, reg *prometheus.Registry) float64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkScrape3000Engines is the scrape hot path at 3,000 engines serving
+// the real 47 KB vLLM dump from a helper process, through NewHTTPClient
+// (net/http's Transport). Each iteration runs, one after the other, the
+// transport's own job (fetch: 3,000 GETs by 64 workers, each body read into a
+// reused buffer) and a whole scrape round of scrape.Scraper, extraction
+// included; fetch-cpu-ms and round-cpu-ms are the process's user and system
+// time for each, conn-KiB the memory (heap and goroutine stacks) each open
+// connection holds. Issue 19 compared a hand-written transport with this one
+// here: 1.15x less CPU per round, 1.39x for the fetch, 5.3x less memory per
+// connection (2.3 against 12.3 KiB); below the 1.5x it had to show on the hot
+// path, it went.
+func BenchmarkScrape3000Engines(b *testing.B) {
+	const engines, workers = 3000, 64
+	raiseFileLimit(b, 2*engines+256)
+	ports := startEngines(b, engines)
+	targets := make([]scrape.Target, engines)
+	for i, port := range ports {
+		targets[i] = scrape.Target{
+			Pod: types.NamespacedName{Namespace: "llm", Name: fmt.Sprintf("vllm-%04d", i)},
+			UID: types.UID(fmt.Sprintf("uid-%04d", i)),
+			URL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
+		}
+	}
+	client := newClient(b, promconfig.TLSConfig{})
+	b.Cleanup(client.CloseIdleConnections)
+	m, err := scrape.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := scrape.Options{Timeout: 5 * time.Second, MaxBodyBytes: 4 << 20, Concurrency: workers}
+	s := scrape.New(opts, client, scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{})}, clock.RealClock{}, m)
+	fetch := func() {
+		next := make(chan string)
+		done := make(chan int)
+		for range workers {
+			go func() {
+				var buf bytes.Buffer
+				failed := 0
+				for url := range next {
+					resp, err := client.Get(url)
+					if err != nil {
+						failed++
+						continue
+					}
+					buf.Reset()
+					_, err = buf.ReadFrom(resp.Body)
+					_ = resp.Body.Close()
+					if err != nil || resp.StatusCode != http.StatusOK {
+						failed++
+					}
+				}
+				done <- failed
+			}()
+		}
+		for _, t := range targets {
+			next <- t.URL
+		}
+		close(next)
+		failed := 0
+		for range workers {
+			failed += <-done
+		}
+		if failed > 0 {
+			b.Fatalf("%d of %d fetches failed", failed, len(targets))
+		}
+	}
+	ctx := context.Background()
+	// Warm up: open the connections, as the adapter's steady state has them.
+	m0 := inUse()
+	fetch()
+	m1 := inUse()
+	s.Sync(ctx, targets)
+
+	cpu := func(f func()) time.Duration {
+		t0 := cpuTime(b)
+		f()
+		return cpuTime(b) - t0
+	}
+	var tFetch, tRound time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		tFetch += cpu(fetch)
+		tRound += cpu(func() { s.Sync(ctx, targets) })
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tFetch.Microseconds())/1000/n, "fetch-cpu-ms")
+	b.ReportMetric(float64(tRound.Microseconds())/1000/n, "round-cpu-ms")
+	b.ReportMetric(float64(m1-m0)/engines/1024, "conn-KiB")
 }

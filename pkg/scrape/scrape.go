@@ -125,19 +125,17 @@ func New(opts Options, client *http.Client, reader Reader, clk clock.WithTicker,
 // metric catalog reload). Histories already kept stay as they are.
 func (s *Scraper) SetReader(r Reader) { s.reader.Store(&r) }
 
-// NewHTTPClient returns the client engines are scraped with: plain-HTTP GETs
-// go over kept-alive connections in the caller's goroutine (see
-// plainTransport), https through a net/http Transport with Prometheus's own
-// scrape client settings (github.com/prometheus/common/config), so TLS
-// settings mean what they mean in a Prometheus scrape config and a CA file is
-// re-read when it changes (the round tripper compares its hash on each
-// request), with smaller per-connection buffers and no dial tracing (see
-// newRoundTripper). It never follows redirects: a /metrics endpoint that
-// redirects is misconfigured, and following it would let a pod point the
-// adapter at another address. It keeps idle connections to every pod open
-// between scrapes (up to two per plain-HTTP pod, 20,000 in all; idle ones are
-// closed after 90 s) and uses no proxy from the environment. Errors name the
-// invalid TLS setting.
+// NewHTTPClient returns the client engines are scraped with: a net/http
+// Transport with Prometheus's own scrape client settings
+// (github.com/prometheus/common/config), so TLS settings mean what they mean
+// in a Prometheus scrape config and a CA file is re-read when it changes (the
+// round tripper compares its hash on each request), with smaller
+// per-connection buffers and no dial tracing (see newRoundTripper). It never
+// follows redirects: a /metrics endpoint that redirects is misconfigured, and
+// following it would let a pod point the adapter at another address. It keeps
+// idle connections to every pod open between scrapes (up to two per pod,
+// 20,000 in all; idle ones are closed after 90 s) and uses no proxy from the
+// environment. Errors name the invalid TLS setting.
 func NewHTTPClient(tlsConfig promconfig.TLSConfig) (*http.Client, error) {
 	cfg := promconfig.HTTPClientConfig{TLSConfig: tlsConfig, FollowRedirects: false, EnableHTTP2: false}
 	if err := cfg.Validate(); err != nil {

@@ -84,8 +84,9 @@ func BenchmarkParsers(b *testing.B) {
 // BenchmarkParsers/textparse), the server's default extraction (no latency
 // term: histogram lines skipped unparsed) and extraction of every family
 // (histograms on: the catalog has a latency term), each in the steady state
-// (the series cache has learned the dump's series, as from a deployment's
-// second scrape on) and cold (no series cache: every line read goes to
+// (the series cache, where on, has learned the dump's series, as from a
+// deployment's second scrape on; the default extraction has none, see
+// seriesCache) and cold (no series cache: every line read goes to
 // textparse). Interleaved, so that the machine's load weighs on all alike.
 // Metrics per body: textparse-ns, default-ns, every-ns, default-cold-ns,
 // every-cold-ns; x-default = textparse-ns / default-ns (target: at least 3),

@@ -1,6 +1,9 @@
 package signals
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Signal names one canonical scalar signal of an engine: a gauge read as is, or a
 // counter whose rate a policy may use.
@@ -11,8 +14,9 @@ type Signal int
 // batch slots) and engine states (wedged, frozen, sleeping, clipped).
 const (
 	// QueueDepth is the number of requests waiting that more replicas would
-	// shorten: vLLM's num_requests_waiting, or only its reason="capacity" part
-	// when num_requests_waiting_by_reason exists. Unit: requests.
+	// shorten: vLLM's num_requests_waiting_by_reason{reason="capacity"} when
+	// it exists, else num_requests_waiting less its reason="deferred" part
+	// (when only that part exists). Unit: requests.
 	QueueDepth Signal = iota
 	// Running is the number of requests in the running batch. Unit: requests.
 	Running
@@ -145,6 +149,11 @@ const (
 	// CombineRatio: Sources[0] / Sources[1], both required (Triton's used / max
 	// KV blocks).
 	CombineRatio
+	// CombineSum: Sources[0] plus the others present. The set stands for what
+	// it adds to Sources[0] (required): a body has it only when one of the
+	// others has series (SGLang P/D's bootstrap and prealloc queues beside
+	// num_queue_reqs, hazard NC-21).
+	CombineSum
 )
 
 // SourceSet is one alternative for a signal: one source, or several combined.
@@ -156,6 +165,11 @@ type SourceSet struct {
 	// finished_reason, admission_rejections_total's reason). Series that differ
 	// only in other labels are duplicates.
 	SumLabel string
+	// Minus lists signals that the set's value includes and that are read
+	// apart: an engine's value of each, when it has one, is subtracted (at
+	// least 0 remains). vLLM's num_requests_waiting counts the deferred waits
+	// that num_requests_waiting_by_reason{reason="deferred"} gives.
+	Minus []Signal
 }
 
 // String renders the set: its source, max(a, b) or a / b.
@@ -169,6 +183,8 @@ func (ss SourceSet) String() string {
 		return "max(" + strings.Join(names, ", ") + ")"
 	case CombineRatio:
 		return strings.Join(names, " / ")
+	case CombineSum:
+		return strings.Join(names, " + ")
 	}
 	return strings.Join(names, ", ")
 }
@@ -211,6 +227,15 @@ type Dialect struct {
 
 func one(metric string) []SourceSet { return []SourceSet{{Sources: []Source{{Metric: metric}}}} }
 
+// sum is a CombineSum set of the metrics.
+func sum(metrics ...string) SourceSet {
+	ss := SourceSet{Combine: CombineSum}
+	for _, m := range metrics {
+		ss.Sources = append(ss.Sources, Source{Metric: m})
+	}
+	return ss
+}
+
 func labelled(metric, label, value string) SourceSet {
 	return SourceSet{Sources: []Source{{Metric: metric, Label: label, Value: value}}}
 }
@@ -220,10 +245,15 @@ func labelled(metric, label, value string) SourceSet {
 //   - vLLM V1 (vllm/v1/metrics/loggers.py, PrometheusStatLogger, v0.10–0.11) and
 //     V0 (≤ 0.8), including num_requests_waiting_by_reason, engine_sleep_state
 //     and admission_rejections_total from later releases (hazards NC-02, NC-03);
-//   - SGLang (python/sglang/srt/metrics/collector.py), both spellings (NC-05) and
-//     the hybrid-model pools full_token_usage, swa_token_usage, mamba_usage (NC-06);
+//   - SGLang (python/sglang/srt/metrics/collector.py), both spellings (NC-05),
+//     the hybrid-model pools full_token_usage, swa_token_usage, mamba_usage (NC-06)
+//     and the scheduler's realtime_tokens_total{mode} (collector.py at
+//     sgl-project/sglang 00ae9c15, SchedulerMetricsCollector);
 //   - Triton with the TensorRT-LLM backend (triton-inference-server/tensorrtllm_backend
 //     README, "Triton Metrics");
+//   - TensorRT-LLM's trtllm-serve (NVIDIA/TensorRT-LLM PR #5785, core metrics,
+//     2025-07; PR #12545, trtllm_ prefix and the queue gauges, 2026-03-25;
+//     hazard NC-17);
 //   - Hugging Face TGI (router/src/server.rs metric names) and llama.cpp server
 //     (tools/server, --metrics).
 //
@@ -238,7 +268,7 @@ func builtinDialects() []Dialect {
 				// Only capacity waits count once the engine splits them by reason.
 				QueueDepth: {
 					labelled("vllm:num_requests_waiting_by_reason", "reason", "capacity"),
-					{Sources: []Source{{Metric: "vllm:num_requests_waiting"}}},
+					{Sources: []Source{{Metric: "vllm:num_requests_waiting"}}, Minus: []Signal{QueueDeferred}},
 				},
 				QueueDeferred: {labelled("vllm:num_requests_waiting_by_reason", "reason", "deferred")},
 				Running:       one("vllm:num_requests_running"),
@@ -261,22 +291,44 @@ func builtinDialects() []Dialect {
 			},
 		},
 		{
-			Name:         "sglang",
-			EngineLabels: []string{"dp_rank"},
+			Name: "sglang",
+			// The router's aggregated /engine_metrics adds worker_addr (one
+			// engine per worker, hazard NC-05); a pod's own /metrics has none.
+			EngineLabels: []string{"dp_rank", "worker_addr"},
 			ModelLabel:   "model_name",
 			Spellings:    []string{"sglang:", "sglang_"},
 			Sources: [NumSignals][]SourceSet{
-				QueueDepth: one("sglang:num_queue_reqs"),
-				Running:    one("sglang:num_running_reqs"),
+				// With prefill/decode disaggregation most of the backlog waits
+				// outside num_queue_reqs (hazard NC-21; sgl-project/sglang
+				// PR #24341, 2026-05-04, renamed prefill_prealloc to
+				// prefill_bootstrap; collector.py): a prefill pod's bootstrap
+				// queue (either spelling, the new first, never both) and a
+				// decode pod's prealloc queue are demand; the decode transfer
+				// queue (KV in flight from prefill) is a deferred wait, and the
+				// prefill inflight queue (prefill done, polling the transfer) is
+				// neither. The pod's role comes from its labels, never from
+				// engine_type ("unified" on P/D nodes).
+				QueueDepth: {
+					sum("sglang:num_queue_reqs", "sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_decode_prealloc_queue_reqs"),
+					sum("sglang:num_queue_reqs", "sglang:num_prefill_prealloc_queue_reqs", "sglang:num_decode_prealloc_queue_reqs"),
+					one("sglang:num_queue_reqs")[0],
+				},
+				QueueDeferred: one("sglang:num_decode_transfer_queue_reqs"),
+				Running:       one("sglang:num_running_reqs"),
 				// On hybrid models token_usage is max(full, swa, mamba): KV comes from
 				// the attention pools when the engine exports them (NC-06).
 				KVCacheUsage: {
 					{Sources: []Source{{Metric: "sglang:full_token_usage"}, {Metric: "sglang:swa_token_usage"}}, Combine: CombineMax},
 					{Sources: []Source{{Metric: "sglang:token_usage"}}},
 				},
-				StateUsage:       one("sglang:mamba_usage"),
-				GenerationTokens: one("sglang:generation_tokens_total"),
-				PromptTokens:     one("sglang:prompt_tokens_total"),
+				StateUsage: one("sglang:mamba_usage"),
+				// The scheduler's own token counter (per rank, updated every
+				// decode log interval, 40 steps by default) before the
+				// tokenizer's, which counts a request's tokens when it
+				// finishes: with long generations nothing may finish within a
+				// state window while the engine decodes.
+				GenerationTokens: {labelled("sglang:realtime_tokens_total", "mode", "decode"), one("sglang:generation_tokens_total")[0]},
+				PromptTokens:     {labelled("sglang:realtime_tokens_total", "mode", "prefill_compute"), one("sglang:prompt_tokens_total")[0]},
 			},
 			Histos: [NumHistos][]HistoSource{
 				TTFT:              {{Metric: "sglang:time_to_first_token_seconds"}},
@@ -306,6 +358,28 @@ func builtinDialects() []Dialect {
 					}, Combine: CombineRatio},
 				},
 				RequestsFinished: one("nv_inference_request_success"),
+			},
+		},
+		{
+			// TensorRT-LLM's trtllm-serve (hazard NC-17): Prometheus text at
+			// /prometheus/metrics (its /metrics is JSON), trtllm_-prefixed
+			// from 1.3 (NVIDIA/TensorRT-LLM PR #12545, 2026-03-25, which
+			// added the queue and running gauges from iteration stats),
+			// unprefixed before; one engine per server, labelled model_name.
+			Name:       "trtllm",
+			ModelLabel: "model_name",
+			Spellings:  []string{"trtllm_", ""},
+			Sources: [NumSignals][]SourceSet{
+				QueueDepth:       one("trtllm_num_requests_waiting"),
+				Running:          one("trtllm_num_requests_running"),
+				GenerationTokens: one("trtllm_generation_tokens_total"),
+				PromptTokens:     one("trtllm_prompt_tokens_total"),
+				RequestsFinished: {{Sources: []Source{{Metric: "trtllm_request_success_total"}}, SumLabel: "finished_reason"}},
+			},
+			Histos: [NumHistos][]HistoSource{
+				TTFT:              {{Metric: "trtllm_time_to_first_token_seconds"}},
+				E2ELatency:        {{Metric: "trtllm_e2e_request_latency_seconds"}},
+				InterTokenLatency: {{Metric: "trtllm_time_per_output_token_seconds"}},
 			},
 		},
 		{
@@ -392,8 +466,15 @@ func (d *Dialect) spellings() int { return max(1, len(d.Spellings)) }
 // histogram series name.
 func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourceIndex {
 	idx := sourceIndex{scalars: map[string][]sourceRef{}, histos: map[string][]histoRef{}, gateway: map[string]bool{}, read: map[string]bool{}}
-	for _, g := range gateway {
-		if g != "" {
+	for _, metric := range gateway {
+		if metric == "" {
+			continue
+		}
+		names := GatewayQueueMetrics(metric)
+		if slices.Contains(names, LLMDGatewayQueueMetric) || metric == LLMDGatewayQueueMetric {
+			names = append(names, LLMDStaleEndpointsMetric)
+		}
+		for _, g := range names {
 			idx.gateway[g], idx.read[g], idx.first[g[0]] = true, true, true
 		}
 	}

@@ -18,13 +18,25 @@
 //
 // # Series identity
 //
-// A dialect names one engine label (vLLM: "engine", the data-parallel rank; SGLang:
-// "dp_rank"). Series with the same metric name and the same engine label value are
-// the same signal, whatever their other labels say (model_name, pid, tp_rank, a
-// scrape job's relabelling): they collapse to their maximum, which is independent of
-// order, never their sum and never the last one read. When such duplicates disagree a
-// warning says so. The maximum is chosen because it errs towards "more saturated",
-// the safe direction for an autoscaler.
+// A dialect names its engine labels (vLLM: "engine", the data-parallel rank;
+// SGLang: "dp_rank" and the router's "worker_addr"; Triton: "model" and
+// "version"). Series with the same metric name and the same engine label values
+// are the same signal, whatever their other labels say (model_name, pid,
+// tp_rank, a scrape job's relabelling): they collapse to their maximum, which is
+// independent of order, never their sum and never the last one read. When such
+// duplicates disagree a warning says so. The maximum is chosen because it errs
+// towards "more saturated", the safe direction for an autoscaler. Distinct label
+// values are never one engine, even where an ID must be cut or cleaned (see
+// engineKey).
+//
+// # One body, one reading
+//
+// What is read from one target's body never changes how another's is read:
+// the prefilter cuts bodies into the lines textparse reads (a quoted string may
+// hold a raw newline), and the series cache, on only where it pays (with
+// histograms), learns only what the parser proved (see seriesCache).
+// FuzzExtractSequence holds sequences of bodies from several targets to a cold
+// extraction and to textparse.
 //
 // Engines of one pod fold into the pod's value by this rule:
 //

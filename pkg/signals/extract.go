@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"slices"
@@ -74,7 +75,8 @@ const (
 type ExtractOptions struct {
 	// Histograms makes the extractor read latency histograms (TTFT, end-to-end
 	// and inter-token latency), which only latency guardrail terms need; without
-	// it their lines are skipped unparsed.
+	// it their lines are skipped unparsed. It also turns the series cache on
+	// (see seriesCache), which pays only for the hundreds of histogram series.
 	Histograms bool
 	// MaxSeries bounds the series of the families read per body (0:
 	// DefaultMaxSeries); more is ErrTooManySeries.
@@ -119,6 +121,7 @@ func NewExtractorWith(opts ExtractOptions) *Extractor {
 	}
 	d := builtinDialects()
 	e := &Extractor{opts: opts, dialects: d, index: newSourceIndex(d, opts.Histograms, opts.GatewayMetrics), names: newSourceNames(d)}
+	e.series.off = !opts.Histograms
 	e.bufs.New = func() any { return &scanBuffers{} }
 	return e
 }
@@ -155,6 +158,14 @@ type scanBuffers struct {
 	offsets     []int
 	firstSample []int
 	learnable   []bool
+	// Per series the parser read: the filtered line it starts on and the
+	// length of its series bytes (name and label set as the parser consumed
+	// them); aligned, whether lines and series matched one to one (see
+	// parse); eofAt, the indices of the "# EOF" lines among the filtered ones.
+	entryLine []int
+	seriesLen []int
+	aligned   bool
+	eofAt     []int
 }
 
 // mergeFast merges the samples of the lines the series cache answered into
@@ -236,21 +247,48 @@ func (e *Extractor) Extract(body []byte) (Reading, error) {
 // (timestamps in seconds, exemplars, # EOF); anything else as the text format
 // 0.0.4, with exemplars after a series ignored.
 func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, error) {
+	if isJSON(body, contentType) {
+		// Short: the scraper keeps about 200 bytes of an error (trtllm-serve's
+		// /metrics is its iteration stats, hazard NC-17).
+		return Reading{}, fmt.Errorf("%w: JSON, not Prometheus text (trtllm-serve: scrape /prometheus/metrics; return_perf_metrics, enable_iter_perf_stats)", ErrParse)
+	}
 	om := isOpenMetrics(contentType)
 	b := e.bufs.Get().(*scanBuffers)
 	defer e.bufs.Put(b)
-	st, err := e.filter(body, om, b)
+	st, err := e.filter(body, om, false, b)
 	if err != nil {
 		return Reading{}, err
 	}
-	if err := e.parse(om, b.lines.Bytes(), b); err != nil {
+	err = e.parse(om, b.lines.Bytes(), b)
+	if !b.aligned && len(b.fast) > 0 {
+		// The parser did not read the lines as the filter cut them, so the
+		// lines the cache answered are not proven to read as they would
+		// there: read the body again without the cache.
+		if st, err = e.filter(body, om, true, b); err != nil {
+			return Reading{}, err
+		}
+		err = e.parse(om, b.lines.Bytes(), b)
+	}
+	if err != nil {
 		return Reading{}, err
 	}
-	if !om {
+	if !om && b.aligned {
 		e.series.learn(e, b)
 	}
 	b.mergeFast()
 	return e.reading(b, st)
+}
+
+// isJSON reports whether a body is JSON rather than exposition text: its
+// Content-Type says so, or it starts with '[' (no exposition line does; a
+// '{' may start a UTF-8 series line).
+func isJSON(body []byte, contentType string) bool {
+	ct := strings.TrimSpace(strings.ToLower(contentType))
+	if strings.HasPrefix(ct, "application/json") {
+		return true
+	}
+	rest := bytes.TrimLeft(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), " \t\r\n")
+	return len(rest) > 0 && rest[0] == '['
 }
 
 // isOpenMetrics reports whether a Content-Type is OpenMetrics text.
@@ -295,8 +333,10 @@ func milliTime(t int64) time.Time {
 // flowControlPrefixes are the name prefixes of the gateway's flow-control
 // families: the Gateway API inference extension's (pkg/epp/metrics,
 // inference_extension_flow_control_*) and llm-d's mirror of them
-// (llm_d_epp_flow_control_*, e.g. llm_d_epp_flow_control_pool_saturation).
-var flowControlPrefixes = []string{"inference_extension_flow_control_", "llm_d_epp_flow_control_"}
+// (llm_d_epp_flow_control_*, e.g. llm_d_epp_flow_control_pool_saturation),
+// and the NVIDIA Dynamo frontend's (dynamo_frontend_*), whose router queue
+// gauge exists only while its router queues (hazard NC-25).
+var flowControlPrefixes = []string{"inference_extension_flow_control_", "llm_d_epp_flow_control_", "dynamo_frontend_"}
 
 // maxFlowFamilies bounds Reading.FlowControl.
 const maxFlowFamilies = 8
@@ -325,8 +365,37 @@ func isFlowControlFamily(name string) bool {
 // DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
 // queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
 // inference_extension_flow_control_queue_size), labelled by inference_pool,
-// fairness_id, priority and model names (hazard NC-04).
+// fairness_id, priority and model names (hazard NC-04). A gateway input with
+// it reads LLMDGatewayQueueMetric first (see GatewayQueueMetrics).
 const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
+
+// LLMDGatewayQueueMetric is the same queue gauge under llm-d-router's name:
+// from v0.10.0 (2026-08-17; llm-d/llm-d-router pkg/epp/metrics) the endpoint
+// picker emits every flow-control and pool gauge under the deprecated
+// inference_extension_* / inference_pool_* name and a llm_d_epp_* one, from
+// the same call (hazard NC-20).
+const LLMDGatewayQueueMetric = "llm_d_epp_flow_control_queue_size"
+
+// LLMDStaleEndpointsMetric is llm-d-router's count of endpoints whose metrics
+// are missing or stale (llm_d_epp_flow_control_stale_endpoints{detector},
+// llm-d-router PR #2165): the saturation detector scores them saturated
+// (fail-closed), so flow control stops dispatching and its queue grows while
+// engines idle (hazard NC-20).
+const LLMDStaleEndpointsMetric = "llm_d_epp_flow_control_stale_endpoints"
+
+// GatewayQueueMetrics returns the families a gateway input of metric reads,
+// in order of preference: one body counts only the first it has, never two
+// (the endpoint picker exports each queue series under both names). For the
+// inference extension's queue gauge (the default) that is llm-d-router's
+// name, then it; any other metric is read alone. An extractor reading metric
+// reads them all (ExtractOptions.GatewayMetrics), and with llm-d's name its
+// stale-endpoints gauge.
+func GatewayQueueMetrics(metric string) []string {
+	if metric == DefaultGatewayQueueMetric {
+		return []string{LLMDGatewayQueueMetric, DefaultGatewayQueueMetric}
+	}
+	return []string{metric}
+}
 
 // DialectGateway is the Reading.Dialect of a body with gateway queue series
 // and no engine metric.
@@ -392,14 +461,17 @@ type filterStats struct {
 	firstText string
 }
 
-// filter copies the lines of families some dialect reads into b.lines, one per
-// line, normalised (no CR, no leading blanks, no exemplar in the text format).
-func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, error) {
+// filter copies the logical lines (see nextLine) of families some dialect
+// reads into b.lines, one per line, normalised (no final CR, no leading
+// blanks, no exemplar in the text format). A line the series cache answers
+// (hits) is not copied; noCache turns the cache off.
+func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filterStats, error) {
 	var st filterStats
 	b.lines.Reset()
-	b.lineNos, b.offsets, b.global, b.fast, b.accepted = b.lineNos[:0], b.offsets[:0], b.global[:0], b.fast[:0], 0
+	b.lineNos, b.offsets, b.global, b.fast, b.accepted, b.eofAt = b.lineNos[:0], b.offsets[:0], b.global[:0], b.fast[:0], 0, b.eofAt[:0]
 	b.flow = b.flow[:0]
-	if !om {
+	useCache := !om && !noCache
+	if useCache {
 		e.series.mu.RLock() // for hit
 		defer e.series.mu.RUnlock()
 	}
@@ -407,12 +479,13 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 	// The metric name of the last series line read, and whether its family is.
 	var prev []byte
 	var prevRead bool
-	for n := 1; len(body) > 0; n++ {
-		var line []byte
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			line, body = body, nil
+	join := true
+	for n := 1; len(body) > 0; {
+		first := n
+		line, rest, physical, failed := nextLine(body, om, join)
+		body, n = rest, n+physical
+		if failed {
+			join = false // textparse rejects the body: an unterminated quoted string
 		}
 		if k := len(line); k > 0 && line[k-1] == '\r' {
 			line = line[:k-1]
@@ -425,18 +498,14 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 		}
 		if line[0] == '#' {
 			if om && bytes.Equal(bytes.TrimSpace(line), []byte("# EOF")) {
-				b.lines.WriteString("# EOF\n")
-				b.lineNos = append(b.lineNos, n)
-				b.accepted++
+				b.eofAt = append(b.eofAt, len(b.offsets))
+				b.addLine([]byte("# EOF"), first)
 			}
 			continue
 		}
 		if !e.index.first[line[0]] && line[0] != '{' {
 			if !metricNameStart(line[0]) {
-				if st.other == 0 {
-					st.first, st.firstText = n, Excerpt(string(line), 80)
-				}
-				st.other++
+				st.other1(first, line)
 			}
 			continue // no family read starts with this byte
 		}
@@ -450,10 +519,7 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			var ok bool
 			name, ok = lineMetricName(line)
 			if !ok {
-				if st.other == 0 {
-					st.first, st.firstText = n, Excerpt(string(line), 80)
-				}
-				st.other++
+				st.other1(first, line)
 				continue
 			}
 			read = e.index.read[string(name)] // no allocation: Go optimises string(b) in a map index
@@ -467,10 +533,10 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 			continue
 		}
 		if len(line) > maxLineBytes {
-			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, n, Excerpt(string(name), 80), len(line), maxLineBytes)
+			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, first, Excerpt(string(name), 80), len(line), maxLineBytes)
 		}
 		if bytes.IndexByte(line, 0) >= 0 {
-			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, n, Excerpt(string(name), 80))
+			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, first, Excerpt(string(name), 80))
 		}
 		if !om {
 			line = stripExemplar(line)
@@ -478,45 +544,52 @@ func (e *Extractor) filter(body []byte, om bool, b *scanBuffers) (filterStats, e
 		if b.accepted >= e.opts.MaxSeries {
 			return st, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
 		}
-		if !om && e.series.hit(line, b) {
+		// Only a line of one physical line: the cache's keys hold no newline.
+		if useCache && physical == 1 && e.series.hit(line, b) {
 			b.accepted++
 			continue
 		}
-		b.global = append(b.global, b.accepted)
-		b.offsets = append(b.offsets, b.lines.Len())
-		b.accepted++
-		b.lines.Write(line)
-		b.lines.WriteByte('\n')
-		b.lineNos = append(b.lineNos, n)
+		b.addLine(line, first)
 	}
 	if om && (len(b.lineNos) == 0 || b.lines.Len() < 6 || !bytes.HasSuffix(b.lines.Bytes(), []byte("# EOF\n"))) {
 		// The OpenMetrics parser needs its terminator; a truncated body is still
 		// read as far as it goes, as Prometheus does not.
-		b.lines.WriteString("# EOF\n")
-		b.lineNos = append(b.lineNos, 0)
+		b.eofAt = append(b.eofAt, len(b.offsets))
+		b.addLine([]byte("# EOF"), 0)
 	}
 	return st, nil
 }
 
+// other1 counts a line that is not exposition text.
+func (st *filterStats) other1(n int, line []byte) {
+	if st.other == 0 {
+		st.first, st.firstText = n, Excerpt(string(line), 80)
+	}
+	st.other++
+}
+
+// addLine hands a line (body line number n, 0 for one the filter adds) to
+// the parser.
+func (b *scanBuffers) addLine(line []byte, n int) {
+	b.global = append(b.global, b.accepted)
+	b.offsets = append(b.offsets, b.lines.Len())
+	b.lineNos = append(b.lineNos, n)
+	if n != 0 {
+		b.accepted++
+	}
+	b.lines.Write(line)
+	b.lines.WriteByte('\n')
+}
+
 // lineMetricName returns the metric name a series line starts with: the bytes
-// up to the first '{', blank or tab, or the quoted name of a UTF-8 series
-// ({"vllm:num_requests_waiting",engine="0"}). ok is false for a line that
+// up to the first '{', blank or tab, or the quoted name of a UTF-8 series,
+// which textparse accepts anywhere in the label set as a quoted string
+// followed by ',' or '}' ({"vllm:num_requests_waiting",engine="0"},
+// {engine="0","vllm:num_requests_waiting"}). ok is false for a line that
 // cannot be a series of the exposition format.
 func lineMetricName(line []byte) ([]byte, bool) {
 	if line[0] == '{' {
-		rest := bytes.TrimLeft(line[1:], " ")
-		if len(rest) == 0 || rest[0] != '"' {
-			return nil, false
-		}
-		for i := 1; i < len(rest); i++ {
-			switch rest[i] {
-			case '\\':
-				i++
-			case '"':
-				return rest[1:i], true
-			}
-		}
-		return nil, false
+		return quotedMetricName(line[1:])
 	}
 	if !metricNameStart(line[0]) {
 		return nil, false
@@ -527,6 +600,45 @@ func lineMetricName(line []byte) ([]byte, bool) {
 		}
 	}
 	return line, true
+}
+
+// quotedMetricName returns the first quoted string of a label set (after its
+// '{') that is followed by ',' or '}': the metric name. Label values (a quoted
+// string after '=') are skipped.
+func quotedMetricName(rest []byte) ([]byte, bool) {
+	afterEqual := false
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; c {
+		case '}':
+			return nil, false
+		case '=':
+			afterEqual = true
+		case '"':
+			j := i + 1
+			for ; j < len(rest) && rest[j] != '"'; j++ {
+				if rest[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(rest) {
+				return nil, false
+			}
+			quoted := rest[i+1 : j]
+			i = j
+			if afterEqual {
+				afterEqual = false // a label value
+				continue
+			}
+			k := j + 1
+			for k < len(rest) && (rest[k] == ' ' || rest[k] == '\t') {
+				k++
+			}
+			if k < len(rest) && (rest[k] == ',' || rest[k] == '}') {
+				return quoted, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // isNameEnd reports whether c ends an unquoted metric name in a series line.
@@ -574,11 +686,19 @@ func closingBrace(line []byte) int {
 
 // parse runs the exposition parser over data, the filtered lines (or, in the
 // tests' reference extraction, a whole body), and keeps the samples of
-// interest in b.samples.
+// interest in b.samples. Each sample's line is the index of the filtered line
+// its series starts on, found from where the parser's series bytes lie in
+// data (with no filtered lines, the series' index); b.aligned reports whether
+// every filtered line but "# EOF" gave exactly one series, in order, each
+// starting where its line starts: what the series cache may learn from.
 func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 	b.samples = b.samples[:0]
 	b.gateway = b.gateway[:0]
 	b.gwOldest = 0
+	b.firstSample, b.learnable, b.entryLine, b.seriesLen = b.firstSample[:0], b.learnable[:0], b.entryLine[:0], b.seriesLen[:0]
+	// No filtered line (every line answered by the cache) is aligned; a
+	// whole body (the tests' reference) is not filtered lines at all.
+	b.aligned = len(data) == 0 || len(b.offsets) > 0
 	if len(data) == 0 {
 		return nil
 	}
@@ -588,22 +708,31 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 	} else {
 		p = textparse.NewPromParser(data, labels.NewSymbolTable(), false)
 	}
-	line := -1
-	b.firstSample, b.learnable = b.firstSample[:0], b.learnable[:0]
+	entry := -1
 	for {
-		entry, err := p.Next()
+		kind, err := p.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			b.aligned = false
 			return e.parseError(om, b, err)
 		}
-		if entry != textparse.EntrySeries {
+		if kind != textparse.EntrySeries {
 			continue
 		}
-		line++
-		_, ts, value := p.Series()
+		entry++
+		series, ts, value := p.Series()
+		line := entry
+		if len(b.offsets) > 0 {
+			var start bool
+			line, start = b.lineOf(data, series)
+			if !start || line != entry+b.eofBefore(line) {
+				b.aligned = false
+			}
+		}
 		b.firstSample, b.learnable = append(b.firstSample, len(b.samples)), append(b.learnable, ts == nil)
+		b.entryLine, b.seriesLen = append(b.entryLine, line), append(b.seriesLen, len(series))
 		p.Labels(&b.lset)
 		name := b.lset.Get(model.MetricNameLabel)
 		var t int64
@@ -611,7 +740,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 			t = *ts
 		}
 		if e.index.gateway[name] {
-			b.learnable[line] = false // gateway series are never learned (see seriesCache)
+			b.learnable[entry] = false // gateway series are never learned (see seriesCache)
 		}
 		if gs, ok := e.gatewaySeries(&b.lset, value); ok {
 			b.gateway = append(b.gateway, gs)
@@ -624,7 +753,33 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 			return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, Excerpt(b.lset.Get(model.BucketLabel), 40))
 		}
 	}
+	if b.aligned && len(b.entryLine) != len(b.offsets)-len(b.eofAt) {
+		b.aligned = false
+	}
 	return nil
+}
+
+// lineOf returns the index of the filtered line that series (bytes the
+// parser returned, a part of data) starts on, and whether it starts where
+// that line starts. The place comes from the slices' capacities: series
+// shares data's array, so cap(data)-cap(series) is its offset.
+func (b *scanBuffers) lineOf(data, series []byte) (int, bool) {
+	off := cap(data) - cap(series)
+	if len(series) == 0 || off < 0 || off >= len(data) || &data[off] != &series[0] {
+		return 0, false // not a part of data: no place
+	}
+	i, found := slices.BinarySearch(b.offsets, off)
+	if !found {
+		i-- // the line it lies in; offsets[0] is 0
+	}
+	return max(i, 0), found
+}
+
+// eofBefore counts the "# EOF" lines before filtered line i (OpenMetrics;
+// they give no series).
+func (b *scanBuffers) eofBefore(i int) int {
+	n, _ := slices.BinarySearch(b.eofAt, i)
+	return n
 }
 
 // collect appends to out what one series (its labels, value and timestamp in
@@ -664,8 +819,13 @@ func (e *Extractor) collect(out []rawSample, lset *labels.Labels, value float64,
 // parseError names the first filtered line the parser rejects, re-parsing line
 // by line (the error path only).
 func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
-	lines := bytes.SplitAfter(b.lines.Bytes(), []byte("\n"))
-	for i, l := range lines {
+	data := b.lines.Bytes()
+	for i, start := range b.offsets {
+		end := len(data)
+		if i+1 < len(b.offsets) {
+			end = b.offsets[i+1]
+		}
+		l := data[start:end]
 		if len(l) == 0 || i >= len(b.lineNos) || b.lineNos[i] == 0 {
 			continue
 		}
@@ -689,13 +849,18 @@ func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
 }
 
 // engineKey returns the engine's ID: the values of the dialect's engine labels,
-// joined by "/" with empty trailing values left out, at most maxLabelBytes long.
+// joined by "/" with empty trailing values left out, at most maxLabelBytes
+// long. Distinct label values never share an ID: when the ID cannot be the
+// values as they are (cut to length, control characters or invalid UTF-8
+// replaced, or a "/" inside a value that is not the last), it ends in "#" and
+// a hash of the exact values (FNV-64a), so two engines whose labels differ
+// only past the cut stay two engines (issue 19).
 func engineKey(d *Dialect, lset *labels.Labels) string {
 	switch len(d.EngineLabels) {
 	case 0:
 		return ""
 	case 1:
-		return Excerpt(lset.Get(d.EngineLabels[0]), maxLabelBytes)
+		return engineID(lset.Get(d.EngineLabels[0]), false)
 	}
 	parts := make([]string, 0, len(d.EngineLabels))
 	for _, l := range d.EngineLabels {
@@ -704,7 +869,23 @@ func engineKey(d *Dialect, lset *labels.Labels) string {
 	for len(parts) > 0 && parts[len(parts)-1] == "" {
 		parts = parts[:len(parts)-1]
 	}
-	return Excerpt(strings.Join(parts, "/"), maxLabelBytes)
+	ambiguous := false
+	for _, p := range parts[:max(len(parts)-1, 0)] {
+		ambiguous = ambiguous || strings.Contains(p, "/")
+	}
+	return engineID(strings.Join(parts, "/"), ambiguous)
+}
+
+// engineID returns raw as an engine ID, or, when it would not be raw (see
+// engineKey) or ambiguous is set, an excerpt of it with a hash of raw.
+func engineID(raw string, ambiguous bool) string {
+	id := Excerpt(raw, maxLabelBytes)
+	if id == raw && !ambiguous {
+		return raw
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(raw))
+	return Excerpt(raw, maxLabelBytes-17) + "#" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // ratioEpsilon is the float noise above 1 accepted (and clamped) in a ratio: an
@@ -751,6 +932,10 @@ func validate(s Signal, v float64) (float64, Reason, bool) {
 func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (Reading, error) {
 	dialect, spelling, ok := e.chooseDialect(samples)
 	if !ok {
+		if e.hasDialect(samples, "trtllm") {
+			return Reading{}, fmt.Errorf("%w: trtllm-serve's metrics without its queue and running gauges (trtllm_num_requests_waiting, TensorRT-LLM 1.3 and later, "+
+				"filled from iteration stats: enable_iter_perf_stats: true; hazard NC-17): its load is unknown", ErrNoEngineMetrics)
+		}
 		if st.other > 0 {
 			return Reading{}, fmt.Errorf("%w: line %d is not exposition text: %q (and %d other lines)", ErrParse, st.first, st.firstText, st.other-1)
 		}
@@ -820,12 +1005,48 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	if d.Name == "vllm" {
 		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
 	}
-	var keep func(*EngineSignals) bool
-	if d.BackendPrefix != "" && slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
-		keep = func(e *EngineSignals) bool { return e.Backend }
+	keep := defaultView(&r)
+	if d.BackendPrefix != "" && keep == nil && len(r.Models) > 1 {
+		r.warn(fmt.Sprintf("%d models (%s) and no TensorRT-LLM backend series or %q model: their queues add up, "+
+			"and an ensemble's steps count one request once each; set the policy's model", len(r.Models), strings.Join(r.Models, ", "), TritonBackendModel))
 	}
 	r.Fold = FoldEngines(r.Engines, keep)
 	return r, nil
+}
+
+// TritonBackendModel is the model name Triton's TensorRT-LLM backend has by
+// convention (triton-inference-server/tensorrtllm_backend's all_models
+// repository: preprocessing, tensorrt_llm, postprocessing, ensemble).
+const TritonBackendModel = "tensorrt_llm"
+
+// defaultView returns which engines a reading's pod value counts when no
+// model is asked for (nil: all). Triton counts the models that do the work,
+// never the sum of an ensemble's steps, each of which holds the same
+// requests: its TensorRT-LLM backend models (with nv_trt_llm_* series) when it
+// has any, else the one named by the backend's convention
+// (TritonBackendModel) when several models are served.
+func defaultView(r *Reading) func(*EngineSignals) bool {
+	if slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
+		return func(e *EngineSignals) bool { return e.Backend }
+	}
+	if r.Dialect == "triton-trtllm" && len(r.Models) > 1 && slices.Contains(r.Models, TritonBackendModel) {
+		return func(e *EngineSignals) bool { return e.Model == TritonBackendModel }
+	}
+	return nil
+}
+
+// hasDialect reports whether a sample belongs to the dialect named name.
+func (e *Extractor) hasDialect(samples []rawSample, name string) bool {
+	for i := range samples {
+		d := samples[i].sref.dialect
+		if !samples[i].scalar {
+			d = samples[i].href.dialect
+		}
+		if e.dialects[d].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // mergeUnlabelled gives the series of families that no engine label splits
@@ -947,29 +1168,28 @@ func (e *Extractor) keepDialect(r *Reading, samples []rawSample, dialect, spelli
 	return out
 }
 
-// dropAggregates drops, per metric, unlabelled series beside engine-labelled
-// ones: a series without the engine label next to per-engine series is an
-// aggregate of them (a relabelled sum, a second exporter), not another engine,
+// dropAggregates drops, per signal (and per histogram), unlabelled series
+// beside engine-labelled ones: a series without the engine label next to
+// per-engine series of the same signal is an aggregate of them (a relabelled
+// sum, a second exporter, SGLang's tokenizer-wide generation_tokens_total
+// beside its schedulers' per-rank realtime_tokens_total), not another engine,
 // and adding it would count the pod twice.
 func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) []rawSample {
 	if len(d.EngineLabels) == 0 || !slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine == "" }) ||
 		!slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine != "" }) {
 		return samples
 	}
-	labelled := map[string]bool{}
+	var labelled [int(NumSignals) + int(NumHistos)]bool
 	for i := range samples {
 		if samples[i].engine != "" {
-			labelled[samples[i].metric(d)] = true
+			labelled[samples[i].what()] = true
 		}
-	}
-	if len(labelled) == 0 {
-		return samples
 	}
 	var dropped []string
 	out := samples[:0]
 	for _, s := range samples {
-		if m := s.metric(d); s.engine == "" && labelled[m] {
-			if !slices.Contains(dropped, m) {
+		if s.engine == "" && labelled[s.what()] {
+			if m := s.metric(d); !slices.Contains(dropped, m) {
 				dropped = append(dropped, m)
 			}
 			continue
@@ -981,6 +1201,15 @@ func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) [
 			d.spell(m, spelling), strings.Join(d.EngineLabels, "/")))
 	}
 	return out
+}
+
+// what is the signal of a scalar sample, NumSignals + the histogram of a
+// histogram sample.
+func (s *rawSample) what() int {
+	if s.scalar {
+		return int(s.sref.signal)
+	}
+	return int(NumSignals) + int(s.href.histo)
 }
 
 // metric returns the table name (first spelling) of the family the sample
@@ -1144,6 +1373,9 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 	for _, id := range ids {
 		for i := range engines[id].cells {
 			k := &engines[id].cells[i].key
+			if k.part == 0 && d.Sources[k.signal][k.pref].Combine == CombineSum {
+				continue // a sum is present by what it adds (see CombineSum)
+			}
 			if p := presentPref[k.signal]; p < 0 || k.pref < p {
 				presentPref[k.signal] = k.pref
 			}
@@ -1153,9 +1385,11 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 	for _, id := range ids {
 		eb := engines[id]
 		es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
+		var chosen [NumSignals]int8
 		for s := range NumSignals {
 			sets := d.Sources[s]
 			any := false
+			chosen[s] = -1
 			for p := range sets {
 				v, has, valid := eb.value(d, s, p, id, r)
 				if !has {
@@ -1172,9 +1406,21 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 					use[s].fellBack = append(use[s].fellBack, id)
 				}
 				es.Set(s, v)
+				chosen[s] = int8(p)
 				use[s].valid++
 				use[s].prefs |= 1 << p
 				break
+			}
+		}
+		for s := range NumSignals {
+			if chosen[s] < 0 {
+				continue
+			}
+			for _, m := range d.Sources[s][chosen[s]].Minus {
+				if x, ok := es.Value(m); ok {
+					v, _ := es.Value(s)
+					es.Set(s, max(0, v-x))
+				}
 			}
 		}
 		for h := range NumHistos {
@@ -1252,6 +1498,24 @@ func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading)
 			return 0, true, false
 		}
 		v, _, bad := validate(s, num/den)
+		return v, true, !bad
+	case CombineSum:
+		total, base, baseOK := partValue(0)
+		found := false
+		for part := 1; part < len(set.Sources); part++ {
+			x, h, o := partValue(part)
+			found = found || h
+			if o {
+				total += x
+			}
+		}
+		if !found {
+			return 0, false, false
+		}
+		if !base || !baseOK {
+			return 0, true, false
+		}
+		v, _, bad := validate(s, total)
 		return v, true, !bad
 	case CombineMax:
 		best, found, ok := 0.0, false, false

@@ -245,15 +245,13 @@ func FoldEngines(engines []EngineSignals, keep func(*EngineSignals) bool) Fold {
 
 // EngineFilter returns which engines of a reading a model restriction selects:
 // the engines serving model; without one, the reading's default view (for
-// Triton, its TensorRT-LLM backends when it has any).
+// Triton, its TensorRT-LLM backends when it has any, else the model named
+// tensorrt_llm by the backend's convention; see TritonBackendModel).
 func EngineFilter(r *Reading, model string) func(*EngineSignals) bool {
 	if model != "" {
 		return func(e *EngineSignals) bool { return SameModel(e.Model, model) }
 	}
-	if slices.ContainsFunc(r.Engines, func(e EngineSignals) bool { return e.Backend }) {
-		return func(e *EngineSignals) bool { return e.Backend }
-	}
-	return nil
+	return defaultView(r)
 }
 
 func FindEngine(r *Reading, id string) *EngineSignals {

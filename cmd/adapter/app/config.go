@@ -159,7 +159,7 @@ func (o *Options) Config() (*Config, error) {
 		ScrapeTLS:         o.Scrape.TLSConfig(),
 		ScrapeInterval:    o.Scrape.Interval,
 		ColdScrapeTimeout: o.Scrape.Timeout,
-		Provider:          provider.Options{MaxAge: o.Scrape.MaxSampleAge},
+		Provider:          provider.Options{MaxAge: o.Scrape.MaxSampleAge, StartupGrace: o.StartupGrace},
 		Source:            o.Source,
 		PrometheusClient:  o.Prometheus.Client(),
 		PrometheusSource: promsource.Options{

@@ -73,7 +73,11 @@ type ExplainPool struct {
 	// value (replicas), nil when it has neither. Explain holds no history
 	// across runs: its peak is the demand of the readings given.
 	Ahead *policy.AheadValue `json:"ahead,omitempty"`
-	Error string             `json:"error,omitempty"`
+	// Starting and InFlight: pods of a scale-up still starting (--starting)
+	// and what a demand policy does for them ("scale-from-zero in flight: …").
+	Starting int    `json:"starting,omitempty"`
+	InFlight string `json:"inFlight,omitempty"`
+	Error    string `json:"error,omitempty"`
 	// Warnings say what an HPA on this policy would get wrong: requests held by
 	// flow control that the policy does not count (hazard NC-04), a mean policy
 	// read at zero Ready pods (NC-08).
@@ -84,6 +88,11 @@ type ExplainPool struct {
 type Explanation struct {
 	Pods []ExplainPod `json:"pods"`
 	Pool ExplainPool  `json:"pool"`
+	// Warnings are the policy configuration's own (every policy's
+	// Policy.Warnings, as the server logs them when it loads --config: a queue
+	// set point at or above the admission cap) and what explain cannot do
+	// offline (a role: policy filters pods by a label no file carries).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ExplainOptions are explain's own flags.
@@ -102,6 +111,9 @@ type ExplainOptions struct {
 	// one per pod: the backlog of a policy's gateway input, and requests held
 	// by flow control that a policy without one misses.
 	Gateways []string
+	// Starting is the number of pods a scale-up created that are still
+	// starting (policy.PoolBuilder.AddStarting).
+	Starting int
 }
 
 func newExplainCommand() *cobra.Command {
@@ -185,6 +197,7 @@ holding requests that --policy does not count is warned about.`,
 	in := fss.FlagSet("input")
 	in.DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
 	in.StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
+	in.IntVar(&eo.Starting, "starting", 0, "Pods a scale-up created that are still starting (not Ready, within the server's --startup-grace): a demand policy then serves at least the pods given and these (scale from zero in flight).")
 	in.StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
 	prom.AddLabelFlags(in)
 	out := fss.FlagSet("output")
@@ -241,7 +254,7 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			inputs[i].scrapes++
 		}
 	}
-	return explain(catalog, pol, inputs, gateways, 3*eo.Interval), nil
+	return explain(catalog, pol, inputs, gateways, 3*eo.Interval, eo.Starting), nil
 }
 
 // explainGateways reads the --gateway files with the server's extractor, reading
@@ -262,7 +275,10 @@ func explainGateways(catalog *policy.Catalog, files []string, stdin io.Reader) (
 		if err != nil {
 			return nil, fmt.Errorf("--gateway %s: %w", f, err)
 		}
-		if len(r.Gateway) == 0 {
+		if len(r.Gateway) == 0 && len(r.FlowControl) == 0 {
+			// Flow-control families without a queue series are a gateway with
+			// nothing held (the endpoint picker deletes idle flows' series), as
+			// the server reads it.
 			return nil, fmt.Errorf("--gateway %s: no series of %s: is it the endpoint picker's /metrics, with flow control on?", f, strings.Join(metrics, ", "))
 		}
 		out = append(out, &r)
@@ -323,7 +339,7 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 		slices.SortStableFunc(rs, func(a, b *signals.Reading) int { return a.Time.Compare(b.Time) })
 		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: history.NewHistory(hopts, rs...)}
 	}
-	return explain(catalog, pol, inputs, nil, 3*prom.ScrapeInterval), nil
+	return explain(catalog, pol, inputs, nil, 3*prom.ScrapeInterval, eo.Starting), nil
 }
 
 // explainPolicy returns the catalog of the scoring options and the policy
@@ -354,7 +370,7 @@ type explainInput struct {
 // explain pools the pods as one pool of Ready pods at the newest reading of
 // any, a reading older than maxAge before that being stale, with the gateway's
 // queue when the policy has a gateway input.
-func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration) Explanation {
+func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int) Explanation {
 	var now time.Time
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
@@ -393,12 +409,14 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 			gwErr = fmt.Sprintf("the --gateway files: %v: the gateway's queue is unknown (the server would answer 503 and the HPA would hold)", err)
 		}
 	}
+	chosen.AddStarting(starting)
 	p := chosen.Pool()
 	if pol.HasAhead() {
 		p = pol.Ahead(now, &policy.PoolState{}, p)
 		ex.Pool.Ahead = p.Ahead
 	}
 	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, pol.Name, p.Latency
+	ex.Pool.Starting, ex.Pool.InFlight = p.Starting, p.InFlight
 	ex.Pool.Saturation, ex.Pool.DemandReplicas = satPool.Pool().Value, demandPool.Pool().Value
 	switch {
 	case gwErr != "":
@@ -411,6 +429,16 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 		ex.Pool.Value = p.Value
 	}
 	ex.Pool.Warnings = gatewayWarnings(pol, gateways, p)
+	if pol.Gateway != nil {
+		ex.Pool.Warnings = append(ex.Pool.Warnings, pol.Gateway.Notes(gateways...)...)
+	}
+	for _, cp := range catalog.Policies() {
+		ex.Warnings = append(ex.Warnings, cp.Warnings()...)
+	}
+	if pol.Role != "" {
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("policy %s counts only pods labelled %s=%s; explain cannot read pod labels offline, so every pod given counts as one of them",
+			pol.Name, catalog.RoleLabel(), pol.Role))
+	}
 	return ex
 }
 
@@ -423,20 +451,20 @@ func gatewayWarnings(pol *policy.Policy, gateways []*signals.Reading, p policy.P
 	for _, r := range gateways {
 		mirrors := map[string]bool{} // queue-size series already counted or warned, by labels
 		for i := range r.Gateway {
-			if s := &r.Gateway[i]; pol.Gateway != nil && s.Metric == pol.Gateway.Metric {
+			if s := &r.Gateway[i]; pol.Gateway != nil && pol.Gateway.Reads(s.Metric) {
 				mirrors[gatewayLabels(s.Labels)] = true
 			}
 		}
 		for i := range r.Gateway {
 			s := &r.Gateway[i]
-			if s.Value <= 0 || (pol.Gateway != nil && pol.Gateway.Metric == s.Metric && s.Matches(pol.Gateway.Match)) {
+			if s.Value <= 0 || !strings.HasSuffix(s.Metric, "_queue_size") || (pol.Gateway != nil && pol.Gateway.Reads(s.Metric) && s.Matches(pol.Gateway.Match)) {
 				continue
 			}
 			if id := gatewayLabels(s.Labels); strings.HasSuffix(s.Metric, "_flow_control_queue_size") {
 				// llm-d exports each queue series under its own and the upstream
 				// name (llm_d_epp_flow_control_queue_size and
 				// inference_extension_flow_control_queue_size): the same requests.
-				if pol.Gateway == nil || s.Metric != pol.Gateway.Metric {
+				if pol.Gateway == nil || !pol.Gateway.Reads(s.Metric) {
 					if mirrors[id] {
 						continue
 					}
@@ -485,6 +513,10 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 			if t.Capped {
 				mark += " (capped)"
 			}
+			if t.Dropped {
+				terms = append(terms, fmt.Sprintf("%s dropped", t.Term))
+				continue
+			}
 			terms = append(terms, fmt.Sprintf("%s %.4g/%.4g=%.3g%s", t.Term, t.Value, t.SetPoint, t.Ratio, mark))
 		}
 		if len(terms) == 0 {
@@ -498,8 +530,11 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	}
 	for _, p := range ex.Pods {
 		for _, e := range p.EngineStates {
-			if e.State != policy.StateOK {
+			switch {
+			case e.State != policy.StateOK:
 				fmt.Fprintf(w, "%s engine %q: %s (%s)\n", p.Source, e.ID, e.State, e.Reason)
+			case e.Reason != "": // "state not judged: 1 scrape, need 3"
+				fmt.Fprintf(w, "%s engine %q: %s\n", p.Source, e.ID, e.Reason)
 			}
 		}
 		if p.Why != "" {
@@ -512,8 +547,14 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	if ex.Pool.GatewayQueue != nil {
 		fmt.Fprintf(w, "pool %s: gateway queue %g\n", ex.Pool.Policy, *ex.Pool.GatewayQueue)
 	}
+	if ex.Pool.InFlight != "" {
+		fmt.Fprintf(w, "pool %s: %s\n", ex.Pool.Policy, ex.Pool.InFlight)
+	}
 	for _, warn := range ex.Pool.Warnings {
 		fmt.Fprintf(w, "pool %s: warning: %s\n", ex.Pool.Policy, warn)
+	}
+	for _, warn := range ex.Warnings {
+		fmt.Fprintf(w, "config: warning: %s\n", warn)
 	}
 	for _, l := range ex.Pool.Latency {
 		fmt.Fprintf(w, "pool %s: %.4gs / SLO %.4gs = %.3g (%s)\n", l.Term, l.Value, l.SetPoint, l.Ratio, l.Note)

@@ -294,6 +294,9 @@ type Options struct {
 
 	Namespaces          []string
 	SelectorIdleTimeout time.Duration
+	// StartupGrace is how long a pod that is not Ready yet counts as starting
+	// (provider.Options.StartupGrace); 0 turns it off.
+	StartupGrace time.Duration
 	// MaxRequestSelectors bounds the selectors remembered from requests that no
 	// HPA's External metric explains.
 	MaxRequestSelectors int
@@ -328,6 +331,8 @@ func NewOptions() *Options {
 		// enough that a deleted HPA's pods stop being scraped soon after.
 		SelectorIdleTimeout: 10 * time.Minute,
 		MaxRequestSelectors: podselect.DefaultMaxRequestSelectors,
+		// vLLM's cold start is minutes: a model load takes 2 to 10 (DOMAIN.md §5).
+		StartupGrace: 10 * time.Minute,
 		Scrape: ScrapeOptions{
 			Interval:     2 * time.Second,
 			Timeout:      time.Second,
@@ -361,6 +366,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long the pods of a selector keep being scraped after the last request that used it.")
 	sel.IntVar(&o.MaxRequestSelectors, "max-request-selectors", o.MaxRequestSelectors,
 		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked is forgotten. Selectors longer than 4096 bytes are never remembered.")
+	sel.DurationVar(&o.StartupGrace, "startup-grace", o.StartupGrace,
+		"How long after its creation a pod that is not Ready yet counts as starting (loading its model): while one is, a demand metric serves at least the pods counted and starting, so the HPA never deletes it before it served (scale from zero in flight); 0 turns it off.")
 
 	src := fss.FlagSet("signal source")
 	src.StringVar(&o.Source, "source", o.Source, "Where engines' signals come from: direct (the adapter scrapes each pod's /metrics) or prometheus (it reads their series from --prometheus-url, which scrapes them).")
@@ -475,6 +482,9 @@ func (o *Options) Validate() error {
 	}
 	if s.InsecureSkipVerify && s.CAFile != "" {
 		errs = append(errs, fmt.Errorf("--scrape-insecure-skip-verify and --scrape-ca-file=%s: choose one", s.CAFile))
+	}
+	if o.StartupGrace < 0 {
+		errs = append(errs, fmt.Errorf("--startup-grace=%s: must be >= 0", o.StartupGrace))
 	}
 	if o.SelectorIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--selector-idle-timeout=%s: must be > 0", o.SelectorIdleTimeout))
