@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -334,9 +335,12 @@ type GatewayInput struct {
 // Errors, never a silent 0: no reading at all; a reading with no series of the metric and no
 // flow-control family (flow control off, or not the gateway's /metrics); one
 // that exports another *_flow_control_queue_size family instead (the metric
-// misnamed); and series of the metric none of which carries every label of
+// misnamed); series of the metric none of which carries every label of
 // Match (a match that can select nothing: upstream's gauge is labelled
-// fairness_id and priority only before PR #1714).
+// fairness_id and priority only before PR #1714); and a selected series whose
+// value the engines' validity rules rejected (NaN, ±Inf, negative, absurd:
+// signals.GatewaySeries.Invalid), which leaves the queue unknown as a pod's
+// rejected queue depth leaves its term out.
 func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 	var queue float64
 	series, labelled, read := 0, 0, 0
@@ -355,9 +359,14 @@ func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 			if s.HasLabels(g.Match) {
 				labelled++
 			}
-			if s.Matches(g.Match) {
-				queue += s.Value
+			if !s.Matches(g.Match) {
+				continue
 			}
+			if s.Invalid != "" {
+				return 0, fmt.Errorf("the gateway's %s series %s was rejected (%s): the pool's gateway queue is unknown",
+					g.Metric, signals.Excerpt(describeMatch(s.Labels), 200), s.Invalid)
+			}
+			queue += s.Value
 		}
 		if n == 0 {
 			if other := otherQueueFamily(r, g.Metric); other != "" {
@@ -381,6 +390,20 @@ func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 		return 0, fmt.Errorf("no %s series carries the match labels %v: the gateway input's match can select none of them", g.Metric, keys)
 	}
 	return queue, nil
+}
+
+// describeMatch renders labels as {k="v",...}, sorted.
+func describeMatch(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.Quote(m[k])
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // otherQueueFamily returns a flow-control queue-size family of r other than

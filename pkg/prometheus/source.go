@@ -78,6 +78,10 @@ type Options struct {
 	StateWindow time.Duration
 	// Extract bounds what one pod's series may hold (MaxSeries, MaxEngines).
 	Extract signals.ExtractOptions
+	// Count, when set, hears about the newest reading built for each pod from
+	// each answer, to count its rejected and duplicate series on the same
+	// self-metrics as scrapes (scrape.Metrics.Count).
+	Count func(*signals.Reading)
 }
 
 // Source reads pods' histories from Prometheus. It is safe for concurrent use.
@@ -119,6 +123,9 @@ type entry struct {
 	at    time.Time
 	err   error
 	pods  map[types.NamespacedName]*podData
+
+	// count is Options.Count.
+	count func(*signals.Reading)
 
 	mu    sync.Mutex
 	built map[types.NamespacedName]builtPod
@@ -292,6 +299,14 @@ func (e *entry) get(pod types.NamespacedName) builtPod {
 		return b
 	}
 	h, err := build(e.pods[pod], e.build)
+	if r := h.Latest(); r != nil {
+		if e.count != nil {
+			e.count(r)
+		}
+		if len(r.Warnings) > 0 {
+			klog.V(2).InfoS("Prometheus series of a pod unusable as read", "pod", pod, "warnings", r.Warnings)
+		}
+	}
 	b := builtPod{h: h, err: err}
 	e.built[pod] = b
 	return b
@@ -330,7 +345,7 @@ func (s *Source) entry(ctx context.Context, namespace string) (*entry, error) {
 // whatever the requests waiting on it do (they share the answer).
 func (s *Source) fetch(namespace string, g *generation) *entry {
 	start := s.clock.Now()
-	e := &entry{gen: g, build: g.build, at: start, pods: map[types.NamespacedName]*podData{}, built: map[types.NamespacedName]builtPod{}}
+	e := &entry{gen: g, build: g.build, at: start, pods: map[types.NamespacedName]*podData{}, built: map[types.NamespacedName]builtPod{}, count: s.opts.Count}
 	e.build.now = start
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Issue 8: a policy with a gateway input adds the gateway's queue to the demand,
@@ -148,5 +151,74 @@ func TestGatewayBearerToken(t *testing.T) {
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "bearer token file cannot be read") ||
 		strings.Contains(r.status.Message, dir) {
 		t.Errorf("unreadable token file: HTTP %d %q, want 503 saying the token file cannot be read, without its path", r.code, r.status.Message)
+	}
+}
+
+// Issue 20: a gateway queue of NaN, -3, 1e300 or +Inf was read as 0, and an
+// HPA on the gateway policy went 14 → 4. The gateway's values follow the
+// engines' validity rules: rejected, counted (invalid_samples_total) and the
+// input is missing (503, the HPA holds), never 0. Duplicate gateway series
+// (one body exporting a series twice) count once, by the duplicate rule.
+func TestGatewayInvalidValues(t *testing.T) {
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flow = "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"} 1\n"
+	queue := func(v string) string {
+		return "inference_extension_flow_control_queue_size{fairness_id=\"a\",inference_pool=\"pool\",priority=\"0\"} " + v + "\n" + flow
+	}
+	epp := newEngine(t, queue("50"))
+	f := newFixtureCatalog(t, catalog,
+		podSpec{name: "epp-0", labels: map[string]string{"app": "epp"}, engine: epp},
+		podSpec{name: "vllm-a", labels: map[string]string{"app": "vllm"}, engine: newEngine(t, "vllm:num_requests_waiting{engine=\"0\"} 1\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.1\n")},
+	)
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Fatalf("gw-demand = %s, want 10200m (0.2 + 50 / 5)", got)
+	}
+	for _, tc := range []struct{ value, reason string }{
+		{"NaN", "nan"}, {"-3", "negative"}, {"1e300", "above_range"}, {"+Inf", "inf"}, {"-Inf", "inf"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			before := testutil.ToFloat64(f.scrapeMetrics.InvalidSamples.WithLabelValues(tc.reason))
+			epp.set(http.StatusOK, queue(tc.value))
+			f.clock.Step(time.Second)
+			f.scraper.Sync(context.Background(), f.pools.Targets())
+			r := f.get(t, "llm", "gw-demand", "app=vllm")
+			if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "rejected ("+tc.reason+")") {
+				t.Errorf("gateway queue %s: HTTP %d %q (value %v), want 503 saying the series was rejected: never a queue of 0",
+					tc.value, r.code, r.status.Message, r.list.Items)
+			}
+			if got := testutil.ToFloat64(f.scrapeMetrics.InvalidSamples.WithLabelValues(tc.reason)) - before; got < 1 {
+				t.Errorf("invalid_samples_total{reason=%q} grew by %g, want the rejection counted", tc.reason, got)
+			}
+		})
+	}
+	// A valid series beside a rejected duplicate of it: the valid one counts.
+	epp.set(http.StatusOK, queue("50")+"inference_extension_flow_control_queue_size{fairness_id=\"a\",inference_pool=\"pool\",priority=\"0\"} NaN\n")
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Errorf("a valid series beside its rejected duplicate: gw-demand = %s, want 10200m", got)
+	}
+	// The same series twice in one body: counted once (it was summed twice).
+	epp.set(http.StatusOK, queue("50")+queue("50"))
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Errorf("a duplicated gateway series: gw-demand = %s, want 10200m (counted once)", got)
+	}
+	// Disagreeing duplicates: their maximum, counted.
+	before := testutil.ToFloat64(f.scrapeMetrics.DuplicateSeries.WithLabelValues(string(signals.DuplicateDisagree)))
+	epp.set(http.StatusOK, queue("50")+queue("10"))
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Errorf("disagreeing gateway duplicates: gw-demand = %s, want 10200m (their maximum)", got)
+	}
+	if got := testutil.ToFloat64(f.scrapeMetrics.DuplicateSeries.WithLabelValues(string(signals.DuplicateDisagree))) - before; got != 1 {
+		t.Errorf("duplicate_series_total{outcome=disagree} grew by %g, want 1", got)
 	}
 }

@@ -127,11 +127,13 @@ func makePod(p podSpec) *corev1.Pod {
 type fixture struct {
 	srv     *httptest.Server
 	scraper *scrape.Scraper
-	pools   *podselect.Selection
-	metrics *Metrics
-	clock   *clocktesting.FakeClock
-	reg     *prometheus.Registry
-	opts    Options
+	// scrapeMetrics are the scraper's self-metrics.
+	scrapeMetrics *scrape.Metrics
+	pools         *podselect.Selection
+	metrics       *Metrics
+	clock         *clocktesting.FakeClock
+	reg           *prometheus.Registry
+	opts          Options
 }
 
 func builtinCatalog(t testing.TB) *policy.Catalog {
@@ -224,7 +226,7 @@ func newFixtureCatalog(t *testing.T, catalog *policy.Catalog, specs ...object) *
 			History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	opts := Options{MaxAge: 6 * time.Second}
 	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
-	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
+	return &fixture{srv: newAPIServer(t, prov), scraper: sc, scrapeMetrics: sm, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
 }
 
 // newAPIServer serves prov through custom-metrics-apiserver's real server and

@@ -198,9 +198,7 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 		klog.V(4).InfoS("Scrape failed", "pod", t.Pod, "url", t.URL, "reason", err.Reason, "err", excerpt.String(err.cause.Error(), maxLoggedErrorBytes))
 	} else {
 		s.metrics.observe(OutcomeSuccess, now.Sub(start).Seconds())
-		for why, n := range reading.Invalid {
-			s.metrics.invalid(why, n)
-		}
+		s.metrics.Count(reading)
 		if len(reading.Warnings) > 0 {
 			klog.V(2).InfoS("Engine reported unusable series", "pod", t.Pod, "warnings", loggedWarnings(reading.Warnings))
 		}

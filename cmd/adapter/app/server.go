@@ -178,6 +178,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		readings provider.Readings
 	)
 	if c.Source == SourcePrometheus {
+		// One validation path: rejected and duplicate series read from
+		// Prometheus are counted on the scrape path's self-metrics.
+		c.PrometheusSource.Count = scrapeMetrics.Count
 		if readings, err = c.prometheusSource(catalogs, reg); err != nil {
 			return nil, err
 		}
