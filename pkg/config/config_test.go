@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +165,21 @@ func TestLoaderReload(t *testing.T) {
 		t.Error("an unchanged file counted as a change")
 	}
 
+	// Issue 20: restoring the file in force after a failed reload left the
+	// failure flag set (the content was the one in force, so nothing was
+	// reloaded and nothing cleared).
+	write(head + "- {name: b, kind: demand, terms: [{kind: queueDepth, setPoint: 9}]}\n")
+	if changed, err := l.Reload(); changed || err != nil {
+		t.Fatalf("the good file restored: Reload = %v, %v; want no change and no error", changed, err)
+	}
+	if _, serr := l.Status(); serr != nil || testutil.ToFloat64(m.LastReloadSuccessful) != 1 {
+		t.Errorf("the good file restored: status %v, metric %g; want the failure cleared", serr, testutil.ToFloat64(m.LastReloadSuccessful))
+	}
+	write(head + "- {name: B, kind: demand}\n")
+	if _, err := l.Reload(); err == nil {
+		t.Fatal("the bad file again: no error")
+	}
+
 	write(head + "- {name: c, kind: mean, terms: [{kind: kvCacheUsage}]}\n")
 	if changed, err := l.Reload(); !changed || err != nil {
 		t.Fatalf("recovery: %v, %v", changed, err)
@@ -268,5 +285,73 @@ func TestPrometheusSection(t *testing.T) {
 	}
 	if got := l.Prometheus().Matchers; got != `{cluster="prod"}` {
 		t.Errorf("after a bad reload Matchers = %q, want the last good one", got)
+	}
+}
+
+// Issue 20: a 50 MB configuration file took the adapter from 83 to 508 MiB
+// and wrote a 48 MB log line. A file above MaxFileBytes is refused unread
+// (the heap does not grow with it), and every load error is cut to
+// MaxErrorBytes, even for a file within the limit whose one value is huge.
+func TestConfigFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	head := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"
+	if err := os.WriteFile(path, []byte(head+"- {name: a, kind: mean, terms: [{kind: queueDepth, setPoint: 5}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(path, builtin(), clocktesting.NewFakeClock(time.Now()), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 50 MB of a valid-looking file: a huge selector.
+	big, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.WriteString(head + "- {name: b, kind: demand, terms: [{kind: queueDepth}], gateway: {match: {p: q}, selector: 'app="); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.Write(bytes.Repeat([]byte("x"), 50<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.WriteString("'}}\n"); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = l.Reload()
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "file too large") {
+		t.Fatalf("a 50 MB file: %v, want it refused as too large", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("refusing a 50 MB file allocated %d bytes, want under 1 MiB (it is not read)", grew)
+	}
+	if l.Catalog().Lookup("a") == nil {
+		t.Error("the refused file replaced the catalog in force")
+	}
+
+	// Within the limit, one 900 KB value: the error quoting it is cut.
+	value := strings.Repeat("x", 900<<10)
+	if err := os.WriteFile(path, []byte(head+"- {name: b, kind: demand, terms: [{kind: queueDepth}], gateway: {match: {p: q}, selector: 'app in ("+value+"'}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Reload()
+	if err == nil || !strings.Contains(err.Error(), "policies[0].gateway.selector") {
+		t.Fatalf("a bad selector: %v", err)
+	}
+	if n := len(err.Error()); n > MaxErrorBytes+8 {
+		t.Errorf("the error is %d bytes, want at most %d", n, MaxErrorBytes)
+	}
+	if _, serr := l.Status(); serr == nil || len(serr.Error()) > MaxErrorBytes+8 {
+		t.Errorf("Status error %d bytes, want the cut one", len(serr.Error()))
 	}
 }

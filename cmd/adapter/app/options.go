@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -243,10 +242,7 @@ func (o *ScoringOptions) Validate() []error {
 	if o.ConfigFile != "" {
 		// The whole file is checked here, so a bad one stops the start with every
 		// bad field named.
-		data, err := os.ReadFile(o.ConfigFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
-		} else if f, err := config.Parse(data); err != nil {
+		if f, err := config.ReadFile(o.ConfigFile); err != nil {
 			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
 		} else if _, err := f.Catalog(o.Builtin()); err != nil {
 			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
@@ -265,11 +261,8 @@ func (o *ScoringOptions) Builtin() []policy.Policy {
 func (o *ScoringOptions) Catalog() (*policy.Catalog, error) {
 	var f *config.File
 	if o.ConfigFile != "" {
-		data, err := os.ReadFile(o.ConfigFile)
-		if err != nil {
-			return nil, fmt.Errorf("--config=%s: %w", o.ConfigFile, err)
-		}
-		if f, err = config.Parse(data); err != nil {
+		var err error
+		if f, err = config.ReadFile(o.ConfigFile); err != nil {
 			return nil, fmt.Errorf("--config=%s: %w", o.ConfigFile, err)
 		}
 	}
@@ -389,7 +382,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	agg := fss.FlagSet("aggregation (APIService ownership, managed serving certificate)")
 	o.Identity.AddFlags(agg)
 	o.ManagedTLS.AddFlags(agg)
-
 
 	kube := fss.FlagSet("Kubernetes client")
 	kube.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
