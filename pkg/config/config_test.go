@@ -76,7 +76,23 @@ func TestParseErrors(t *testing.T) {
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"window on a gauge term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, window: 1m}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"bad duration", head + "policies:\n- name: a\n  kind: mean\n  holdLastGood: forever\n  terms: [{kind: queueDepth}]\n", []string{`time: invalid duration "forever"`}},
-		{"gateway token file not absolute", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: token}\n", []string{`policies[0].gateway.bearerTokenFile: Invalid value: "token": must be an absolute path`}},
+		{"gateway token file not absolute", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: token}\n", []string{`policies[0].gateway.bearerTokenFile: Invalid value: "token": must be an absolute path under /var/run/secrets/`}},
+		// Issue 20: the token went to any pod with the gateway's labels, and
+		// paths with ".." were accepted.
+		{"gateway token without namespace or ServiceAccount", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/epp/token}\n",
+			[]string{"policies[0].gateway.namespace: Invalid value: \"\": required with bearerTokenFile"}},
+		{"gateway token without ServiceAccount", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/epp/token}\n",
+			[]string{"policies[0].gateway.serviceAccountName: Invalid value: \"\": required with bearerTokenFile"}},
+		{"gateway token path with ..", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/epp/../../../../etc/saturation-adapter/tls/tls.key}\n",
+			[]string{`policies[0].gateway.bearerTokenFile: Invalid value: "/var/run/secrets/epp/../../../../etc/saturation-adapter/tls/tls.key": must not contain '..'`}},
+		{"gateway token outside the secrets directory", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /etc/saturation-adapter/tls/tls.key}\n",
+			[]string{`policies[0].gateway.bearerTokenFile: Invalid value: "/etc/saturation-adapter/tls/tls.key": must lie under /var/run/secrets/`}},
+		{"gateway token is the adapter's own", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}\n",
+			[]string{`policies[0].gateway.bearerTokenFile: Invalid value: "/var/run/secrets/kubernetes.io/serviceaccount/token": must not be the adapter's own credentials`}},
+		{"gateway token directory itself", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets//}\n",
+			[]string{`must lie under /var/run/secrets/`}},
+		{"gateway bad ServiceAccount and namespace", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: GW, serviceAccountName: 'e p p', selector: app=epp, match: {inference_pool: p}}\n",
+			[]string{`policies[0].gateway.serviceAccountName: Invalid value: "e p p"`, `policies[0].gateway.namespace: Invalid value: "GW"`}},
 		{"gateway without selector or match", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {port: 9090}\n", []string{"policies[0].gateway.selector: Required value", "policies[0].gateway.match: Required value"}},
 		{"cap below 1", head + "policies:\n- name: a\n  kind: mean\n  maxRatio: 2\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{`unknown field "policies[0].maxRatio"`}},
 		{"term cap below 1", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{"policies[0].terms[0].maxRatio: Invalid value: 0.5"}},
@@ -353,5 +369,23 @@ func TestConfigFileBounds(t *testing.T) {
 	}
 	if _, serr := l.Status(); serr == nil || len(serr.Error()) > MaxErrorBytes+8 {
 		t.Errorf("Status error %d bytes, want the cut one", len(serr.Error()))
+	}
+}
+
+// A token file under the secrets directory, with the gateway's namespace and
+// ServiceAccount, is accepted, its path cleaned.
+func TestGatewayTokenAccepted(t *testing.T) {
+	f, err := Parse([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n" +
+		"  gateway: {namespace: llm-gateway, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets//epp-metrics/./token}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Catalog(builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.Lookup("a").Gateway
+	if g.BearerTokenFile != "/var/run/secrets/epp-metrics/token" || g.ServiceAccount != "epp" || g.Namespace != "llm-gateway" {
+		t.Errorf("gateway input %+v, want the cleaned path, the ServiceAccount and the namespace", g)
 	}
 }

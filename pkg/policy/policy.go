@@ -320,8 +320,15 @@ type GatewayInput struct {
 	// depth set point when 0.
 	QueueSetPoint float64
 	// BearerTokenFile, when set, holds the bearer token sent to the gateway's
-	// pods (re-read on every scrape).
+	// pods (re-read on every scrape). It is sent only to pods a tenant cannot
+	// forge: pods of Namespace (which must then be set: the request's
+	// namespace is a tenant's) running as ServiceAccount (which must then be
+	// set); never to any pod whose labels match.
 	BearerTokenFile string
+	// ServiceAccount, when set, is the endpoint picker's ServiceAccount: only
+	// pods running as it are the gateway's (others matching the selector are
+	// not scraped, and leave the queue unknown). Required with a token.
+	ServiceAccount string
 }
 
 // Queue returns the waiting requests of the gateway series that a gateway
@@ -491,6 +498,12 @@ func (p *Policy) Validate() *FieldError {
 		}
 		if g.QueueSetPoint == 0 && p.term(TermQueueDepth) == nil {
 			return fieldErr("gateway.queueSetPoint", 0, "required when the policy has no queueDepth term")
+		}
+		if g.BearerTokenFile != "" && g.Namespace == "" {
+			return fieldErr("gateway.namespace", "", "required with bearerTokenFile: the token goes only to the endpoint picker's pods in a namespace the operator controls, never to pods of the HPA's namespace, which a tenant controls")
+		}
+		if g.BearerTokenFile != "" && g.ServiceAccount == "" {
+			return fieldErr("gateway.serviceAccountName", "", "required with bearerTokenFile: the token goes only to pods running as the endpoint picker's ServiceAccount, never to any pod whose labels match")
 		}
 	}
 	return nil

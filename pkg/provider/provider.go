@@ -326,7 +326,7 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *poli
 	if err != nil {
 		return nil, unavailable(fmt.Sprintf("%s: gateway input %q: %v", where, g.Selector, err))
 	}
-	ov := podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile}
+	ov := podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile, ServiceAccount: g.ServiceAccount, Namespace: g.Namespace}
 	input := fmt.Sprintf("%s: gateway input (pods %s in namespace %s)", where, g.Selector, ns)
 	if err := p.ready(input, ns); err != nil {
 		return nil, err

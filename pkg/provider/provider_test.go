@@ -87,6 +87,7 @@ func sample(t testing.TB, name string) string {
 
 type podSpec struct {
 	ns, name string
+	sa       string // spec.serviceAccountName
 	labels   map[string]string
 	engine   *engine
 	notReady bool
@@ -106,6 +107,7 @@ func makePod(p podSpec) *corev1.Pod {
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 		},
 	}
+	pod.Spec.ServiceAccountName = p.sa
 	if p.engine != nil {
 		pod.Annotations[podselect.AnnotationPort] = p.engine.port()
 	}

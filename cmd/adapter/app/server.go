@@ -320,7 +320,14 @@ func gatewayOf(p *policy.Policy) *podselect.Gateway {
 	if err != nil {
 		return nil
 	}
-	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path, BearerTokenFile: p.Gateway.BearerTokenFile}}
+	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: gatewayOverride(p.Gateway)}
+}
+
+// gatewayOverride is how a gateway input's pods are scraped: its port, path,
+// token, and the namespace and ServiceAccount the token is confined to. The
+// provider builds the same one (provider.gateway), so both find one interest.
+func gatewayOverride(g *policy.GatewayInput) podselect.Override {
+	return podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile, ServiceAccount: g.ServiceAccount, Namespace: g.Namespace}
 }
 
 // prometheusSource returns the Prometheus source, its metrics on reg, following
