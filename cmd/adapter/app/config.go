@@ -63,6 +63,10 @@ type Config struct {
 
 	// Namespaces watched; all when empty.
 	Namespaces []string
+	// MaxSelectorBytes bounds a request's label and field selectors; longer
+	// ones are refused before authentication and authorization (see
+	// withSelectorLimit).
+	MaxSelectorBytes int
 	// Builtin are the built-in policies; ConfigFile, when set, adds the
 	// policies of that file, reloaded every ConfigReloadInterval.
 	Builtin              []policy.Policy
@@ -137,16 +141,17 @@ func (o *Options) Config() (*Config, error) {
 		stateWindow = max(stateWindow, 3*o.Prometheus.ScrapeInterval)
 	}
 	return &Config{
-		Generic:     generic,
-		Client:      client,
-		Dynamic:     dyn,
-		Clock:       clock.RealClock{},
-		APIServices: o.Identity.APIServices,
-		Self:        self,
-		ManagedTLS:  managed,
-		Namespaces:  o.Namespaces,
-		Builtin:     o.Scoring.Builtin(),
-		ConfigFile:  o.Scoring.ConfigFile, ConfigReloadInterval: config.DefaultReloadInterval,
+		Generic:          generic,
+		Client:           client,
+		Dynamic:          dyn,
+		Clock:            clock.RealClock{},
+		APIServices:      o.Identity.APIServices,
+		Self:             self,
+		ManagedTLS:       managed,
+		Namespaces:       o.Namespaces,
+		MaxSelectorBytes: o.MaxSelectorBytes,
+		Builtin:          o.Scoring.Builtin(),
+		ConfigFile:       o.Scoring.ConfigFile, ConfigReloadInterval: config.DefaultReloadInterval,
 		StateWindow: stateWindow,
 		Extract:     signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
 		Select: podselect.Options{
@@ -223,6 +228,12 @@ type CompletedConfig struct {
 func (c *Config) Complete() CompletedConfig {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
+	}
+	if c.MaxSelectorBytes <= 0 {
+		c.MaxSelectorBytes = DefaultMaxSelectorBytes
+	}
+	if c.Generic.BuildHandlerChainFunc == nil {
+		c.Generic.BuildHandlerChainFunc = genericapiserver.DefaultBuildHandlerChain
 	}
 	return CompletedConfig{&completedConfig{c}}
 }

@@ -290,6 +290,8 @@ type Options struct {
 	// MaxRequestSelectors bounds the selectors remembered from requests that no
 	// HPA's External metric explains.
 	MaxRequestSelectors int
+	// MaxSelectorBytes bounds a request's label and field selectors.
+	MaxSelectorBytes int
 	// Source is SourceDirect or SourcePrometheus; Prometheus configures the
 	// latter.
 	Source     string
@@ -321,6 +323,7 @@ func NewOptions() *Options {
 		// enough that a deleted HPA's pods stop being scraped soon after.
 		SelectorIdleTimeout: 10 * time.Minute,
 		MaxRequestSelectors: podselect.DefaultMaxRequestSelectors,
+		MaxSelectorBytes:    DefaultMaxSelectorBytes,
 		Scrape: ScrapeOptions{
 			Interval:     2 * time.Second,
 			Timeout:      time.Second,
@@ -354,6 +357,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long the pods of a selector keep being scraped after the last request that used it.")
 	sel.IntVar(&o.MaxRequestSelectors, "max-request-selectors", o.MaxRequestSelectors,
 		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked is forgotten. Selectors longer than 4096 bytes are never remembered.")
+	sel.IntVar(&o.MaxSelectorBytes, "max-selector-bytes", o.MaxSelectorBytes,
+		"Longest label or field selector a request may carry, in bytes; a longer one is refused (400) before authentication and authorization, whose cache would keep it.")
 
 	src := fss.FlagSet("signal source")
 	src.StringVar(&o.Source, "source", o.Source, "Where engines' signals come from: direct (the adapter scrapes each pod's /metrics) or prometheus (it reads their series from --prometheus-url, which scrapes them).")
@@ -471,6 +476,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SelectorIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--selector-idle-timeout=%s: must be > 0", o.SelectorIdleTimeout))
+	}
+	if o.MaxSelectorBytes < 256 || o.MaxSelectorBytes > 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-selector-bytes=%d: must be in 256..1048576", o.MaxSelectorBytes))
 	}
 	if o.MaxRequestSelectors < 1 {
 		errs = append(errs, fmt.Errorf("--max-request-selectors=%d: must be >= 1", o.MaxRequestSelectors))

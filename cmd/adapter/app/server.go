@@ -213,6 +213,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 	}
 
+	// Long selectors are refused before the chain: see withSelectorLimit.
+	c.Generic.BuildHandlerChainFunc = withSelectorLimit(c.Generic.BuildHandlerChainFunc, c.MaxSelectorBytes, cmapiserver.Codecs)
 	// No SharedInformerFactory for the generic server: the adapter's informers
 	// are its own, and the library would register a second informer-sync check.
 	cmConfig := &cmapiserver.Config{GenericConfig: &c.Generic.Config}
