@@ -35,11 +35,16 @@ const (
 	ReasonTooManySeries ErrorReason = "too_many_series"
 	// ReasonTooManyEngines: more engines in one body than --scrape-max-engines.
 	ReasonTooManyEngines ErrorReason = "too_many_engines"
+	// ReasonOverBudget: the reading would take its namespace's kept readings
+	// past --scrape-readings-budget-bytes (it is not stored), or its body
+	// grew past the room --scrape-inflight-bytes left.
+	ReasonOverBudget ErrorReason = "over_budget"
 )
 
 // ErrorReasons lists every ErrorReason, in documentation order.
 func ErrorReasons() []ErrorReason {
-	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest, ReasonTooManySeries, ReasonTooManyEngines}
+	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest,
+		ReasonTooManySeries, ReasonTooManyEngines, ReasonOverBudget}
 }
 
 // Outcome labels saturation_adapter_scrape_duration_seconds.

@@ -123,6 +123,21 @@ func NewExtractorWith(opts ExtractOptions) *Extractor {
 	return e
 }
 
+// maxPooledLines and maxPooledSamples bound the buffers kept for reuse: a
+// pod's huge body must not stay in memory once read (issue 20).
+const (
+	maxPooledLines   = 1 << 20
+	maxPooledSamples = 16 << 10
+)
+
+// putBuffers returns b to the pool unless a huge body grew it.
+func (e *Extractor) putBuffers(b *scanBuffers) {
+	if b.lines.Cap() > maxPooledLines || cap(b.samples) > maxPooledSamples || cap(b.fast) > maxPooledSamples {
+		return
+	}
+	e.bufs.Put(b)
+}
+
 // scanBuffers are the per-call buffers of Extract, pooled.
 type scanBuffers struct {
 	lines   bytes.Buffer
@@ -238,7 +253,7 @@ func (e *Extractor) Extract(body []byte) (Reading, error) {
 func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, error) {
 	om := isOpenMetrics(contentType)
 	b := e.bufs.Get().(*scanBuffers)
-	defer e.bufs.Put(b)
+	defer e.putBuffers(b)
 	st, err := e.filter(body, om, b)
 	if err != nil {
 		return Reading{}, err

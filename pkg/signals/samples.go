@@ -83,7 +83,7 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 		return r, nil
 	}
 	b := e.bufs.Get().(*scanBuffers)
-	defer e.bufs.Put(b)
+	defer e.putBuffers(b)
 	r, err := e.fold(raw, filterStats{}, b)
 	if err != nil {
 		return Reading{}, err

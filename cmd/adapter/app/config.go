@@ -160,7 +160,8 @@ func (o *Options) Config() (*Config, error) {
 			MaxRequestSelectors: o.MaxRequestSelectors,
 			ScrapeHostNetwork:   o.Scrape.HostNetworkPods,
 		},
-		Scrape:            scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
+		Scrape: scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency,
+			InflightBytes: o.Scrape.InflightBytes, ReadingsBytes: o.Scrape.ReadingsBytes},
 		ScrapeTLS:         o.Scrape.TLSConfig(),
 		ScrapeInterval:    o.Scrape.Interval,
 		ColdScrapeTimeout: o.Scrape.Timeout,
@@ -171,6 +172,8 @@ func (o *Options) Config() (*Config, error) {
 			URL: o.Prometheus.URL, Labels: o.Prometheus.Labels(), Timeout: o.Prometheus.Timeout, CachePeriod: o.Prometheus.CachePeriod,
 			ScrapeInterval: o.Prometheus.ScrapeInterval, MaxAge: o.Scrape.MaxSampleAge, StateWindow: stateWindow,
 			Extract: signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
+			// Every answer held at once: 8 times the largest one.
+			MaxHeldBytes: 8 * o.Prometheus.MaxResponseBytes,
 		},
 	}, nil
 }

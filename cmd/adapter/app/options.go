@@ -29,6 +29,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
+	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -42,9 +43,13 @@ type ScrapeOptions struct {
 	MaxSeries   int
 	MaxEngines  int
 	Concurrency int
-	Port        int
-	Path        string
-	Scheme      string
+	// InflightBytes and ReadingsBytes bound the memory of readings in flight
+	// (all namespaces) and kept (per namespace); see scrape.Options.
+	InflightBytes int64
+	ReadingsBytes int64
+	Port          int
+	Path          string
+	Scheme        string
 	// MaxSampleAge is the age beyond which a reading is stale; 0 means 3 intervals.
 	MaxSampleAge time.Duration
 	// HostNetworkPods allows scraping pods with spec.hostNetwork (at the node's IP).
@@ -325,15 +330,17 @@ func NewOptions() *Options {
 		MaxRequestSelectors: podselect.DefaultMaxRequestSelectors,
 		MaxSelectorBytes:    DefaultMaxSelectorBytes,
 		Scrape: ScrapeOptions{
-			Interval:     2 * time.Second,
-			Timeout:      time.Second,
-			MaxBodyBytes: 4 << 20,
-			MaxSeries:    signals.DefaultMaxSeries,
-			MaxEngines:   signals.DefaultMaxEngines,
-			Concurrency:  64,
-			Port:         8000, // vLLM's default --port
-			Path:         "/metrics",
-			Scheme:       "http",
+			Interval:      2 * time.Second,
+			Timeout:       time.Second,
+			MaxBodyBytes:  4 << 20,
+			MaxSeries:     signals.DefaultMaxSeries,
+			MaxEngines:    signals.DefaultMaxEngines,
+			Concurrency:   64,
+			InflightBytes: scrape.DefaultInflightBytes,
+			ReadingsBytes: scrape.DefaultReadingsBytes,
+			Port:          8000, // vLLM's default --port
+			Path:          "/metrics",
+			Scheme:        "http",
 		},
 		Source:     SourceDirect,
 		Prometheus: NewPrometheusOptions(),
@@ -371,6 +378,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.IntVar(&o.Scrape.MaxSeries, "scrape-max-series", o.Scrape.MaxSeries, "Most series of the engine metric families read in one /metrics body; a body with more fails its scrape (reason too_many_series).")
 	s.IntVar(&o.Scrape.MaxEngines, "scrape-max-engines", o.Scrape.MaxEngines, "Most engines (data-parallel ranks, Triton models) in one /metrics body; more fails the scrape (reason too_many_engines).")
 	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once, scheduled and on-demand together, shared fairly between namespaces and pools.")
+	s.Int64Var(&o.Scrape.InflightBytes, "scrape-inflight-bytes", o.Scrape.InflightBytes, "Memory the scrapes in flight may hold while they read and extract bodies (16 bytes per byte of body), one namespace at most a quarter of it; a scrape waits for room within its timeout.")
+	s.Int64Var(&o.Scrape.ReadingsBytes, "scrape-readings-budget-bytes", o.Scrape.ReadingsBytes, "Memory each namespace's kept readings may hold; a pod whose new reading would take its namespace past it is not stored (reason over_budget) and turns unknown.")
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
 	s.StringVar(&o.Scrape.Scheme, "scrape-scheme", o.Scrape.Scheme, "Scheme (http or https) for pods without the prometheus.io/scheme annotation.")
@@ -438,6 +447,12 @@ func (o *Options) Validate() error {
 	}
 	if s.MaxEngines < 1 || s.MaxEngines > 100_000 {
 		errs = append(errs, fmt.Errorf("--scrape-max-engines=%d: must be in 1..100000", s.MaxEngines))
+	}
+	if s.InflightBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--scrape-inflight-bytes=%d: must be at least 1048576 (1 MiB)", s.InflightBytes))
+	}
+	if s.ReadingsBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--scrape-readings-budget-bytes=%d: must be at least 1048576 (1 MiB)", s.ReadingsBytes))
 	}
 	if s.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("--scrape-concurrency=%d: must be >= 1", s.Concurrency))

@@ -339,7 +339,7 @@ func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheu
 		klog.InfoS("Warning: Prometheus's certificate is not verified (--prometheus-insecure-skip-tls-verify): a machine in the path can forge the values HPAs scale on",
 			"url", promsource.Redact(c.PrometheusClient.URL))
 	}
-	api, err := promsource.NewAPI(c.PrometheusClient)
+	client, err := promsource.NewClient(c.PrometheusClient)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +347,7 @@ func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	src, err := promsource.New(c.PrometheusSource, api, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
+	src, err := promsource.New(c.PrometheusSource, client, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
 	if err != nil {
 		return nil, err
 	}
