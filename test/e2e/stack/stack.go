@@ -67,7 +67,7 @@ type Options struct {
 	ExtraEngines map[string]nodeagent.Engine
 	// APIServerFlags are appended to kube-apiserver's (an audit policy and log).
 	APIServerFlags []string
-	Logf         func(format string, args ...any)
+	Logf           func(format string, args ...any)
 }
 
 // EmulatorGateway returns gateway options for pools of EmulatorImage: exact prompt and
