@@ -2,6 +2,7 @@ package soak
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -63,23 +64,37 @@ func (f *Fleet) CheckPod(e *Engine, v float64, ts time.Time, w Windows) bool {
 // at now: per pod, the lowest and highest of what it may count at (its values of the
 // last fresh window; when it misbehaved within the dark window, or every pod's source
 // did (dark: Prometheus was down), the unknown saturation and its held values of the
-// hold window too), averaged.
-func (f *Fleet) PoolBounds(engines []*Engine, now time.Time, w Windows, dark bool) (lo, hi float64) {
+// hold window too), averaged. extra is how many more pods the answer says counted
+// without fresh data (its pods_unknown and pods_held labels) although they served well:
+// a scrape timed out on a loaded machine. Any extra of them may count at the unknown
+// saturation or a held value, so the bounds take the ones that move them most.
+func (f *Fleet) PoolBounds(engines []*Engine, now time.Time, w Windows, dark bool, extra int) (lo, hi float64) {
+	var lowerBy, raiseBy []float64 // what counting a healthy pod as dark may move the bounds by
 	for _, e := range engines {
 		cands := f.podCandidates(e, now.Add(-w.Fresh), now)
-		modes := e.modesDuring(now.Add(-w.Dark), now)
-		if dark || modes[ModeDown] || modes[ModeHang] || modes[ModeGarbage] || modes[ModeHuge] || modes[ModeSlow] {
-			cands = append(cands, w.UnknownSaturation)
-			for _, c := range f.podCandidates(e, now.Add(-w.Hold-w.Dark), now) {
-				cands = append(cands, max(c, w.UnknownSaturation))
-			}
+		darkLo, darkHi := w.UnknownSaturation, w.UnknownSaturation
+		for _, c := range f.podCandidates(e, now.Add(-w.Hold-w.Dark), now) {
+			darkHi = max(darkHi, max(c, w.UnknownSaturation))
 		}
+		modes := e.modesDuring(now.Add(-w.Dark), now)
+		misbehaved := dark || modes[ModeDown] || modes[ModeHang] || modes[ModeGarbage] || modes[ModeHuge] || modes[ModeSlow]
 		l, h := math.Inf(1), math.Inf(-1)
 		for _, c := range cands {
 			l, h = min(l, c), max(h, c)
 		}
+		if misbehaved {
+			l, h = min(l, darkLo), max(h, darkHi)
+		} else {
+			lowerBy, raiseBy = append(lowerBy, max(0, l-darkLo)), append(raiseBy, max(0, darkHi-h))
+		}
 		lo += l
 		hi += h
+	}
+	slices.Sort(lowerBy)
+	slices.Sort(raiseBy)
+	for i := 0; i < extra && i < len(lowerBy); i++ {
+		lo -= lowerBy[len(lowerBy)-1-i]
+		hi += raiseBy[len(raiseBy)-1-i]
 	}
 	n := float64(len(engines))
 	return lo/n - tolerance, hi/n + tolerance

@@ -24,7 +24,10 @@ type Mode int
 const (
 	// ModeOK serves the engine's true values.
 	ModeOK Mode = iota
-	// ModeDown closes the engine's port (a restart: its counters start again from 0).
+	// ModeDown resets every connection (a restarting engine: its counters start again
+	// from 0). The port stays bound, as a pod keeps its IP while its container restarts:
+	// on a shared loopback another program could take a port let go, and serve
+	// something else there (it did: another test's idle engines, read as 0).
 	ModeDown
 	// ModeHang accepts the scrape and never answers (until the scraper gives up).
 	ModeHang
@@ -113,8 +116,8 @@ func (e *Engine) serve(ln net.Listener) {
 	go func() { _ = srv.Serve(ln) }()
 }
 
-// SetMode switches the engine's behaviour. Leaving ModeDown reopens its port with fresh
-// counters, as a restarted engine.
+// SetMode switches the engine's behaviour. Leaving ModeDown starts its counters again,
+// as a restarted engine's.
 func (e *Engine) SetMode(m Mode) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -122,22 +125,7 @@ func (e *Engine) SetMode(m Mode) error {
 		return nil
 	}
 	now := time.Now()
-	if m == ModeDown {
-		_ = e.srv.Close()
-		e.ln, e.srv = nil, nil
-	} else if e.mode == ModeDown {
-		var ln net.Listener
-		var err error
-		for try := 0; try < 50; try++ {
-			if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.Port))); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
-			return fmt.Errorf("engine %d: reopening port %d: %w", e.Index, e.Port, err)
-		}
-		e.serve(ln)
+	if e.mode == ModeDown {
 		e.started = now
 	}
 	e.mode = m
@@ -188,6 +176,19 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	q, kv := e.truth.Values(e.Index, e.truth.EpochAt(now))
 	switch mode {
+	case ModeDown:
+		// Reset the connection: the scraper sees it refused or cut.
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				if tc, ok := conn.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				}
+				_ = conn.Close()
+				return
+			}
+		}
+		http.Error(w, "restarting", http.StatusServiceUnavailable)
+		return
 	case ModeHang:
 		<-r.Context().Done()
 		return

@@ -391,7 +391,14 @@ func (d *driver) checkPool(ctx context.Context, t *target, p int) {
 		return
 	}
 	v := list.Items[0].Value.AsApproximateFloat64()
-	lo, hi := d.fleet.PoolBounds(d.fleet.Pool(p, d.c.PoolSize), now, t.w, t.prom != nil && t.prom.darkSince(now.Add(-t.w.Dark)))
+	// The pods the answer counted without fresh data or by their state (held ones are
+	// among the unknown).
+	extra := 0
+	for _, l := range []string{"pods_unknown", "pods_wedged", "pods_frozen", "pods_sleeping"} {
+		n, _ := strconv.Atoi(list.Items[0].MetricLabels[l])
+		extra += n
+	}
+	lo, hi := d.fleet.PoolBounds(d.fleet.Pool(p, d.c.PoolSize), now, t.w, t.prom != nil && t.prom.darkSince(now.Add(-t.w.Dark)), extra)
 	d.rep.PoolChecks[t.name]++
 	if v < lo || v > hi {
 		d.wrong(t, fmt.Sprintf("pool %s at %s: %g served, the truth allows [%g, %g] (labels %v)", PoolName(p),
