@@ -133,8 +133,8 @@ func TestLargeAnswerStreams(t *testing.T) {
 			// 1.08 GB and held 222 MB for this answer, all alive at once.
 			// Streamed, what is allocated beyond what is kept is garbage of
 			// one series at a time, and what is held is what is kept.
-			if allocated > 4*uint64(len(body)) {
-				t.Errorf("decoding a %d-byte answer allocated %d bytes, want under 4 times the answer", len(body), allocated)
+			if allocated > 6*uint64(len(body)) {
+				t.Errorf("decoding a %d-byte answer allocated %d bytes, want under 6 times the answer (the old path: 17)", len(body), allocated)
 			}
 			if tc.maxKeep > 0 && (heldBytes > int64(tc.maxKeep) || len(a.series) != 0) {
 				t.Errorf("an answer of another namespace: %d series kept, %d bytes held", len(a.series), heldBytes)
@@ -199,7 +199,9 @@ func TestSourceBoundsAnswers(t *testing.T) {
 		if grew := int64(held.HeapAlloc) - int64(before.HeapAlloc); grew > 1<<20 {
 			t.Errorf("refusing a 60 MB answer at the %d-byte limit left %d bytes held", DefaultMaxResponseBytes, grew)
 		}
-		if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 4*DefaultMaxResponseBytes {
+		// Decoding allocates about 3.4 bytes of garbage per byte read (more under
+		// -race); the whole 60 MB answer would be over 200 MB.
+		if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 8*DefaultMaxResponseBytes {
 			t.Errorf("refusing a 60 MB answer at the %d-byte limit allocated %d bytes: it is read past the limit", DefaultMaxResponseBytes, allocated)
 		}
 	})
