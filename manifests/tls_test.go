@@ -85,7 +85,7 @@ func checkTLS(t *testing.T, objs []any, mode string, caBundle []byte) {
 				t.Errorf("APIService %s: want no caBundle, insecureSkipTLSVerify or annotation (the adapter writes caBundle), got %+v", a.Name, a)
 			}
 		}
-		wantAPIRule.Verbs = []string{"get", "update", "patch"}
+		wantAPIRule.Verbs = []string{"get", "update"}
 		if servingRole < 0 {
 			t.Fatal("no Role saturation-adapter:serving-cert")
 		}

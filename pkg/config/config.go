@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	promparser "github.com/prometheus/prometheus/promql/parser"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -158,7 +159,48 @@ type Gateway struct {
 	// every scrape, so a rotated token is picked up) is sent as
 	// "Authorization: Bearer" to the gateway's pods: the inference extension's
 	// endpoint picker protects /metrics by default (--metrics-endpoint-auth).
+	// It must lie under TokenDir (a mounted Secret), outside the adapter's own
+	// credentials (ForbiddenTokenDir), with no ".." element; and Namespace and
+	// ServiceAccountName must name the endpoint picker, since the token goes
+	// only to its pods (see policy.GatewayInput).
 	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+	// ServiceAccountName is the endpoint picker's ServiceAccount: only pods
+	// running as it are the gateway's. Required with bearerTokenFile.
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+}
+
+// TokenDir is where a gateway input's bearerTokenFile must lie: where
+// Kubernetes mounts secrets (mount the token's Secret at e.g.
+// /var/run/secrets/epp-metrics). The file's content is sent to the gateway's
+// pods, so a configuration must not be able to name any other file of the
+// adapter's: its serving key (/etc/saturation-adapter/tls), the policy file,
+// /etc/passwd.
+const TokenDir = "/var/run/secrets/"
+
+// ForbiddenTokenDir holds the adapter's own ServiceAccount token (and other
+// kubernetes.io credentials): never sent to a gateway.
+const ForbiddenTokenDir = "/var/run/secrets/kubernetes.io/"
+
+// tokenFileProblem says what is wrong with a bearerTokenFile path, "" when
+// nothing: it must be absolute, have no ".." element, and, cleaned, lie under
+// TokenDir and outside ForbiddenTokenDir.
+func tokenFileProblem(p string) string {
+	if !filepath.IsAbs(p) {
+		return "must be an absolute path under " + TokenDir
+	}
+	for _, el := range strings.Split(filepath.ToSlash(p), "/") {
+		if el == ".." {
+			return "must not contain '..': the path is confined to " + TokenDir
+		}
+	}
+	clean := filepath.Clean(p)
+	if !strings.HasPrefix(clean, TokenDir) || len(clean) == len(TokenDir) {
+		return "must lie under " + TokenDir + " (a mounted Secret): the file's content is sent to the gateway's pods"
+	}
+	if strings.HasPrefix(clean+"/", ForbiddenTokenDir) {
+		return "must not be the adapter's own credentials (" + ForbiddenTokenDir + "): give the gateway a token of its own"
+	}
+	return ""
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m").
@@ -359,11 +401,21 @@ func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 		if len(g.Match) == 0 {
 			errs = append(errs, field.Required(gp.Child("match"), "labels that pick this pool's series, e.g. inference_pool: my-pool"))
 		}
-		if g.BearerTokenFile != "" && !filepath.IsAbs(g.BearerTokenFile) {
-			errs = append(errs, field.Invalid(gp.Child("bearerTokenFile"), g.BearerTokenFile, "must be an absolute path"))
+		token := g.BearerTokenFile
+		if token != "" {
+			if why := tokenFileProblem(token); why != "" {
+				errs = append(errs, field.Invalid(gp.Child("bearerTokenFile"), token, why))
+			}
+			token = filepath.Clean(token)
+		}
+		if g.ServiceAccountName != "" && !validName(g.ServiceAccountName) {
+			errs = append(errs, field.Invalid(gp.Child("serviceAccountName"), g.ServiceAccountName, "must be a ServiceAccount name (DNS-1123 subdomain)"))
+		}
+		if g.Namespace != "" && !policy.ValidName(g.Namespace) {
+			errs = append(errs, field.Invalid(gp.Child("namespace"), g.Namespace, "must be a namespace name (DNS-1123 label)"))
 		}
 		sp.Gateway = &policy.GatewayInput{Namespace: g.Namespace, Selector: g.Selector, Port: g.Port, Path: g.Path,
-			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint, BearerTokenFile: g.BearerTokenFile}
+			Metric: g.Metric, Match: g.Match, QueueSetPoint: g.QueueSetPoint, BearerTokenFile: token, ServiceAccount: g.ServiceAccountName}
 	}
 	errs = append(errs, p.convertAhead(path, &sp)...)
 	if len(errs) > 0 {
@@ -421,6 +473,10 @@ func fieldPath(path *field.Path, name string) *field.Path {
 	}
 	return path
 }
+
+// validName reports whether s is a DNS-1123 subdomain (a ServiceAccount's
+// name): k8s.io/apimachinery's validation.IsDNS1123Subdomain.
+func validName(s string) bool { return len(validation.IsDNS1123Subdomain(s)) == 0 }
 
 // convert turns one file term into a policy.Term, validating its fields.
 func (t *Term) convert(path *field.Path) (policy.Term, field.ErrorList) {

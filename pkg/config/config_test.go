@@ -1,9 +1,11 @@
 package config
 
 import (
+	"bytes"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +77,23 @@ func TestParseErrors(t *testing.T) {
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"window on a gauge term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, window: 1m}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"bad duration", head + "policies:\n- name: a\n  kind: mean\n  holdLastGood: forever\n  terms: [{kind: queueDepth}]\n", []string{`time: invalid duration "forever"`}},
-		{"gateway token file not absolute", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: token}\n", []string{`policies[0].gateway.bearerTokenFile: Invalid value: "token": must be an absolute path`}},
+		{"gateway token file not absolute", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: token}\n", []string{`policies[0].gateway.bearerTokenFile: Invalid value: "token": must be an absolute path under /var/run/secrets/`}},
+		// Issue 20: the token went to any pod with the gateway's labels, and
+		// paths with ".." were accepted.
+		{"gateway token without namespace or ServiceAccount", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/epp/token}\n",
+			[]string{"policies[0].gateway.namespace: Invalid value: \"\": required with bearerTokenFile"}},
+		{"gateway token without ServiceAccount", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/epp/token}\n",
+			[]string{"policies[0].gateway.serviceAccountName: Invalid value: \"\": required with bearerTokenFile"}},
+		{"gateway token path with ..", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/epp/../../../../etc/saturation-adapter/tls/tls.key}\n",
+			[]string{`policies[0].gateway.bearerTokenFile: Invalid value: "/var/run/secrets/epp/../../../../etc/saturation-adapter/tls/tls.key": must not contain '..'`}},
+		{"gateway token outside the secrets directory", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /etc/saturation-adapter/tls/tls.key}\n",
+			[]string{`policies[0].gateway.bearerTokenFile: Invalid value: "/etc/saturation-adapter/tls/tls.key": must lie under /var/run/secrets/`}},
+		{"gateway token is the adapter's own", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}\n",
+			[]string{`policies[0].gateway.bearerTokenFile: Invalid value: "/var/run/secrets/kubernetes.io/serviceaccount/token": must not be the adapter's own credentials`}},
+		{"gateway token directory itself", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: gw, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets//}\n",
+			[]string{`must lie under /var/run/secrets/`}},
+		{"gateway bad ServiceAccount and namespace", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: GW, serviceAccountName: 'e p p', selector: app=epp, match: {inference_pool: p}}\n",
+			[]string{`policies[0].gateway.serviceAccountName: Invalid value: "e p p"`, `policies[0].gateway.namespace: Invalid value: "GW"`}},
 		{"gateway without selector or match", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {port: 9090}\n", []string{"policies[0].gateway.selector: Required value", "policies[0].gateway.match: Required value"}},
 		{"cap below 1", head + "policies:\n- name: a\n  kind: mean\n  maxRatio: 2\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{`unknown field "policies[0].maxRatio"`}},
 		{"term cap below 1", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{"policies[0].terms[0].maxRatio: Invalid value: 0.5"}},
@@ -162,6 +180,21 @@ func TestLoaderReload(t *testing.T) {
 	// Unchanged content is not re-parsed, and the same bad file is still bad.
 	if changed, _ := l.Reload(); changed {
 		t.Error("an unchanged file counted as a change")
+	}
+
+	// Issue 20: restoring the file in force after a failed reload left the
+	// failure flag set (the content was the one in force, so nothing was
+	// reloaded and nothing cleared).
+	write(head + "- {name: b, kind: demand, terms: [{kind: queueDepth, setPoint: 9}]}\n")
+	if changed, err := l.Reload(); changed || err != nil {
+		t.Fatalf("the good file restored: Reload = %v, %v; want no change and no error", changed, err)
+	}
+	if _, serr := l.Status(); serr != nil || testutil.ToFloat64(m.LastReloadSuccessful) != 1 {
+		t.Errorf("the good file restored: status %v, metric %g; want the failure cleared", serr, testutil.ToFloat64(m.LastReloadSuccessful))
+	}
+	write(head + "- {name: B, kind: demand}\n")
+	if _, err := l.Reload(); err == nil {
+		t.Fatal("the bad file again: no error")
 	}
 
 	write(head + "- {name: c, kind: mean, terms: [{kind: kvCacheUsage}]}\n")
@@ -346,5 +379,91 @@ func TestAheadParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Issue 20: a 50 MB configuration file took the adapter from 83 to 508 MiB
+// and wrote a 48 MB log line. A file above MaxFileBytes is refused unread
+// (the heap does not grow with it), and every load error is cut to
+// MaxErrorBytes, even for a file within the limit whose one value is huge.
+func TestConfigFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	head := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"
+	if err := os.WriteFile(path, []byte(head+"- {name: a, kind: mean, terms: [{kind: queueDepth, setPoint: 5}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(path, builtin(), clocktesting.NewFakeClock(time.Now()), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 50 MB of a valid-looking file: a huge selector.
+	big, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.WriteString(head + "- {name: b, kind: demand, terms: [{kind: queueDepth}], gateway: {match: {p: q}, selector: 'app="); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.Write(bytes.Repeat([]byte("x"), 50<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.WriteString("'}}\n"); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = l.Reload()
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "file too large") {
+		t.Fatalf("a 50 MB file: %v, want it refused as too large", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("refusing a 50 MB file allocated %d bytes, want under 1 MiB (it is not read)", grew)
+	}
+	if l.Catalog().Lookup("a") == nil {
+		t.Error("the refused file replaced the catalog in force")
+	}
+
+	// Within the limit, one 900 KB value: the error quoting it is cut.
+	value := strings.Repeat("x", 900<<10)
+	if err := os.WriteFile(path, []byte(head+"- {name: b, kind: demand, terms: [{kind: queueDepth}], gateway: {match: {p: q}, selector: 'app in ("+value+"'}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Reload()
+	if err == nil || !strings.Contains(err.Error(), "policies[0].gateway.selector") {
+		t.Fatalf("a bad selector: %v", err)
+	}
+	if n := len(err.Error()); n > MaxErrorBytes+8 {
+		t.Errorf("the error is %d bytes, want at most %d", n, MaxErrorBytes)
+	}
+	if _, serr := l.Status(); serr == nil || len(serr.Error()) > MaxErrorBytes+8 {
+		t.Errorf("Status error %d bytes, want the cut one", len(serr.Error()))
+	}
+}
+
+// A token file under the secrets directory, with the gateway's namespace and
+// ServiceAccount, is accepted, its path cleaned.
+func TestGatewayTokenAccepted(t *testing.T) {
+	f, err := Parse([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n" +
+		"  gateway: {namespace: llm-gateway, serviceAccountName: epp, selector: app=epp, match: {inference_pool: p}, bearerTokenFile: /var/run/secrets//epp-metrics/./token}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Catalog(builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.Lookup("a").Gateway
+	if g.BearerTokenFile != "/var/run/secrets/epp-metrics/token" || g.ServiceAccount != "epp" || g.Namespace != "llm-gateway" {
+		t.Errorf("gateway input %+v, want the cleaned path, the ServiceAccount and the namespace", g)
 	}
 }

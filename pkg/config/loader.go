@@ -3,7 +3,9 @@ package config
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -20,6 +23,17 @@ import (
 // mounted ConfigMap changes on disk within the kubelet's sync period (about a
 // minute), so 10 s adds little to that.
 const DefaultReloadInterval = 10 * time.Second
+
+// MaxFileBytes bounds the configuration file: 1 MiB, a ConfigMap's own limit
+// (etcd's request limit of 1.5 MiB with the object around it), and some
+// thousand policies. A larger file is refused before it is read: a 50 MB file
+// once took the adapter from 83 to 508 MiB and wrote a 48 MB log line.
+const MaxFileBytes = 1 << 20
+
+// MaxErrorBytes bounds the text of a load error (what the log, /readyz and the
+// start-up failure show): a field's value is quoted in it, and the file may
+// hold megabytes in one value.
+const MaxErrorBytes = 4 << 10
 
 // metricsNamespace prefixes every metric of the adapter.
 const metricsNamespace = "saturation_adapter"
@@ -70,8 +84,11 @@ type Loader struct {
 	cur  atomic.Pointer[policy.Catalog]
 	prom atomic.Pointer[Prometheus]
 
-	mu       sync.Mutex
-	hash     [sha256.Size]byte
+	mu   sync.Mutex
+	hash [sha256.Size]byte
+	// badHash is the content of the last file that failed to load, which is
+	// not parsed again while it stays.
+	badHash  [sha256.Size]byte
 	lastErr  error
 	failedAt time.Time
 	onChange []func(*policy.Catalog)
@@ -138,29 +155,41 @@ func warnings(c *policy.Catalog) []string {
 
 // Reload reads the file and, when its content changed and is valid, makes its
 // catalog the one in force. A bad file keeps the previous catalog; the error
-// says what is wrong. changed reports a new catalog.
+// says what is wrong in at most MaxErrorBytes. A file larger than
+// MaxFileBytes is refused unread. When the file in force is back (a bad
+// edit reverted), the failure is cleared. changed reports a new catalog.
 func (l *Loader) Reload() (changed bool, err error) {
 	if l.path == "" {
 		return false, nil
 	}
-	data, err := os.ReadFile(l.path)
+	data, err := readBounded(l.path, MaxFileBytes)
 	if err != nil {
 		return false, l.failed(fmt.Errorf("reading --config=%s: %w", l.path, err))
 	}
 	sum := sha256.Sum256(data)
 	l.mu.Lock()
 	same := sum == l.hash && l.cur.Load() != nil
+	stillBad := sum == l.badHash && l.lastErr != nil
+	if same && l.lastErr != nil {
+		// The file in force is the newest again: nothing failed any more.
+		l.lastErr, l.failedAt = nil, time.Time{}
+		l.metrics.LastReloadSuccessful.Set(1)
+	}
+	lastErr := l.lastErr
 	l.mu.Unlock()
 	if same {
 		return false, nil
 	}
+	if stillBad {
+		return false, lastErr
+	}
 	f, err := Parse(data)
 	if err != nil {
-		return false, l.failed(fmt.Errorf("--config=%s: %w", l.path, err))
+		return false, l.failedContent(sum, fmt.Errorf("--config=%s: %w", l.path, err))
 	}
 	c, err := f.Catalog(l.builtin)
 	if err != nil {
-		return false, l.failed(fmt.Errorf("--config=%s: %w", l.path, err))
+		return false, l.failedContent(sum, fmt.Errorf("--config=%s: %w", l.path, err))
 	}
 	first := l.cur.Load() == nil
 	l.mu.Lock()
@@ -182,12 +211,66 @@ func (l *Loader) Reload() (changed bool, err error) {
 	return true, nil
 }
 
+// failed records a failed load, its error cut to MaxErrorBytes, and returns
+// that error.
 func (l *Loader) failed(err error) error {
+	return l.failedContent([sha256.Size]byte{}, err)
+}
+
+// failedContent is failed for a file whose content (sum) does not load.
+func (l *Loader) failedContent(sum [sha256.Size]byte, err error) error {
+	err = boundedError{err}
 	l.mu.Lock()
-	l.lastErr, l.failedAt = err, l.clock.Now()
+	l.lastErr, l.failedAt, l.badHash = err, l.clock.Now(), sum
 	l.mu.Unlock()
 	l.metrics.LastReloadSuccessful.Set(0)
 	return err
+}
+
+// boundedError is an error whose text is cut to MaxErrorBytes (on a rune
+// boundary, control characters replaced); errors.Is and As see the cause.
+type boundedError struct{ err error }
+
+func (e boundedError) Error() string { return signals.Excerpt(e.err.Error(), MaxErrorBytes) }
+func (e boundedError) Unwrap() error { return e.err }
+
+// ReadFile reads and parses the configuration file at path within the
+// Loader's bounds: a file above MaxFileBytes is refused unread, and the error
+// (naming every bad field) is cut to MaxErrorBytes.
+func ReadFile(path string) (*File, error) {
+	data, err := readBounded(path, MaxFileBytes)
+	if err != nil {
+		return nil, boundedError{err}
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, boundedError{err}
+	}
+	return f, nil
+}
+
+// errTooLarge: the file exceeds MaxFileBytes.
+var errTooLarge = errors.New("file too large")
+
+// readBounded reads the file at path, refusing one larger than max bytes
+// without reading it (or, if it grows while read, past max+1 bytes).
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", errTooLarge, st.Size(), max)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, max)
+	}
+	return data, nil
 }
 
 // Status returns when the last load failed and its error, while no later load

@@ -177,8 +177,16 @@ type Override struct {
 	Port int
 	Path string
 	// BearerTokenFile, when set, is sent as the pods' bearer token
-	// (scrape.Target.BearerTokenFile).
+	// (scrape.Target.BearerTokenFile), but only to pods of Namespace running
+	// as ServiceAccount: both must then be set, and a pod elsewhere or under
+	// another account is not scraped (its labels, which a tenant may copy,
+	// never earn it the token).
 	BearerTokenFile string
+	// ServiceAccount, when set, is the only ServiceAccount the pods may run
+	// as; others are not scraped.
+	ServiceAccount string
+	// Namespace is the only namespace whose pods get BearerTokenFile.
+	Namespace string
 }
 
 // key renders a non-zero override for interest keys.
@@ -186,7 +194,27 @@ func (o Override) key() string {
 	if o == (Override{}) {
 		return ""
 	}
-	return "\x00" + strconv.Itoa(o.Port) + "\x00" + o.Path + "\x00" + o.BearerTokenFile
+	return "\x00" + strconv.Itoa(o.Port) + "\x00" + o.Path + "\x00" + o.BearerTokenFile + "\x00" + o.ServiceAccount + "\x00" + o.Namespace
+}
+
+// trusts reports why the override's pods may not include p, "" when they may:
+// a pod running as another ServiceAccount than the override's, and, with a
+// bearer token, a pod outside the override's namespace or an override
+// without both (the token goes to nothing a tenant can forge).
+func (o Override) trusts(p *corev1.Pod) string {
+	if o.ServiceAccount != "" && p.Spec.ServiceAccountName != o.ServiceAccount {
+		return fmt.Sprintf("runs as ServiceAccount %q, not the gateway's %q: not scraped as the gateway", excerpt.String(p.Spec.ServiceAccountName, 64), o.ServiceAccount)
+	}
+	if o.BearerTokenFile == "" {
+		return ""
+	}
+	if o.ServiceAccount == "" || o.Namespace == "" {
+		return "the gateway input's token needs its namespace and ServiceAccount: not scraped"
+	}
+	if p.Namespace != o.Namespace {
+		return fmt.Sprintf("is not in the gateway's namespace %q: the token is not sent", o.Namespace)
+	}
+	return ""
 }
 
 // Gateway is where a served metric's gateway pods are: a selector in a
@@ -574,6 +602,9 @@ func (s *Selection) targetWith(p *corev1.Pod, ov Override) (scrape.Target, error
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	if p.Status.PodIP == "" {
 		return scrape.Target{}, fmt.Errorf("pod %s has no IP yet", key)
+	}
+	if why := ov.trusts(p); why != "" {
+		return scrape.Target{}, fmt.Errorf("pod %s %s", key, why)
 	}
 	if p.Spec.HostNetwork && !s.opts.ScrapeHostNetwork {
 		// Its IP is the node's: an annotation could aim the adapter at any port

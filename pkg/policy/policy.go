@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -339,8 +340,15 @@ type GatewayInput struct {
 	// depth set point when 0.
 	QueueSetPoint float64
 	// BearerTokenFile, when set, holds the bearer token sent to the gateway's
-	// pods (re-read on every scrape).
+	// pods (re-read on every scrape). It is sent only to pods a tenant cannot
+	// forge: pods of Namespace (which must then be set: the request's
+	// namespace is a tenant's) running as ServiceAccount (which must then be
+	// set); never to any pod whose labels match.
 	BearerTokenFile string
+	// ServiceAccount, when set, is the endpoint picker's ServiceAccount: only
+	// pods running as it are the gateway's (others matching the selector are
+	// not scraped, and leave the queue unknown). Required with a token.
+	ServiceAccount string
 }
 
 // Queue returns the waiting requests of the gateway series that a gateway
@@ -358,9 +366,12 @@ type GatewayInput struct {
 // Errors, never a silent 0: no reading at all; a reading with no series of the metric and no
 // flow-control family (flow control off, or not the gateway's /metrics); one
 // that exports another *_flow_control_queue_size family instead (the metric
-// misnamed); and series of the metric none of which carries every label of
+// misnamed); series of the metric none of which carries every label of
 // Match (a match that can select nothing: upstream's gauge is labelled
-// fairness_id and priority only before PR #1714).
+// fairness_id and priority only before PR #1714); and a selected series whose
+// value the engines' validity rules rejected (NaN, ±Inf, negative, absurd:
+// signals.GatewaySeries.Invalid), which leaves the queue unknown as a pod's
+// rejected queue depth leaves its term out.
 func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 	var queue float64
 	series, labelled, read := 0, 0, 0
@@ -381,9 +392,14 @@ func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 			if s.HasLabels(g.Match) {
 				labelled++
 			}
-			if s.Matches(g.Match) {
-				queue += s.Value
+			if !s.Matches(g.Match) {
+				continue
 			}
+			if s.Invalid != "" {
+				return 0, fmt.Errorf("the gateway's %s series %s was rejected (%s): the pool's gateway queue is unknown",
+					g.Metric, signals.Excerpt(describeMatch(s.Labels), 200), s.Invalid)
+			}
+			queue += s.Value
 		}
 		if n == 0 {
 			if other := otherQueueFamily(r, names); other != "" {
@@ -468,14 +484,19 @@ func labelsSuffix(l map[string]string) string {
 	if len(l) == 0 {
 		return ""
 	}
-	keys := make([]string, 0, len(l))
-	for k := range l {
+	return describeMatch(l)
+}
+
+// describeMatch renders labels as {k="v",...}, sorted.
+func describeMatch(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%q", k, l[k])
+		parts[i] = k + "=" + strconv.Quote(m[k])
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
@@ -573,6 +594,12 @@ func (p *Policy) Validate() *FieldError {
 		}
 		if g.QueueSetPoint == 0 && p.term(TermQueueDepth) == nil {
 			return fieldErr("gateway.queueSetPoint", 0, "required when the policy has no queueDepth term")
+		}
+		if g.BearerTokenFile != "" && g.Namespace == "" {
+			return fieldErr("gateway.namespace", "", "required with bearerTokenFile: the token goes only to the endpoint picker's pods in a namespace the operator controls, never to pods of the HPA's namespace, which a tenant controls")
+		}
+		if g.BearerTokenFile != "" && g.ServiceAccount == "" {
+			return fieldErr("gateway.serviceAccountName", "", "required with bearerTokenFile: the token goes only to pods running as the endpoint picker's ServiceAccount, never to any pod whose labels match")
 		}
 	}
 	return p.validateAhead()

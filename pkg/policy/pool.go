@@ -88,7 +88,16 @@ type Pool struct {
 //   - KindSignal: counts add up and ratios are averaged over the pods; a pod
 //     without fresh data counts at its last good value (within HoldLastGood) or
 //     at the mean of the known pods, whichever is higher, so a sum never
-//     shrinks because pods stopped reporting.
+//     shrinks because pods stopped reporting. A raw signal has no set point,
+//     so the HPA's own rule (a missing pod at the target on scale-down)
+//     cannot be applied to it: while any counted pod has no fresh reading
+//     and no held value (it never reported, or went dark longer than
+//     HoldLastGood ago) the pool has none (the server answers 503 naming the
+//     pods and the HPA holds), rather than counting it at the known pods'
+//     mean (3 of 4 pods failing from the start at the fourth's 0 drove an HPA
+//     4 → 1, issue 20). A pod with a fresh reading whose series of the signal
+//     are absent or all rejected counts at the known pods' mean, so that one
+//     pod's NaN never poisons the pool (hazard BC-02).
 //   - With a gateway input (AddGateway), its queue / the gateway's queue set
 //     point adds to the demand, and the mean is that demand over the pods; with
 //     no pod, both are the gateway demand (the HPA computes ceil(value /
@@ -108,10 +117,13 @@ type PoolBuilder struct {
 	pods, fresh, known, held int
 	states                   map[EngineState]int
 	sum                      float64
-	// KindSignal: the known pods' sum and count, and the held values of the
-	// others (-1: none), resolved in Pool against the known mean.
+	// KindSignal: the known pods' sum and count, the held values of the
+	// others (-1: none), resolved in Pool against the known mean, and the
+	// pods with neither a fresh reading nor a held value (then the pool has
+	// no value).
 	n        int
 	unknowns []float64
+	dark     int
 	// Pooled observations of the latency terms, and whether any known pod had
 	// requests in flight; per term, whether a known pod's window was
 	// consistent (usable) and whether one was inconsistent (dropped).
@@ -228,6 +240,9 @@ func (b *PoolBuilder) addSignal(h *history.History, why string) PodValue {
 	if v.Why == "" {
 		v.Why = "no fresh reading"
 	}
+	if held < 0 {
+		b.dark++
+	}
 	b.unknowns = append(b.unknowns, held)
 	return v
 }
@@ -291,8 +306,8 @@ func (b *PoolBuilder) pool() Pool {
 	p := b.policy
 	out := Pool{Pods: b.pods, Fresh: b.fresh, Known: b.known, Held: b.held, States: b.states, Oldest: b.oldest, Gateway: b.gw}
 	if p.Kind == KindSignal {
-		if b.n == 0 {
-			return out
+		if b.n == 0 || b.dark > 0 {
+			return out // see PoolBuilder: a dark pod leaves a raw signal unknown
 		}
 		mean := b.sum / float64(b.n)
 		v := b.sum

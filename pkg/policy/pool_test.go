@@ -92,10 +92,11 @@ func TestPool(t *testing.T) {
 			want: values{MetricSaturation: 1.25, MetricDemandReplicas: 2.5, MetricQueueDepth: 10, MetricRunning: 2, MetricKVCacheUsage: 0.4},
 		},
 		{
-			// A pod never scraped counts at the unknown saturation; in raw sums at
-			// the known pods' mean, so a sum never shrinks because a pod is dark.
+			// A pod never scraped counts at the unknown saturation; a raw signal
+			// has no set point to count it at, so it has no value (issue 20: at
+			// the known pods' mean, 3 of 4 dark pods drove an HPA 4 → 1).
 			name: "unknown pod counts as saturated", pods: []pod{known(0, 0), dark}, unknown: 1,
-			want: values{MetricSaturation: 0.5, MetricDemandReplicas: 1, MetricQueueDepth: 0, MetricRunning: 2, MetricKVCacheUsage: 0},
+			want: values{MetricSaturation: 0.5, MetricDemandReplicas: 1},
 		},
 		{
 			// No known pod: every policy's value is nil ("no data"), whatever the
@@ -161,17 +162,60 @@ func TestPartialOutageNeverScalesDown(t *testing.T) {
 			t.Errorf("%s rose from %g to %g on missing data alone", name, before[name], *p.Value)
 		}
 	}
-	// Past HoldLastGood the dark pods count at the unknown saturation (and raw
-	// signals at the known pods' mean).
+	// Past HoldLastGood the dark pods count at the unknown saturation, and raw
+	// signals have no value (the HPA holds).
 	later := t0.Add(DefaultHoldLastGood + time.Second)
 	pods[3].readings = append(pods[3].readings, read(t, vllm(0, 1, 0.1), later))
 	if p := poolOf(t, c, MetricSaturation, later, pods...); p.Value == nil || !approx(*p.Value, (3*1+idle)/4) || p.Held != 0 {
 		t.Errorf("after the hold: llm_saturation = %v (held %d), want %g", deref(p.Value), p.Held, (3*1+idle)/4)
 	}
+	for _, name := range []string{MetricQueueDepth, MetricRunning, MetricKVCacheUsage} {
+		if p := poolOf(t, c, name, later, pods...); p.Value != nil {
+			t.Errorf("after the hold: %s = %g, want no value while pods have none", name, *p.Value)
+		}
+	}
 	// A scale-up on the known pods still happens: the known pod fills up.
 	pods[3].readings = []*signals.Reading{read(t, vllm(50, 8, 0.9), now)}
 	if p := poolOf(t, c, MetricDemandReplicas, now, pods...); p.Value == nil || !approx(*p.Value, 3*2+10) {
 		t.Errorf("known pod saturated: llm_demand_replicas = %v, want %g", p.Value, 3*2.0+10)
+	}
+}
+
+// Issue 20: three of four pods failing from the start (never reported) and
+// the fourth idle: a raw-signal pool (llm_num_requests_waiting, a sum with
+// target AverageValue 5) counted them at the known pod's 0 and its HPA went
+// 4 → 1. It has no value now (503: the HPA holds), while the saturation and
+// demand metrics count them at the unknown saturation, the HPA's own rule.
+func TestRawSignalWithPodsThatNeverReported(t *testing.T) {
+	c := builtin(t, DefaultUnknownSaturation)
+	pods := []pod{
+		{why: "scrape failing: connection refused"}, {why: "scrape failing: connection refused"}, {why: "scrape failing: timed out"},
+		{readings: []*signals.Reading{read(t, vllm(0, 0, 0), t0)}},
+	}
+	for _, name := range []string{MetricQueueDepth, MetricRunning, MetricKVCacheUsage} {
+		p := poolOf(t, c, name, t0, pods...)
+		if p.Value != nil {
+			t.Errorf("%s = %g with 3 of 4 pods never reported, want no value (the HPA holds)", name, *p.Value)
+		}
+		if p.Known != 1 || p.Pods != 4 {
+			t.Errorf("%s: known %d of %d pods, want 1 of 4", name, p.Known, p.Pods)
+		}
+	}
+	if p := poolOf(t, c, MetricDemandReplicas, t0, pods...); p.Value == nil || *p.Value != 3 {
+		t.Errorf("llm_demand_replicas = %v, want 3 (the dark pods at the unknown saturation)", deref(p.Value))
+	}
+	// A fresh pod whose series of the signal are rejected is not dark: it
+	// counts at the known pods' mean (hazard BC-02), the pool has a value.
+	nan := []pod{pods[3], {readings: []*signals.Reading{read(t, "vllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc 0.5\n", t0)}}}
+	if p := poolOf(t, c, MetricQueueDepth, t0, nan...); p.Value == nil || *p.Value != 0 {
+		t.Errorf("a fresh pod with a rejected queue: llm_num_requests_waiting = %v, want 0 (the known pod's mean)", deref(p.Value))
+	}
+	// Once they report, the sum is theirs.
+	for i := range 3 {
+		pods[i] = pod{readings: []*signals.Reading{read(t, vllm(2, 0, 0), t0)}}
+	}
+	if p := poolOf(t, c, MetricQueueDepth, t0, pods...); p.Value == nil || *p.Value != 6 {
+		t.Errorf("every pod reporting: llm_num_requests_waiting = %v, want 6", deref(p.Value))
 	}
 }
 

@@ -67,7 +67,7 @@ func BenchmarkNamespaceRefresh1000Pods(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	api, err := NewAPI(ClientOptions{URL: prom.srv.URL, MaxResponseBytes: DefaultMaxResponseBytes})
+	api, err := NewClient(ClientOptions{URL: prom.srv.URL, MaxResponseBytes: DefaultMaxResponseBytes})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -78,14 +78,21 @@ type buildOptions struct {
 	now time.Time
 	// gauge names the gauge families (which choose a window reading's dialect).
 	gauge map[string]bool
+	// names are the series names of the families read (a histogram's
+	// _bucket, _count and _sum): a series of another name is not kept.
+	names map[string]bool
 }
 
 // newBuildOptions returns the options for an extractor, with its gauges indexed.
 func newBuildOptions(e *signals.Extractor, h history.HistoryOptions, keys []history.WindowKey, interval time.Duration) buildOptions {
-	o := buildOptions{extractor: e, history: h, keys: keys, interval: interval, gauge: map[string]bool{}}
+	o := buildOptions{extractor: e, history: h, keys: keys, interval: interval, gauge: map[string]bool{}, names: map[string]bool{}}
 	for _, f := range e.Families() {
-		if f.Kind == signals.FamilyGauge {
+		o.names[f.Name] = true
+		switch f.Kind {
+		case signals.FamilyGauge:
 			o.gauge[f.Name] = true
+		case signals.FamilyHistogram:
+			o.names[f.Name+"_bucket"], o.names[f.Name+"_count"], o.names[f.Name+"_sum"] = true, true, true
 		}
 	}
 	return o

@@ -1,17 +1,21 @@
 package prometheus
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	promconfig "github.com/prometheus/common/config"
+
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // ClientOptions say how the adapter reaches Prometheus (or Thanos Query,
@@ -29,6 +33,8 @@ type ClientOptions struct {
 	// Headers are sent with every query (Mimir's X-Scope-OrgID).
 	Headers map[string]string
 	// MaxResponseBytes bounds one answer's body; a larger one is an error.
+	// Answers are decoded as they stream in, so what is held is the series
+	// kept, not the body.
 	MaxResponseBytes int64
 }
 
@@ -71,9 +77,19 @@ func (o ClientOptions) Validate() error {
 	return nil
 }
 
-// NewAPI returns the Prometheus HTTP API client (client_golang's api/prometheus/v1
-// over common/config's HTTP client). Errors name the invalid setting.
-func NewAPI(o ClientOptions) (v1.API, error) {
+// Client queries the Prometheus HTTP API: instant queries whose answers are
+// decoded as they stream in (decodeStream), never held whole, and bounded by
+// ClientOptions.MaxResponseBytes. It is safe for concurrent use.
+type Client struct {
+	base *url.URL
+	rt   http.RoundTripper
+	max  int64
+}
+
+// NewClient returns a client of the Prometheus HTTP API over common/config's
+// HTTP client (the one Prometheus itself uses for remote read and scrapes).
+// Errors name the invalid setting.
+func NewClient(o ClientOptions) (*Client, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -82,39 +98,116 @@ func NewAPI(o ClientOptions) (v1.API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("settings of the Prometheus client: %w", err)
 	}
-	c, err := api.NewClient(api.Config{Address: o.URL, RoundTripper: limitBody{rt: rt, max: o.MaxResponseBytes}})
+	u, err := url.Parse(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("the Prometheus URL %q: %w", Redact(o.URL), err)
 	}
-	return v1.NewAPI(c), nil
+	u.Path = strings.TrimRight(u.Path, "/")
+	return &Client{base: u, rt: rt, max: o.MaxResponseBytes}, nil
 }
 
 // errTooLarge: an answer above ClientOptions.MaxResponseBytes.
 var errTooLarge = errors.New("response body too large")
 
-// limitBody fails a response whose body exceeds max bytes (client_golang reads
-// the whole body into memory).
-type limitBody struct {
-	rt  http.RoundTripper
-	max int64
+// QueryError is Prometheus's own error answer to a query (bad_data,
+// execution, timeout, ...), its message cut to a few hundred bytes.
+type QueryError struct {
+	Type string
+	Msg  string
 }
 
-func (l limitBody) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := l.rt.RoundTrip(req)
+func (e *QueryError) Error() string { return e.Type + ": " + e.Msg }
+
+// StatusError is an HTTP status other than 2xx without a Prometheus error
+// answer (a proxy's 500, an auth gateway's 401).
+type StatusError struct{ Code int }
+
+func (e *StatusError) Error() string {
+	if e.Code >= 500 {
+		return fmt.Sprintf("server error: %d", e.Code)
+	}
+	return fmt.Sprintf("client error: %d", e.Code)
+}
+
+// maxErrorBodyBytes bounds the body read of an answer with an error status.
+const maxErrorBodyBytes = 64 << 10
+
+// query runs an instant query at ts (Prometheus's own query timeout set to
+// timeout) and decodes its answer as it streams, keeping the series keep
+// accepts (see decodeStream). It POSTs the form, as client_golang does, and
+// falls back to GET where a proxy refuses POST (403, 405, 501). Errors:
+// *QueryError, *StatusError, errTooLarge and ErrResponse (wrapped), the
+// context's and the transport's.
+func (c *Client) query(ctx context.Context, expr string, ts time.Time, timeout time.Duration, lim decodeLimits, keep func(seriesLabels) bool) (queryAnswer, error) {
+	form := url.Values{"query": {expr}}
+	if !ts.IsZero() {
+		form.Set("time", strconv.FormatFloat(float64(ts.UnixMilli())/1e3, 'f', -1, 64))
+	}
+	if timeout > 0 {
+		form.Set("timeout", strconv.FormatInt(timeout.Milliseconds(), 10)+"ms")
+	}
+	u := *c.base
+	u.Path += "/api/v1/query"
+	body := form.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(body))
 	if err != nil {
-		return nil, err
+		return queryAnswer{}, err
 	}
-	if resp.ContentLength > l.max {
-		resp.Body.Close()
-		return nil, fmt.Errorf("%w: %d bytes, more than %d (--prometheus-max-response-bytes)", errTooLarge, resp.ContentLength, l.max)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := c.rt.RoundTrip(req)
+	if err == nil && (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented) {
+		drain(resp)
+		u.RawQuery = body
+		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil); err != nil {
+			return queryAnswer{}, err
+		}
+		resp, err = c.rt.RoundTrip(req)
 	}
-	resp.Body = &limitedReader{rc: resp.Body, left: l.max}
-	return resp, nil
+	if err != nil {
+		return queryAnswer{}, err
+	}
+	defer drain(resp)
+	if resp.ContentLength > c.max {
+		return queryAnswer{}, fmt.Errorf("%w: %d bytes, more than %d (--prometheus-max-response-bytes)", errTooLarge, resp.ContentLength, c.max)
+	}
+	r := &limitedReader{rc: resp.Body, left: c.max}
+	if resp.StatusCode/100 != 2 {
+		return queryAnswer{}, errorAnswer(resp.StatusCode, io.LimitReader(r, maxErrorBodyBytes))
+	}
+	a, err := decodeStream(r, lim, keep)
+	if err != nil && errors.Is(r.err, errTooLarge) {
+		return queryAnswer{}, r.err
+	}
+	return a, err
 }
 
+// errorAnswer is the error of an answer with a non-2xx status: Prometheus's
+// error answer when the body is one, else the status.
+func errorAnswer(code int, body io.Reader) error {
+	var env struct {
+		Status    string `json:"status"`
+		ErrorType string `json:"errorType"`
+		Error     string `json:"error"`
+	}
+	if b, err := io.ReadAll(body); err == nil && json.Unmarshal(b, &env) == nil && env.Status == "error" && env.ErrorType != "" {
+		return &QueryError{Type: signals.Excerpt(env.ErrorType, 40), Msg: signals.Excerpt(env.Error, 300)}
+	}
+	return &StatusError{Code: code}
+}
+
+// drain reads a little of what is left of a body, so that the connection
+// can be reused, and closes it.
+func drain(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	_ = resp.Body.Close()
+}
+
+// limitedReader fails with errTooLarge past left bytes; err keeps that error
+// for the caller (a decoder may report it as its own).
 type limitedReader struct {
 	rc   io.ReadCloser
 	left int64
+	err  error
 }
 
 func (r *limitedReader) Read(p []byte) (int, error) {
@@ -122,7 +215,8 @@ func (r *limitedReader) Read(p []byte) (int, error) {
 		// One more byte tells a body of exactly the limit from a longer one.
 		var one [1]byte
 		if n, _ := r.rc.Read(one[:]); n > 0 {
-			return 0, fmt.Errorf("%w: more than the limit (--prometheus-max-response-bytes)", errTooLarge)
+			r.err = fmt.Errorf("%w: more than the limit (--prometheus-max-response-bytes)", errTooLarge)
+			return 0, r.err
 		}
 		return 0, io.EOF
 	}
@@ -133,8 +227,6 @@ func (r *limitedReader) Read(p []byte) (int, error) {
 	r.left -= int64(n)
 	return n, err
 }
-
-func (r *limitedReader) Close() error { return r.rc.Close() }
 
 // userinfo matches the credentials of a URL, for one that does not parse.
 var userinfo = regexp.MustCompile(`//[^/@]*@`)

@@ -41,12 +41,12 @@ func TestClient(t *testing.T) {
 	}
 	o := ClientOptions{URL: srv.URL, BearerTokenFile: token, TLS: promconfig.TLSConfig{CAFile: ca},
 		Headers: map[string]string{"X-Scope-OrgID": "tenant-1"}, MaxResponseBytes: DefaultMaxResponseBytes}
-	api, err := NewAPI(o)
+	api, err := NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	query := func() error {
-		_, _, _, err := api.Query(context.Background(), "up", time.Now())
+		_, err := api.query(context.Background(), "up", time.Now(), 0, decodeLimits{}, nil)
 		return err
 	}
 	if err := query(); err != nil {
@@ -71,20 +71,20 @@ func TestClient(t *testing.T) {
 	mu.Unlock()
 
 	o.MaxResponseBytes = 10
-	small, err := NewAPI(o)
+	small, err := NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := small.Query(context.Background(), "up", time.Now()); !errors.Is(err, errTooLarge) || reasonOf(err) != ReasonResponse {
+	if _, err := small.query(context.Background(), "up", time.Now(), 0, decodeLimits{}, nil); !errors.Is(err, errTooLarge) || reasonOf(err) != ReasonResponse {
 		t.Errorf("err = %v, want errTooLarge (reason response)", err)
 	}
 
 	o.TLS = promconfig.TLSConfig{}
-	untrusted, err := NewAPI(o)
+	untrusted, err := NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := untrusted.Query(context.Background(), "up", time.Now()); err == nil || reasonOf(err) != ReasonConnect {
+	if _, err := untrusted.query(context.Background(), "up", time.Now(), 0, decodeLimits{}, nil); err == nil || reasonOf(err) != ReasonConnect {
 		t.Errorf("err = %v, want a TLS verification failure (reason connect)", err)
 	}
 }

@@ -4,8 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	jsoniter "github.com/json-iterator/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -116,4 +122,317 @@ func labelsOf(m model.Metric) labels.Labels {
 	}
 	b.Sort()
 	return b.Labels()
+}
+
+// seriesLabels are a series' labels as decodeStream read them, sorted by
+// name, before the series is kept (and its labels built).
+type seriesLabels []labels.Label
+
+// Get returns the value of the label name, "" when absent.
+func (ls seriesLabels) Get(name string) string {
+	for _, l := range ls {
+		if l.Name == name {
+			return l.Value
+		}
+	}
+	return ""
+}
+
+// queryAnswer is what decodeStream read of a query answer: the result's type, the
+// series kept (their points oldest first), Prometheus's warnings (a few, cut)
+// and the bytes the kept series hold, as charged.
+type queryAnswer struct {
+	typ      model.ValueType
+	series   []series
+	warnings []string
+	bytes    int64
+}
+
+// decodeLimits bound what decodeStream keeps of each series.
+type decodeLimits struct {
+	// notBefore and notAfter (Unix milliseconds, 0: none) bound the sample
+	// times kept: a hostile answer's points outside the query's range, or
+	// in the future, are dropped.
+	notBefore, notAfter int64
+	// maxPoints is the most points kept per series, the newest (0: all).
+	maxPoints int
+	// charge, when set, is told the bytes each kept series holds and may
+	// refuse them: decoding then stops with its error.
+	charge func(bytes int64) error
+}
+
+// Bounds of decodeStream.
+const (
+	// streamBufferBytes is the read buffer: what is held of the body at once.
+	streamBufferBytes = 32 << 10
+	// maxWarnings and maxWarningBytes bound the warnings kept.
+	maxWarnings     = 4
+	maxWarningBytes = 300
+	// seriesOverheadBytes is what a kept series holds beyond its label
+	// strings and points (slice headers, the series struct), for charge.
+	seriesOverheadBytes = 96
+	// pointBytes is what a kept point holds (a time.Time and a float64).
+	pointBytes = 32
+)
+
+// decodeStream reads an answer of the Prometheus HTTP API's /api/v1/query
+// from r as it streams, never holding the body: a JSON iterator
+// (github.com/json-iterator/go, the library client_golang and Prometheus
+// decode API answers with) over a 32 KiB buffer. Each series of a vector or
+// matrix result is read in turn, its labels interned, and kept only when keep
+// accepts its labels; its points are kept within lim. Native histogram
+// samples are not read (the engines expose classic histograms). Keys may come
+// in any order but for the result's type, which must precede the result as
+// every server of the API writes it. Errors: a *QueryError for Prometheus's own error answer;
+// ErrResponse (wrapped) for anything that is not a vector or matrix answer;
+// lim.charge's.
+func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (queryAnswer, error) {
+	d := &streamDecoder{it: jsoniter.Parse(jsoniter.ConfigDefault, r, streamBufferBytes), lim: lim, keep: keep, intern: map[string]string{}}
+	var a queryAnswer
+	var status, errType, errMsg string
+	var sawData bool
+	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
+		switch key {
+		case "status":
+			status = signals.Excerpt(it.ReadString(), 40)
+		case "errorType":
+			errType = signals.Excerpt(it.ReadString(), 40)
+		case "error":
+			errMsg = signals.Excerpt(it.ReadString(), maxWarningBytes)
+		case "data":
+			if sawData {
+				d.err = fmt.Errorf("%w: data given twice", ErrResponse)
+				return false
+			}
+			sawData = true
+			d.data(&a)
+		case "warnings", "infos":
+			it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
+				w := it.ReadString()
+				if len(a.warnings) < maxWarnings && w != "" {
+					a.warnings = append(a.warnings, signals.Excerpt(w, maxWarningBytes))
+				}
+				return it.Error == nil
+			})
+		default:
+			it.Skip()
+		}
+		return it.Error == nil && d.err == nil
+	})
+	switch {
+	case d.err != nil:
+		return queryAnswer{}, d.err
+	case d.it.Error != nil && !errors.Is(d.it.Error, io.EOF):
+		return queryAnswer{}, fmt.Errorf("%w: not a Prometheus API response: %s", ErrResponse, signals.Excerpt(d.it.Error.Error(), 200))
+	case status == "error":
+		return queryAnswer{}, &QueryError{Type: errType, Msg: errMsg}
+	case status != "success":
+		return queryAnswer{}, fmt.Errorf("%w: status %q: %s: %s", ErrResponse, status, errType, errMsg)
+	case !sawData || d.typ == "":
+		return queryAnswer{}, fmt.Errorf("%w: no result", ErrResponse)
+	case d.typ != model.ValVector.String() && d.typ != model.ValMatrix.String():
+		return queryAnswer{}, fmt.Errorf("%w: result type %q; want vector or matrix (an instant query, of a series selector or a range selector)",
+			ErrResponse, signals.Excerpt(d.typ, 40))
+	case d.scalar:
+		return queryAnswer{}, fmt.Errorf("%w: a %s result whose elements are not series", ErrResponse, d.typ)
+	}
+	if d.typ == model.ValVector.String() {
+		a.typ = model.ValVector
+	} else {
+		a.typ = model.ValMatrix
+	}
+	a.series, a.bytes = d.kept, d.bytes
+	return a, nil
+}
+
+// streamDecoder is decodeStream's state.
+type streamDecoder struct {
+	it   *jsoniter.Iterator
+	lim  decodeLimits
+	keep func(seriesLabels) bool
+	// intern shares the strings of one answer: label names, and values that
+	// repeat (namespace, pod, metric names).
+	intern map[string]string
+	typ    string
+	scalar bool // a result element that is not a series
+	kept   []series
+	bytes  int64
+	err    error
+	// scratch, reused per series.
+	lbls []labels.Label
+	pts  []point
+}
+
+func (d *streamDecoder) str(s string) string {
+	if v, ok := d.intern[s]; ok {
+		return v
+	}
+	d.intern[s] = s
+	return s
+}
+
+// data reads the "data" object: its resultType and result.
+func (d *streamDecoder) data(a *queryAnswer) {
+	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
+		switch key {
+		case "resultType":
+			d.typ = signals.Excerpt(it.ReadString(), 40)
+		case "result":
+			if d.typ == "" {
+				// Prometheus (and Thanos, Mimir, VictoriaMetrics) write the
+				// type first; without it a series' "value" and "values"
+				// cannot be told apart as they stream.
+				d.err = fmt.Errorf("%w: the result comes before its resultType", ErrResponse)
+				return false
+			}
+			if it.WhatIsNext() != jsoniter.ArrayValue {
+				d.scalar = it.WhatIsNext() != jsoniter.NilValue
+				it.Skip()
+				break
+			}
+			it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
+				if it.WhatIsNext() != jsoniter.ObjectValue {
+					d.scalar = true
+					it.Skip()
+				} else {
+					d.element()
+				}
+				return it.Error == nil && d.err == nil
+			})
+		default:
+			it.Skip()
+		}
+		return it.Error == nil && d.err == nil
+	})
+}
+
+// element reads one series of the result and keeps it when it should be.
+func (d *streamDecoder) element() {
+	d.lbls, d.pts = d.lbls[:0], d.pts[:0]
+	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
+		switch key {
+		case "metric":
+			it.ReadMapCB(func(it *jsoniter.Iterator, name string) bool {
+				d.lbls = append(d.lbls, labels.Label{Name: name, Value: it.ReadString()})
+				return it.Error == nil
+			})
+		case "value":
+			if d.typ != model.ValVector.String() {
+				it.Skip()
+				break
+			}
+			d.point()
+		case "values":
+			if d.typ != model.ValMatrix.String() {
+				it.Skip()
+				break
+			}
+			it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
+				d.point()
+				if d.lim.maxPoints > 0 && len(d.pts) >= 2*d.lim.maxPoints {
+					d.pts = newest(d.pts, d.lim.maxPoints)
+				}
+				return it.Error == nil
+			})
+		default:
+			// Native histogram samples ("histogram", "histograms") are not
+			// read: the engines expose classic histograms.
+			it.Skip()
+		}
+		return it.Error == nil
+	})
+	if d.it.Error != nil || len(d.pts) == 0 {
+		return
+	}
+	// A label given twice counts once, the last, as a decoded map has it.
+	slices.SortStableFunc(d.lbls, func(a, b labels.Label) int { return strings.Compare(a.Name, b.Name) })
+	ls := d.lbls[:0]
+	for i, l := range d.lbls {
+		if i+1 < len(d.lbls) && d.lbls[i+1].Name == l.Name {
+			continue
+		}
+		ls = append(ls, l)
+	}
+	if d.keep != nil && !d.keep(seriesLabels(ls)) {
+		return
+	}
+	// Only a kept series' strings are interned: a dropped one's are garbage.
+	for i := range ls {
+		ls[i].Name, ls[i].Value = d.str(ls[i].Name), d.str(ls[i].Value)
+	}
+	lset := labels.New(ls...)
+	pts := newest(d.pts, d.lim.maxPoints)
+	n := int64(seriesOverheadBytes + pointBytes*len(pts))
+	lset.Range(func(l labels.Label) { n += int64(len(l.Name) + len(l.Value)) })
+	if d.lim.charge != nil {
+		if err := d.lim.charge(n); err != nil {
+			d.err = err
+			return
+		}
+	}
+	d.bytes += n
+	d.kept = append(d.kept, series{labels: lset, points: slices.Clone(pts)})
+}
+
+// point reads one [time, "value"] pair and keeps it within the limits.
+func (d *streamDecoder) point() {
+	var t float64
+	var v float64
+	i := 0
+	ok := true
+	d.it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
+		switch i {
+		case 0:
+			if it.WhatIsNext() != jsoniter.NumberValue {
+				ok = false
+				it.Skip()
+				break
+			}
+			t = it.ReadFloat64()
+		case 1:
+			if it.WhatIsNext() != jsoniter.StringValue {
+				ok = false
+				it.Skip()
+				break
+			}
+			var err error
+			if v, err = strconv.ParseFloat(it.ReadString(), 64); err != nil {
+				ok = false
+			}
+		default:
+			ok = false
+			it.Skip()
+		}
+		i++
+		return it.Error == nil
+	})
+	if d.it.Error != nil {
+		return
+	}
+	if !ok || i != 2 || math.IsNaN(t) || math.IsInf(t, 0) || math.Abs(t) > 1e12 {
+		d.it.ReportError("point", "not a [time, \"value\"] pair")
+		return
+	}
+	ms := int64(math.Round(t * 1000))
+	if (d.lim.notBefore != 0 && ms < d.lim.notBefore) || (d.lim.notAfter != 0 && ms > d.lim.notAfter) {
+		return
+	}
+	d.pts = append(d.pts, point{t: time.UnixMilli(ms).UTC(), v: v})
+}
+
+// newest returns pts sorted by time, one point per time (the last read), at
+// most max of them (the newest; 0: all). It sorts and compacts in place.
+func newest(pts []point, max int) []point {
+	slices.SortStableFunc(pts, func(a, b point) int { return a.t.Compare(b.t) })
+	out := pts[:0]
+	for i, p := range pts {
+		if i+1 < len(pts) && pts[i+1].t.Equal(p.t) {
+			continue
+		}
+		out = append(out, p)
+	}
+	if max > 0 && len(out) > max {
+		out = append(out[:0], out[len(out)-max:]...)
+	}
+	return out
 }

@@ -240,7 +240,7 @@ func newFixture(t testing.TB, prom *fakeProm, fo fixtureOptions, pods ...pod) *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := NewAPI(ClientOptions{URL: prom.srv.URL, MaxResponseBytes: DefaultMaxResponseBytes, TLS: promconfig.TLSConfig{}})
+	api, err := NewClient(ClientOptions{URL: prom.srv.URL, MaxResponseBytes: DefaultMaxResponseBytes, TLS: promconfig.TLSConfig{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -30,7 +29,8 @@ const (
 	// execution: too many samples, a rejected selector).
 	ReasonQuery ErrorReason = "query"
 	// ReasonResponse: the answer is not a result the adapter can read (not
-	// JSON, a scalar, a body above --prometheus-max-response-bytes).
+	// JSON, a scalar, a body above --prometheus-max-response-bytes), or its
+	// series would take the answers held at once past their bound.
 	ReasonResponse ErrorReason = "response"
 )
 
@@ -41,23 +41,21 @@ func ErrorReasons() []ErrorReason {
 
 // reasonOf classifies a query error.
 func reasonOf(err error) ErrorReason {
-	var apiErr *v1.Error
+	var qerr *QueryError
+	var serr *StatusError
 	var netErr net.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return ReasonTimeout
-	case errors.Is(err, errTooLarge), errors.Is(err, ErrResponse):
+	case errors.Is(err, errTooLarge), errors.Is(err, ErrResponse), errors.Is(err, errHeld):
 		return ReasonResponse
-	case errors.As(err, &apiErr):
-		switch apiErr.Type {
-		case v1.ErrTimeout:
+	case errors.As(err, &qerr):
+		if qerr.Type == "timeout" {
 			return ReasonTimeout
-		case v1.ErrServer, v1.ErrClient:
-			return ReasonHTTPStatus
-		case v1.ErrBadResponse:
-			return ReasonResponse
 		}
 		return ReasonQuery
+	case errors.As(err, &serr):
+		return ReasonHTTPStatus
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return ReasonTimeout
 	}

@@ -16,13 +16,13 @@ package prometheus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"golang.org/x/sync/singleflight"
@@ -51,9 +51,27 @@ const (
 	// 30 s, the Prometheus Operator's default for a ServiceMonitor or
 	// PodMonitor without an interval.
 	DefaultScrapeInterval = 30 * time.Second
-	// DefaultMaxResponseBytes bounds one answer: 64 MiB holds the series of
-	// several thousand pods.
-	DefaultMaxResponseBytes = 64 << 20
+	// DefaultMaxResponseBytes bounds one answer's body: 16 MiB holds the
+	// engine series of about 2,500 vLLM pods of one namespace at a 15 s
+	// scrape interval (a pod's series take ~6 KB). Answers are decoded as
+	// they stream in, keeping only the namespace's pods' series of the
+	// families read, so what one answer holds is at most about its size;
+	// every answer held at once is bounded by heldAnswersFactor times it.
+	// (64 MiB before issue 20: a 60 MB answer held a replica at its 512 MiB
+	// limit while it was read whole and decoded into maps.)
+	DefaultMaxResponseBytes = 16 << 20
+	// heldAnswersFactor bounds the bytes of every answer held at once (being
+	// decoded, or cached for the cache period) to this many times
+	// --prometheus-max-response-bytes: 128 MiB at the default.
+	heldAnswersFactor = 8
+	// maxPointsPerSeries bounds the samples kept per series of a range
+	// answer: 90 s at a 1 s scrape interval is 90, the state window at 30 s
+	// 3; 1,024 leaves room for any sane range and scrape interval.
+	maxPointsPerSeries = 1024
+	// maxClockSkew is how far in the future a sample may be and still be
+	// read: beyond it Prometheus (or something before it) forged its time,
+	// which would keep a frozen value fresh forever.
+	maxClockSkew = time.Minute
 )
 
 // Options configure a Source.
@@ -78,14 +96,26 @@ type Options struct {
 	StateWindow time.Duration
 	// Extract bounds what one pod's series may hold (MaxSeries, MaxEngines).
 	Extract signals.ExtractOptions
+	// MaxHeldBytes bounds the bytes of the series held from every answer at
+	// once (being decoded, or cached for the cache period); a query whose
+	// series would go beyond fails (reason response), and the HPA holds.
+	// heldAnswersFactor × DefaultMaxResponseBytes when 0.
+	MaxHeldBytes int64
+	// Count, when set, hears about the newest reading built for each pod from
+	// each answer, to count its rejected and duplicate series on the same
+	// self-metrics as scrapes (scrape.Metrics.Count).
+	Count func(*signals.Reading)
 }
 
 // Source reads pods' histories from Prometheus. It is safe for concurrent use.
 type Source struct {
 	opts    Options
-	api     v1.API
+	client  *Client
 	clock   clock.PassiveClock
 	metrics *Metrics
+	// held is the bytes charged by the answers decoding or cached (see
+	// Options.MaxHeldBytes).
+	held atomic.Int64
 
 	gen   atomic.Pointer[generation]
 	gens  atomic.Uint64
@@ -120,6 +150,11 @@ type entry struct {
 	err   error
 	pods  map[types.NamespacedName]*podData
 
+	// count is Options.Count.
+	count func(*signals.Reading)
+	// bytes is what the entry's series were charged (Source.held).
+	bytes atomic.Int64
+
 	mu    sync.Mutex
 	built map[types.NamespacedName]builtPod
 }
@@ -129,16 +164,19 @@ type builtPod struct {
 	err error
 }
 
-// New returns a Source querying api, for the catalog's needs and the Queries.
-// Errors name a bad selector of q.
-func New(opts Options, api v1.API, catalog *policy.Catalog, q Queries, clk clock.PassiveClock, metrics *Metrics) (*Source, error) {
+// New returns a Source querying Prometheus through client, for the catalog's
+// needs and the Queries. Errors name a bad selector of q.
+func New(opts Options, client *Client, catalog *policy.Catalog, q Queries, clk clock.PassiveClock, metrics *Metrics) (*Source, error) {
 	if opts.Labels == (Labels{}) {
 		opts.Labels = DefaultLabels()
 	}
 	if opts.StateWindow <= 0 {
 		opts.StateWindow = history.DefaultStateWindow
 	}
-	s := &Source{opts: opts, api: api, clock: clk, metrics: metrics, cache: map[string]*entry{}, memory: map[types.UID]*history.History{}}
+	if opts.MaxHeldBytes <= 0 {
+		opts.MaxHeldBytes = heldAnswersFactor * DefaultMaxResponseBytes
+	}
+	s := &Source{opts: opts, client: client, clock: clk, metrics: metrics, cache: map[string]*entry{}, memory: map[types.UID]*history.History{}}
 	if err := s.SetCatalog(catalog, q); err != nil {
 		return nil, err
 	}
@@ -292,6 +330,14 @@ func (e *entry) get(pod types.NamespacedName) builtPod {
 		return b
 	}
 	h, err := build(e.pods[pod], e.build)
+	if r := h.Latest(); r != nil {
+		if e.count != nil {
+			e.count(r)
+		}
+		if len(r.Warnings) > 0 {
+			klog.V(2).InfoS("Prometheus series of a pod unusable as read", "pod", pod, "warnings", r.Warnings)
+		}
+	}
 	b := builtPod{h: h, err: err}
 	e.built[pod] = b
 	return b
@@ -313,6 +359,9 @@ func (s *Source) entry(ctx context.Context, namespace string) (*entry, error) {
 	ch := s.group.DoChan(fmt.Sprintf("%d/%s", g.id, namespace), func() (any, error) {
 		e := s.fetch(namespace, g)
 		s.mu.Lock()
+		if old, ok := s.cache[namespace]; ok {
+			s.release(old)
+		}
 		s.cache[namespace] = e
 		s.mu.Unlock()
 		return e, nil
@@ -327,67 +376,120 @@ func (s *Source) entry(ctx context.Context, namespace string) (*entry, error) {
 }
 
 // fetch runs the namespace's queries concurrently, within the timeout and
-// whatever the requests waiting on it do (they share the answer).
+// whatever the requests waiting on it do (they share the answer). Answers of
+// other namespaces older than the cache period are let go first: they would
+// only be fetched again.
 func (s *Source) fetch(namespace string, g *generation) *entry {
 	start := s.clock.Now()
-	e := &entry{gen: g, build: g.build, at: start, pods: map[types.NamespacedName]*podData{}, built: map[types.NamespacedName]builtPod{}}
+	s.evict(start)
+	e := &entry{gen: g, build: g.build, at: start, pods: map[types.NamespacedName]*podData{}, built: map[types.NamespacedName]builtPod{}, count: s.opts.Count}
 	e.build.now = start
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
 	qs := g.plan.queries(namespace)
-	type answer struct {
-		ss  []series
-		err error
+	type result struct {
+		ss      []series
+		skipped int
+		err     error
 	}
-	answers := make([]answer, len(qs))
+	results := make([]result, len(qs))
 	var wg sync.WaitGroup
 	for i, q := range qs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i].ss, answers[i].err = s.query(ctx, q, start)
+			results[i].ss, results[i].skipped, results[i].err = s.query(ctx, q, start, namespace, g, e)
 		}()
 	}
 	wg.Wait()
 	for i, q := range qs {
-		if err := answers[i].err; err != nil {
+		if err := results[i].err; err != nil {
 			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", Redact(s.opts.URL), q.kind, namespace, signals.Excerpt(err.Error(), 400))
+			s.release(e)
+			e.pods = nil
 			return e
 		}
-		if n := byPod(e.pods, answers[i].ss, g.plan.labels, namespace, q.family, q.window); n > 0 {
-			klog.V(4).InfoS("Prometheus series without a namespace or pod label ignored", "namespace", namespace, "query", q.kind, "series", n,
-				"namespaceLabel", g.plan.labels.Namespace, "podLabel", g.plan.labels.Pod)
+		if n := results[i].skipped; n > 0 {
+			klog.V(4).InfoS("Prometheus series of another namespace, without a pod label, of a family not read or past a pod's series bound ignored",
+				"namespace", namespace, "query", q.kind, "series", n, "namespaceLabel", g.plan.labels.Namespace, "podLabel", g.plan.labels.Pod)
 		}
+		byPod(e.pods, results[i].ss, g.plan.labels, namespace, q.family, q.window)
 	}
 	s.forget(start, g.retain)
 	return e
 }
 
-// query runs one query at time ts and returns its series, counting and
-// timing it.
-func (s *Source) query(ctx context.Context, q query, ts time.Time) ([]series, error) {
+// errHeld: the answers held at once would exceed Options.MaxHeldBytes.
+var errHeld = errors.New("the Prometheus answers held at once would exceed their bound")
+
+// query runs one query at time ts and returns the series it keeps, counting
+// and timing it: the series of namespace's pods (by the plan's labels) of the
+// families read, at most MaxSeries + 1 per pod (one more fails the pod's
+// extraction with ErrTooManySeries), their points within the query's range
+// (and not in the future), each charged to the held bytes through e.
+// skipped counts the series not kept.
+func (s *Source) query(ctx context.Context, q query, ts time.Time, namespace string, g *generation, e *entry) (ss []series, skipped int, err error) {
 	start := time.Now()
-	v, warnings, _, err := s.api.Query(ctx, q.expr, ts, v1.WithTimeout(s.opts.Timeout))
-	outcome := "success"
-	if err == nil {
-		switch v.(type) {
-		case model.Vector, model.Matrix:
-		case nil:
-			err = fmt.Errorf("%w: no result", ErrResponse)
-		default:
-			err = fmt.Errorf("%w: result type %s, want vector or matrix", ErrResponse, v.Type())
-		}
+	l := g.plan.labels
+	perPod := map[string]int{}
+	maxSeries := s.opts.Extract.MaxSeries
+	if maxSeries <= 0 {
+		maxSeries = signals.DefaultMaxSeries
 	}
+	keep := func(lset seriesLabels) bool {
+		pod := lset.Get(l.Pod)
+		name := lset.Get(familyLabel)
+		if name == "" {
+			name = lset.Get(model.MetricNameLabel)
+		}
+		if lset.Get(l.Namespace) != namespace || pod == "" || (q.family == "" && !g.build.names[name]) || perPod[pod] > maxSeries {
+			skipped++
+			return false
+		}
+		perPod[pod]++
+		return true
+	}
+	rng := g.plan.seriesRange
+	if q.window > 0 {
+		rng = 0 // an instant vector: one sample per series, at ts
+	}
+	lim := decodeLimits{notBefore: ts.Add(-rng - s.opts.ScrapeInterval).UnixMilli(), notAfter: ts.Add(maxClockSkew).UnixMilli(),
+		maxPoints: maxPointsPerSeries, charge: func(n int64) error {
+			if s.held.Add(n) > s.opts.MaxHeldBytes {
+				s.held.Add(-n)
+				return fmt.Errorf("%w (%d bytes: %d × --prometheus-max-response-bytes)", errHeld, s.opts.MaxHeldBytes, heldAnswersFactor)
+			}
+			e.bytes.Add(n)
+			return nil
+		}}
+	a, err := s.client.query(ctx, q.expr, ts, s.opts.Timeout, lim, keep)
+	outcome := "success"
 	if err != nil {
 		outcome = "error"
 		s.metrics.QueryErrors.WithLabelValues(string(reasonOf(err))).Inc()
 	}
 	s.metrics.QueryDuration.WithLabelValues(q.kind, outcome).Observe(time.Since(start).Seconds())
-	if len(warnings) > 0 {
-		klog.V(4).InfoS("Prometheus query warnings", "query", q.expr, "warnings", warnings)
+	if len(a.warnings) > 0 {
+		klog.V(4).InfoS("Prometheus query warnings", "query", q.expr, "warnings", a.warnings)
 	}
 	if err != nil {
-		return nil, err
+		return nil, skipped, err
 	}
-	return seriesOf(v), nil
+	return a.series, skipped, nil
+}
+
+// release gives back what an entry's series were charged.
+func (s *Source) release(e *entry) { s.held.Add(-e.bytes.Swap(0)) }
+
+// evict lets go of the cached answers older than the cache period: they are
+// fetched again before any request reads them.
+func (s *Source) evict(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ns, e := range s.cache {
+		if now.Sub(e.at) >= s.opts.CachePeriod {
+			delete(s.cache, ns)
+			s.release(e)
+		}
+	}
 }

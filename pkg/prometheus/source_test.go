@@ -39,10 +39,10 @@ func TestPrometheusFailures(t *testing.T) {
 			return 422, `{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory"}`
 		}, 0, false, ReasonQuery, "too many samples"},
 		{"401 from an auth gateway", func(string) (int, string) { return 401, "unauthorized" }, 0, false, ReasonHTTPStatus, "client error: 401"},
-		{"not JSON", func(string) (int, string) { return 200, "<html>login</html>" }, 0, false, ReasonResponse, "bad_response"},
+		{"not JSON", func(string) (int, string) { return 200, "<html>login</html>" }, 0, false, ReasonResponse, "not a Prometheus API response"},
 		{"a scalar", func(string) (int, string) {
 			return 200, `{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}`
-		}, 0, false, ReasonResponse, "result type scalar"},
+		}, 0, false, ReasonResponse, `result type "scalar"`},
 		{"slower than the timeout", ok(nil), 3 * time.Second, false, ReasonTimeout, "deadline exceeded"},
 		{"down", ok(nil), 0, true, ReasonConnect, "connection refused"},
 	}

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
+	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
 // Issue 8: a policy with a gateway input adds the gateway's queue to the demand,
@@ -96,21 +99,25 @@ func authEngine(t *testing.T, body string, token *atomic.Value, seen *atomic.Val
 // A gateway input with bearerTokenFile sends the file's token to the gateway's
 // pods only (never to engines), reads the file on every scrape (a rotated
 // token is used on the next scrape), and an unreadable file is a 503 that
-// names neither the path nor the token.
+// names neither the path nor the token. Issue 20: the token went to any pod
+// matching the gateway's selector in the watched namespace; it now goes only
+// to pods of the input's namespace (an operator's) running as its
+// ServiceAccount: a pod that copies the labels gets nothing.
 func TestGatewayBearerToken(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "token")
 	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var want, eppSaw, engineSaw atomic.Value
+	var want, eppSaw, engineSaw, forgedSaw, tenantSaw atomic.Value
 	want.Store("s3cret")
 	mk := func(name, selector, tokenFile string) policy.Policy {
 		return policy.Policy{Name: name, Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(),
-			Gateway: &policy.GatewayInput{Selector: selector, Match: map[string]string{"inference_pool": "qwen3-32b-pool"}, BearerTokenFile: tokenFile}}
+			Gateway: &policy.GatewayInput{Namespace: "gw", ServiceAccount: "epp", Selector: selector,
+				Match: map[string]string{"inference_pool": "qwen3-32b-pool"}, BearerTokenFile: tokenFile}}
 	}
 	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
-		mk("gw-token", "app=epp", file), mk("gw-missing", "app=epp-b", filepath.Join(dir, "absent")))...)
+		mk("gw-token", "app=epp", file), mk("gw-missing", "app=epp-b", filepath.Join(dir, "absent")), mk("gw-forged", "app=epp-c", file))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,9 +127,14 @@ func TestGatewayBearerToken(t *testing.T) {
 		io.WriteString(w, "vllm:num_requests_waiting{engine=\"0\"} 4\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.78\n")
 	}))
 	t.Cleanup(vllm.srv.Close)
+	epp := sample(t, "hazards/NC-04-epp.prom")
 	f := newFixtureCatalog(t, catalog,
-		podSpec{name: "epp-0", labels: map[string]string{"app": "epp"}, engine: authEngine(t, sample(t, "hazards/NC-04-epp.prom"), &want, &eppSaw)},
-		podSpec{name: "epp-b", labels: map[string]string{"app": "epp-b"}, engine: authEngine(t, sample(t, "hazards/NC-04-epp.prom"), &want, &eppSaw)},
+		podSpec{ns: "gw", name: "epp-0", sa: "epp", labels: map[string]string{"app": "epp"}, engine: authEngine(t, epp, &want, &eppSaw)},
+		podSpec{ns: "gw", name: "epp-b", sa: "epp", labels: map[string]string{"app": "epp-b"}, engine: authEngine(t, epp, &want, &eppSaw)},
+		// In the operator's namespace under another account: not the gateway's.
+		podSpec{ns: "gw", name: "epp-c", sa: "default", labels: map[string]string{"app": "epp-c"}, engine: authEngine(t, epp, &want, &forgedSaw)},
+		// A tenant's pod with the gateway's labels and account name, in its own namespace.
+		podSpec{name: "not-epp", sa: "epp", labels: map[string]string{"app": "epp"}, engine: authEngine(t, epp, &want, &tenantSaw)},
 		podSpec{name: "vllm-a", labels: map[string]string{"app": "vllm"}, engine: vllm},
 	)
 	if got := f.value(t, "llm", "gw-token", "app=vllm"); got != "76975m" {
@@ -148,6 +160,87 @@ func TestGatewayBearerToken(t *testing.T) {
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "bearer token file cannot be read") ||
 		strings.Contains(r.status.Message, dir) {
 		t.Errorf("unreadable token file: HTTP %d %q, want 503 saying the token file cannot be read, without its path", r.code, r.status.Message)
+	}
+	// A pod under another ServiceAccount is not scraped (the input is unknown).
+	r = f.get(t, "llm", "gw-forged", "app=vllm")
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, `runs as ServiceAccount "default", not the gateway's "epp"`) {
+		t.Errorf("a gateway pod under another account: HTTP %d %q, want 503 saying so", r.code, r.status.Message)
+	}
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	for who, saw := range map[string]*atomic.Value{"the pod under another account": &forgedSaw, "the tenant's look-alike pod": &tenantSaw} {
+		if s, _ := saw.Load().(string); s != "" {
+			t.Errorf("%s was sent Authorization %q", who, s)
+		}
+	}
+}
+
+// Issue 20: a gateway queue of NaN, -3, 1e300 or +Inf was read as 0, and an
+// HPA on the gateway policy went 14 → 4. The gateway's values follow the
+// engines' validity rules: rejected, counted (invalid_samples_total) and the
+// input is missing (503, the HPA holds), never 0. Duplicate gateway series
+// (one body exporting a series twice) count once, by the duplicate rule.
+func TestGatewayInvalidValues(t *testing.T) {
+	gw := &policy.GatewayInput{Selector: "app=epp", Match: map[string]string{"inference_pool": "pool"}}
+	catalog, err := policy.NewCatalog(append(policy.BuiltinPolicies(policy.DefaultSetPoints(), 1, 0),
+		policy.Policy{Name: "gw-demand", Kind: policy.KindDemand, UnknownSaturation: 1, Terms: policy.DefaultSetPoints().Terms(), Gateway: gw})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flow = "inference_extension_flow_control_pool_saturation{inference_pool=\"pool\"} 1\n"
+	queue := func(v string) string {
+		return "inference_extension_flow_control_queue_size{fairness_id=\"a\",inference_pool=\"pool\",priority=\"0\"} " + v + "\n" + flow
+	}
+	epp := newEngine(t, queue("50"))
+	f := newFixtureCatalog(t, catalog,
+		podSpec{name: "epp-0", labels: map[string]string{"app": "epp"}, engine: epp},
+		podSpec{name: "vllm-a", labels: map[string]string{"app": "vllm"}, engine: newEngine(t, "vllm:num_requests_waiting{engine=\"0\"} 1\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.1\n")},
+	)
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Fatalf("gw-demand = %s, want 10200m (0.2 + 50 / 5)", got)
+	}
+	for _, tc := range []struct{ value, reason string }{
+		{"NaN", "nan"}, {"-3", "negative"}, {"1e300", "above_range"}, {"+Inf", "inf"}, {"-Inf", "inf"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			before := testutil.ToFloat64(f.scrapeMetrics.InvalidSamples.WithLabelValues(tc.reason))
+			epp.set(http.StatusOK, queue(tc.value))
+			f.clock.Step(time.Second)
+			f.scraper.Sync(context.Background(), f.pools.Targets())
+			r := f.get(t, "llm", "gw-demand", "app=vllm")
+			if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "rejected ("+tc.reason+")") {
+				t.Errorf("gateway queue %s: HTTP %d %q (value %v), want 503 saying the series was rejected: never a queue of 0",
+					tc.value, r.code, r.status.Message, r.list.Items)
+			}
+			if got := testutil.ToFloat64(f.scrapeMetrics.InvalidSamples.WithLabelValues(tc.reason)) - before; got < 1 {
+				t.Errorf("invalid_samples_total{reason=%q} grew by %g, want the rejection counted", tc.reason, got)
+			}
+		})
+	}
+	// A valid series beside a rejected duplicate of it: the valid one counts.
+	epp.set(http.StatusOK, queue("50")+"inference_extension_flow_control_queue_size{fairness_id=\"a\",inference_pool=\"pool\",priority=\"0\"} NaN\n")
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Errorf("a valid series beside its rejected duplicate: gw-demand = %s, want 10200m", got)
+	}
+	// The same series twice in one body: counted once (it was summed twice).
+	epp.set(http.StatusOK, queue("50")+queue("50"))
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Errorf("a duplicated gateway series: gw-demand = %s, want 10200m (counted once)", got)
+	}
+	// Disagreeing duplicates: their maximum, counted.
+	before := testutil.ToFloat64(f.scrapeMetrics.DuplicateSeries.WithLabelValues(string(signals.DuplicateDisagree)))
+	epp.set(http.StatusOK, queue("50")+queue("10"))
+	f.clock.Step(time.Second)
+	f.scraper.Sync(context.Background(), f.pools.Targets())
+	if got := f.value(t, "llm", "gw-demand", "app=vllm"); got != "10200m" {
+		t.Errorf("disagreeing gateway duplicates: gw-demand = %s, want 10200m (their maximum)", got)
+	}
+	if got := testutil.ToFloat64(f.scrapeMetrics.DuplicateSeries.WithLabelValues(string(signals.DuplicateDisagree))) - before; got != 1 {
+		t.Errorf("duplicate_series_total{outcome=disagree} grew by %g, want 1", got)
 	}
 }
 

@@ -348,3 +348,29 @@ func TestSelectorFloodKeepsSeriesAndMemoryBounded(t *testing.T) {
 	}
 
 }
+
+// Issue 20: a raw signal with pods that never reported (3 of 4 failing from
+// the start, the fourth idle) counted them at the known pod's 0, and an HPA on
+// llm_num_requests_waiting (AverageValue 5) went 4 → 1. The answer is a 503
+// naming them (the HPA holds) until they report; the saturation and demand
+// metrics count them at the unknown-pod saturation.
+func TestRawSignalWithPodsThatNeverReported(t *testing.T) {
+	var specs []object
+	for i := range 3 {
+		e := newEngine(t, "")
+		e.set(http.StatusInternalServerError, "")
+		specs = append(specs, podSpec{name: fmt.Sprintf("dark-%d", i), labels: map[string]string{"app": "vllm"}, engine: e})
+	}
+	specs = append(specs, podSpec{name: "idle", labels: map[string]string{"app": "vllm"},
+		engine: newEngine(t, "vllm:num_requests_waiting{engine=\"0\"} 0\nvllm:num_requests_running{engine=\"0\"} 0\nvllm:kv_cache_usage_perc{engine=\"0\"} 0\n")})
+	f := newFixture(t, specs...)
+	for _, m := range []string{policy.MetricQueueDepth, policy.MetricRunning, policy.MetricKVCacheUsage} {
+		r := f.get(t, "llm", m, "app=vllm")
+		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "3 of the 4 Ready pods have no fresh data") {
+			t.Errorf("%s: HTTP %d %q %v, want 503 naming the 3 pods without data", m, r.code, r.status.Message, r.list.Items)
+		}
+	}
+	if got := f.value(t, "llm", policy.MetricDemandReplicas, "app=vllm"); got != "3" {
+		t.Errorf("llm_demand_replicas = %s, want 3 (the dark pods at the unknown-pod saturation)", got)
+	}
+}

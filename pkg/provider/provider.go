@@ -368,7 +368,7 @@ func (p *Provider) gateway(ctx context.Context, where, namespace string, g *poli
 	if err != nil {
 		return nil, unavailable(fmt.Sprintf("%s: gateway input %q: %v", where, g.Selector, err))
 	}
-	ov := podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile}
+	ov := podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile, ServiceAccount: g.ServiceAccount, Namespace: g.Namespace}
 	input := fmt.Sprintf("%s: gateway input (pods %s in namespace %s)", where, g.Selector, ns)
 	if err := p.ready(input, ns); err != nil {
 		return nil, err
@@ -486,6 +486,12 @@ func (a *answer) poolError(where string) error {
 	case a.pool.Known == 0:
 		slices.Sort(a.unknown)
 		return unavailable(fmt.Sprintf("%s: %d Ready pods match, none has fresh data: %s", where, a.pool.Pods, summarize(a.unknown)))
+	case a.signal && a.pool.Fresh+a.pool.Held < a.pool.Pods:
+		// A raw signal has no set point to count a pod without data at (the
+		// HPA's own rule counts it at the target): unknown until it reports.
+		slices.Sort(a.unknown)
+		return unavailable(fmt.Sprintf("%s: %d of the %d Ready pods have no fresh data: %s; a raw signal has no set point to count them at, so the pool's value is unknown until they report (llm_saturation and llm_demand_replicas count them at the unknown-pod saturation)",
+			where, a.pool.Pods-a.pool.Fresh-a.pool.Held, a.pool.Pods, summarize(a.unknown)))
 	case a.pool.Value == nil:
 		return unavailable(fmt.Sprintf("%s: none of the %d pods with fresh data exposes this signal", where, a.pool.Known))
 	}

@@ -87,6 +87,7 @@ func sample(t testing.TB, name string) string {
 
 type podSpec struct {
 	ns, name string
+	sa       string // spec.serviceAccountName
 	labels   map[string]string
 	engine   *engine
 	notReady bool
@@ -108,6 +109,7 @@ func makePod(p podSpec) *corev1.Pod {
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 		},
 	}
+	pod.Spec.ServiceAccountName = p.sa
 	if p.engine != nil {
 		pod.Annotations[podselect.AnnotationPort] = p.engine.port()
 	}
@@ -130,11 +132,13 @@ func makePod(p podSpec) *corev1.Pod {
 type fixture struct {
 	srv     *httptest.Server
 	scraper *scrape.Scraper
-	pools   *podselect.Selection
-	metrics *Metrics
-	clock   *clocktesting.FakeClock
-	reg     *prometheus.Registry
-	opts    Options
+	// scrapeMetrics are the scraper's self-metrics.
+	scrapeMetrics *scrape.Metrics
+	pools         *podselect.Selection
+	metrics       *Metrics
+	clock         *clocktesting.FakeClock
+	reg           *prometheus.Registry
+	opts          Options
 }
 
 func builtinCatalog(t testing.TB) *policy.Catalog {
@@ -227,7 +231,7 @@ func newFixtureCatalog(t *testing.T, catalog *policy.Catalog, specs ...object) *
 			History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	opts := Options{MaxAge: 6 * time.Second, StartupGrace: 10 * time.Minute}
 	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
-	return &fixture{srv: newAPIServer(t, prov), scraper: sc, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
+	return &fixture{srv: newAPIServer(t, prov), scraper: sc, scrapeMetrics: sm, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
 }
 
 // newAPIServer serves prov through custom-metrics-apiserver's real server and

@@ -35,11 +35,16 @@ const (
 	ReasonTooManySeries ErrorReason = "too_many_series"
 	// ReasonTooManyEngines: more engines in one body than --scrape-max-engines.
 	ReasonTooManyEngines ErrorReason = "too_many_engines"
+	// ReasonOverBudget: the reading would take its namespace's kept readings
+	// past --scrape-readings-budget-bytes (it is not stored), or its body
+	// grew past the room --scrape-inflight-bytes left.
+	ReasonOverBudget ErrorReason = "over_budget"
 )
 
 // ErrorReasons lists every ErrorReason, in documentation order.
 func ErrorReasons() []ErrorReason {
-	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest, ReasonTooManySeries, ReasonTooManyEngines}
+	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest,
+		ReasonTooManySeries, ReasonTooManyEngines, ReasonOverBudget}
 }
 
 // Outcome labels saturation_adapter_scrape_duration_seconds.
@@ -60,9 +65,13 @@ type Metrics struct {
 	Duration *prometheus.HistogramVec
 	// Errors counts failed scrapes by ErrorReason.
 	Errors *prometheus.CounterVec
-	// InvalidSamples counts engine series rejected by validity checks, by
-	// signals.Reason.
+	// InvalidSamples counts series rejected by validity checks, by
+	// signals.Reason: engine and gateway series, scraped or (with the
+	// Prometheus source, which shares this counter) read from Prometheus.
 	InvalidSamples *prometheus.CounterVec
+	// DuplicateSeries counts duplicate series not used as read, by
+	// signals.DuplicateOutcome, from every source as InvalidSamples.
+	DuplicateSeries *prometheus.CounterVec
 	// Targets is the number of pods in the current scrape set.
 	Targets prometheus.Gauge
 	// Backoff is the number of pods of the scrape set whose last scheduled
@@ -90,8 +99,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"reason"}),
 		InvalidSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "invalid_samples_total",
-			Help: "Engine series rejected before use (NaN, Inf, negative, ratio above 1), by reason.",
+			Help: "Engine and gateway series rejected before use (NaN, Inf, negative, out of range), by reason, whatever their source.",
 		}, []string{"reason"}),
+		DuplicateSeries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "duplicate_series_total",
+			Help: "Duplicate series of one pod, engine and metric not used as read, by outcome: older (a duplicate has a newer sample) or disagree (equally new duplicates with different values, folded to their maximum), whatever their source.",
+		}, []string{"outcome"}),
 		Targets: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: MetricsNamespace, Name: "scrape_targets",
 			Help: "Pods in the current scrape set.",
@@ -105,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Scheduled scrapes skipped because the pod's previous scrape was still waiting for a slot or running.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.Duration, m.Errors, m.InvalidSamples, m.Targets, m.Backoff, m.Skipped} {
+	for _, c := range []prometheus.Collector{m.Duration, m.Errors, m.InvalidSamples, m.DuplicateSeries, m.Targets, m.Backoff, m.Skipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -119,6 +132,13 @@ func (m *Metrics) observe(o Outcome, seconds float64) {
 
 func (m *Metrics) failed(r ErrorReason) { m.Errors.WithLabelValues(string(r)).Inc() }
 
-func (m *Metrics) invalid(r signals.Reason, n int) {
-	m.InvalidSamples.WithLabelValues(string(r)).Add(float64(n))
+// Count counts a reading's rejected and duplicate series (the Prometheus
+// source counts the readings it builds here too).
+func (m *Metrics) Count(r *signals.Reading) {
+	for why, n := range r.Invalid {
+		m.InvalidSamples.WithLabelValues(string(why)).Add(float64(n))
+	}
+	for o, n := range r.Duplicates {
+		m.DuplicateSeries.WithLabelValues(string(o)).Add(float64(n))
+	}
 }

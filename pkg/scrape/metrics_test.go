@@ -33,6 +33,9 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, r := range signals.Reasons() {
 		m.InvalidSamples.WithLabelValues(string(r))
 	}
+	for _, o := range signals.DuplicateOutcomes() {
+		m.DuplicateSeries.WithLabelValues(string(o))
+	}
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +57,8 @@ func TestMetricsDocumented(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
 	}
-	if len(got) != 6 {
-		t.Errorf("gathered %d families, want the 6 of the scrape path", len(got))
+	if len(got) != 7 {
+		t.Errorf("gathered %d families, want the 7 of the scrape path", len(got))
 	}
 }
 
@@ -70,7 +73,7 @@ func TestMetricsExposition(t *testing.T) {
 	nan := newEngine(t, serve(http.StatusOK, []byte("vllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc NaN\n")))
 	f.scraper.Sync(context.Background(), []scrape.Target{good.target("good"), failing.target("failing"), nan.target("nan")})
 	const want = `
-# HELP saturation_adapter_invalid_samples_total Engine series rejected before use (NaN, Inf, negative, ratio above 1), by reason.
+# HELP saturation_adapter_invalid_samples_total Engine and gateway series rejected before use (NaN, Inf, negative, out of range), by reason, whatever their source.
 # TYPE saturation_adapter_invalid_samples_total counter
 saturation_adapter_invalid_samples_total{reason="nan"} 1
 # HELP saturation_adapter_scrape_errors_total Failed scrapes of engine /metrics endpoints, by reason.

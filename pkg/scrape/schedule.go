@@ -238,6 +238,7 @@ func (s *Scraper) setTargets(targets []Target) {
 	for k := range s.results {
 		if _, ok := keep[k]; !ok {
 			delete(s.results, k)
+			s.budget.forget(k)
 		}
 	}
 	s.mu.Unlock()

@@ -79,7 +79,21 @@ type Options struct {
 	// Concurrency is the number of scrapes in flight at once, scheduled and
 	// on-demand together, shared fairly between namespaces (see Run).
 	Concurrency int
+	// InflightBytes bounds what the scrapes in flight hold while they read
+	// and extract bodies (inflightFactor bytes per byte of body), a
+	// namespace at most a quarter of it: a scrape waits for room, within its
+	// timeout. DefaultInflightBytes when 0.
+	InflightBytes int64
+	// ReadingsBytes bounds what each namespace's kept readings hold
+	// (Footprint of every pod's History): a pod whose new reading would take
+	// its namespace past it is not stored (ReasonOverBudget).
+	// DefaultReadingsBytes when 0.
+	ReadingsBytes int64
 }
+
+// maxPooledBuffer is the largest body buffer kept for reuse: a pod's huge
+// body must not stay in memory once read.
+const maxPooledBuffer = 1 << 20
 
 // Scraper scrapes targets and stores their results. It is safe for concurrent use.
 type Scraper struct {
@@ -90,6 +104,8 @@ type Scraper struct {
 	metrics *Metrics
 
 	bufs sync.Pool // *bytes.Buffer
+	// budget bounds the bytes of readings, in flight and kept.
+	budget *budget
 	// dispatch bounds scrapes in flight across every caller (the schedule and
 	// on-demand scrapes of requests) to Options.Concurrency, fairly.
 	dispatch *dispatcher
@@ -110,6 +126,7 @@ func New(opts Options, client *http.Client, reader Reader, clk clock.WithTicker,
 	s := &Scraper{
 		opts: opts, client: client, clock: clk, metrics: metrics,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
+		budget:  newBudget(opts.InflightBytes, opts.ReadingsBytes),
 		results: map[types.UID]*Result{},
 		base:    context.Background(),
 	}
@@ -181,11 +198,19 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	if prev, ok := s.results[t.UID]; ok {
 		*r = *prev
 	}
+	if err == nil {
+		reading.Time = now
+		h := r.History.Append(reading, rd.History)
+		if berr := s.budget.keep(t.UID, t.Pod.Namespace, Footprint(h)); berr != nil {
+			err = newError(ReasonOverBudget, "the namespace's readings are over their byte budget", berr)
+		} else {
+			r.History, r.Time = h, now
+		}
+	}
 	if err != nil {
 		r.Err, r.ErrTime = err.stored(), now
 	} else {
-		reading.Time = now
-		r.History, r.Time, r.Err = r.History.Append(reading, rd.History), now, nil
+		r.Err = nil
 	}
 	s.results[t.UID] = r
 	s.mu.Unlock()
@@ -196,9 +221,7 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 		klog.V(4).InfoS("Scrape failed", "pod", t.Pod, "url", t.URL, "reason", err.Reason, "err", excerpt.String(err.cause.Error(), maxLoggedErrorBytes))
 	} else {
 		s.metrics.observe(OutcomeSuccess, now.Sub(start).Seconds())
-		for why, n := range reading.Invalid {
-			s.metrics.invalid(why, n)
-		}
+		s.metrics.Count(reading)
 		if len(reading.Warnings) > 0 {
 			klog.V(2).InfoS("Engine reported unusable series", "pod", t.Pod, "warnings", loggedWarnings(reading.Warnings))
 		}
@@ -257,11 +280,25 @@ func (s *Scraper) fetch(ctx context.Context, t Target, extractor *signals.Extrac
 		return nil, statusError(resp, url)
 	}
 
+	// What this scrape holds while it reads and extracts is bounded
+	// (Options.InflightBytes): it waits for room, within its timeout.
+	h := &hold{b: s.budget, namespace: t.Pod.Namespace}
+	defer h.release()
+	if err := h.acquire(ctx, max(minInflight, inflightFactor*min(resp.ContentLength, s.opts.MaxBodyBytes))); err != nil {
+		return nil, newError(ReasonTimeout, fmt.Sprintf("timed out after %s waiting for the scrapes' memory bound", s.opts.Timeout), fmt.Errorf("reading %s: %w", url, err))
+	}
 	buf := s.bufs.Get().(*bytes.Buffer)
-	defer s.bufs.Put(buf)
+	defer func() {
+		if buf.Cap() <= maxPooledBuffer {
+			s.bufs.Put(buf)
+		}
+	}()
 	buf.Reset()
-	n, err := buf.ReadFrom(io.LimitReader(resp.Body, s.opts.MaxBodyBytes+1))
+	n, err := buf.ReadFrom(&growingReader{r: io.LimitReader(resp.Body, s.opts.MaxBodyBytes+1), h: h})
 	if err != nil {
+		if errors.Is(err, errInflight) {
+			return nil, newError(ReasonOverBudget, "the body is larger than the room the scrapes' memory bound leaves", fmt.Errorf("reading %s: %w", url, err))
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, newError(ReasonTimeout, fmt.Sprintf("timed out after %s", s.opts.Timeout), fmt.Errorf("reading %s: timed out after %s", url, s.opts.Timeout))
 		}

@@ -462,6 +462,17 @@ func (d *Dialect) spell(name string, k int) string {
 
 func (d *Dialect) spellings() int { return max(1, len(d.Spellings)) }
 
+// gatewayReadNames returns the families the extractor reads for one gateway
+// queue metric: its spellings (GatewayQueueMetrics) and, for llm-d's endpoint
+// picker, its stale-endpoints gauge.
+func gatewayReadNames(metric string) []string {
+	names := GatewayQueueMetrics(metric)
+	if slices.Contains(names, LLMDGatewayQueueMetric) {
+		names = append(names, LLMDStaleEndpointsMetric)
+	}
+	return names
+}
+
 // newSourceIndex indexes every scalar source and, when histograms is set, every
 // histogram series name.
 func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourceIndex {
@@ -470,11 +481,7 @@ func newSourceIndex(dialects []Dialect, histograms bool, gateway []string) sourc
 		if metric == "" {
 			continue
 		}
-		names := GatewayQueueMetrics(metric)
-		if slices.Contains(names, LLMDGatewayQueueMetric) || metric == LLMDGatewayQueueMetric {
-			names = append(names, LLMDStaleEndpointsMetric)
-		}
-		for _, g := range names {
+		for _, g := range gatewayReadNames(metric) {
 			idx.gateway[g], idx.read[g], idx.first[g[0]] = true, true, true
 		}
 	}

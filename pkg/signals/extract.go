@@ -126,12 +126,27 @@ func NewExtractorWith(opts ExtractOptions) *Extractor {
 	return e
 }
 
+// maxPooledLines and maxPooledSamples bound the buffers kept for reuse: a
+// pod's huge body must not stay in memory once read (issue 20).
+const (
+	maxPooledLines   = 1 << 20
+	maxPooledSamples = 16 << 10
+)
+
+// putBuffers returns b to the pool unless a huge body grew it.
+func (e *Extractor) putBuffers(b *scanBuffers) {
+	if b.lines.Cap() > maxPooledLines || cap(b.samples) > maxPooledSamples || cap(b.fast) > maxPooledSamples {
+		return
+	}
+	e.bufs.Put(b)
+}
+
 // scanBuffers are the per-call buffers of Extract, pooled.
 type scanBuffers struct {
 	lines   bytes.Buffer
 	lineNos []int
 	samples []rawSample
-	gateway []GatewaySeries
+	gateway []gatewaySample
 	lset    labels.Labels
 	// flow lists the flow-control families seen that are not read (see
 	// Reading.FlowControl); gwOldest is the oldest gateway sample timestamp
@@ -254,7 +269,7 @@ func (e *Extractor) ExtractContent(body []byte, contentType string) (Reading, er
 	}
 	om := isOpenMetrics(contentType)
 	b := e.bufs.Get().(*scanBuffers)
-	defer e.bufs.Put(b)
+	defer e.putBuffers(b)
 	st, err := e.filter(body, om, false, b)
 	if err != nil {
 		return Reading{}, err
@@ -301,15 +316,16 @@ func (e *Extractor) reading(b *scanBuffers, st filterStats) (Reading, error) {
 	if len(b.samples) == 0 && (len(b.gateway) > 0 || len(b.flow) > 0) {
 		// A gateway (endpoint picker): its queue, or, with every flow idle and
 		// collected, only its other flow-control families; no engine.
-		return Reading{Dialect: DialectGateway, Gateway: cloneOrNil(b.gateway), FlowControl: cloneOrNil(b.flow),
-			SampleTime: milliTime(b.gwOldest)}, nil
+		r := Reading{Dialect: DialectGateway, FlowControl: cloneOrNil(b.flow), SampleTime: milliTime(b.gwOldest)}
+		r.Gateway = foldGateway(&r, b.gateway, false)
+		return r, nil
 	}
 	r, err := e.fold(b.samples, st, b)
 	if err != nil {
 		return Reading{}, err
 	}
 	// nil when none, whatever the pooled buffer held before.
-	r.Gateway, r.FlowControl = cloneOrNil(b.gateway), cloneOrNil(b.flow)
+	r.Gateway, r.FlowControl = foldGateway(&r, b.gateway, false), cloneOrNil(b.flow)
 	return r, nil
 }
 
@@ -408,22 +424,38 @@ type GatewaySeries struct {
 	Metric string            `json:"metric"`
 	Labels map[string]string `json:"labels"`
 	Value  float64           `json:"value"`
+	// Invalid, when set, says why the series' value was rejected by the
+	// engines' validity rules (NaN, ±Inf, negative, above MaxRequests): Value
+	// is then 0 and means nothing, and a gateway input that selects the series
+	// has no queue (policy.GatewayInput.Queue fails), never a queue of 0.
+	Invalid Reason `json:"invalid,omitempty"`
+}
+
+// gatewaySample is a gateway series as read, before foldGateway: its value as
+// read (for a rejection's warning) and its timestamp in milliseconds (0:
+// none), for the duplicate rule.
+type gatewaySample struct {
+	GatewaySeries
+	raw float64
+	t   int64
 }
 
 // maxGatewayLabels bounds the labels kept per gateway series.
 const maxGatewayLabels = 32
 
 // gatewaySeries returns the series as a GatewaySeries when it is one of the
-// gateway queue metrics read and its value is a valid count.
-func (e *Extractor) gatewaySeries(lset *labels.Labels, value float64) (GatewaySeries, bool) {
+// gateway queue metrics read, its value checked as a queue depth is (a
+// rejected one has Invalid set); t is its timestamp in milliseconds, 0 for
+// none.
+func (e *Extractor) gatewaySeries(lset *labels.Labels, value float64, t int64) (gatewaySample, bool) {
 	name := lset.Get(model.MetricNameLabel)
 	if !e.index.gateway[name] {
-		return GatewaySeries{}, false
+		return gatewaySample{}, false
 	}
-	if _, _, bad := validate(QueueDepth, value); bad {
-		return GatewaySeries{}, false
+	gs := gatewaySample{GatewaySeries: GatewaySeries{Metric: name, Labels: map[string]string{}, Value: value}, raw: value, t: t}
+	if _, reason, bad := validate(QueueDepth, value); bad {
+		gs.Value, gs.Invalid = 0, reason
 	}
-	gs := GatewaySeries{Metric: name, Labels: map[string]string{}, Value: value}
 	lset.Range(func(l labels.Label) {
 		if l.Name != model.MetricNameLabel && len(gs.Labels) < maxGatewayLabels {
 			gs.Labels[Excerpt(l.Name, maxLabelBytes)] = Excerpt(l.Value, maxLabelBytes)
@@ -742,7 +774,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		if e.index.gateway[name] {
 			b.learnable[entry] = false // gateway series are never learned (see seriesCache)
 		}
-		if gs, ok := e.gatewaySeries(&b.lset, value); ok {
+		if gs, ok := e.gatewaySeries(&b.lset, value, t); ok {
 			b.gateway = append(b.gateway, gs)
 			if t != 0 && (b.gwOldest == 0 || t < b.gwOldest) {
 				b.gwOldest = t
@@ -978,16 +1010,18 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 		if d.BackendPrefix != "" && s.scalar && strings.HasPrefix(s.sref.source.Metric, d.BackendPrefix) {
 			eb.backend = true
 		}
-		if s.ts != 0 && (oldest == 0 || s.ts < oldest) {
-			oldest = s.ts
-		}
 		if s.scalar {
 			eb.addScalar(&r, s)
 		} else {
-			eb.addHisto(s)
+			eb.addHisto(&r, d, s)
 		}
 	}
 	b.ids = ids // keep the grown slice for the next extraction
+	for _, eb := range engines {
+		// The reading is as old as the oldest sample it uses: a duplicate
+		// dropped for an older sample does not age it.
+		oldest = eb.oldest(oldest)
+	}
 	ids = mergeUnlabelled(d, engines, ids)
 	if len(ids) > e.opts.MaxEngines {
 		return Reading{}, fmt.Errorf("%w: %d engines, more than %d", ErrTooManyEngines, len(ids), e.opts.MaxEngines)
@@ -1221,24 +1255,40 @@ func (s *rawSample) metric(d *Dialect) string {
 	return d.Histos[s.href.histo][s.href.pref].Metric
 }
 
-// cell is one engine's value of one source (or one SumLabel part of it): the
-// maximum of its valid duplicate series.
+// cell is one engine's value of one source (or one SumLabel part of it),
+// folded from its valid duplicate series by the duplicate rule (see
+// DuplicateOutcome): the newest sample wins, and equally new ones that
+// disagree give their maximum.
 type cell struct {
 	value  float64
-	n      int
+	t      int64 // the value's sample time in milliseconds, 0 when unknown
+	n      int   // valid series at t
 	differ bool
 	bad    int // rejected series
 }
 
-func (c *cell) add(v float64) {
+// add folds in one valid series' value v sampled at t (milliseconds, 0 when
+// the series carries no timestamp) and returns how many series lost to a
+// newer duplicate: v itself, or the ones folded before. Series without a
+// timestamp are compared by value only.
+func (c *cell) add(v float64, t int64) (older int) {
 	switch {
 	case c.n == 0:
-		c.value = v
+		c.value, c.t = v, t
+	case t != 0 && c.t != 0 && t < c.t:
+		return 1
+	case t != 0 && c.t != 0 && t > c.t:
+		older = c.n
+		c.value, c.t, c.n, c.differ = v, t, 0, false
 	case v != c.value:
 		c.differ = true
 		c.value = math.Max(c.value, v)
 	}
+	if c.t == 0 {
+		c.t = t
+	}
 	c.n++
+	return older
 }
 
 // partKey identifies a cell: a source of a set, and a SumLabel value.
@@ -1268,6 +1318,28 @@ func (eb *engineBuild) reset(id string) {
 		clear(m)
 	}
 	clear(eb.hparts)
+}
+
+// oldest returns the oldest sample time (milliseconds) among the cells'
+// values and t (0 for none).
+func (eb *engineBuild) oldest(t int64) int64 {
+	older := func(c *cell) {
+		if c.n > 0 && c.t != 0 && (t == 0 || c.t < t) {
+			t = c.t
+		}
+	}
+	for i := range eb.cells {
+		older(&eb.cells[i].c)
+	}
+	for _, m := range eb.buckets {
+		for _, c := range m {
+			older(&c)
+		}
+	}
+	for _, c := range eb.hparts {
+		older(&c)
+	}
+	return t
 }
 
 // keyedCell is a cell and its key; an engine has a few dozen at most, so a
@@ -1321,7 +1393,9 @@ func (eb *engineBuild) addScalar(r *Reading, s *rawSample) {
 		c.bad++
 		return
 	}
-	c.add(v)
+	if older := c.add(v, s.ts); older > 0 {
+		r.duplicates(DuplicateOlder, older, s.sref.source.String()+engineSuffix(s.engine))
+	}
 }
 
 func engineSuffix(id string) string {
@@ -1331,22 +1405,26 @@ func engineSuffix(id string) string {
 	return ` (engine "` + id + `")`
 }
 
-func (eb *engineBuild) addHisto(s *rawSample) {
+func (eb *engineBuild) addHisto(r *Reading, d *Dialect, s *rawSample) {
 	k := [2]int{int(s.href.histo), s.href.pref}
+	var older int
 	if s.href.kind == partBucket {
 		m := eb.bucketCells(k)
 		c := m[s.le]
-		c.add(s.value)
+		older = c.add(s.value, s.ts)
 		m[s.le] = c
-		return
+	} else {
+		if eb.hparts == nil {
+			eb.hparts = map[[3]int]cell{}
+		}
+		pk := [3]int{k[0], k[1], int(s.href.kind)}
+		c := eb.hparts[pk]
+		older = c.add(s.value, s.ts)
+		eb.hparts[pk] = c
 	}
-	if eb.hparts == nil {
-		eb.hparts = map[[3]int]cell{}
+	if older > 0 {
+		r.duplicates(DuplicateOlder, older, d.Histos[s.href.histo][s.href.pref].Metric+engineSuffix(s.engine))
 	}
-	pk := [3]int{k[0], k[1], int(s.href.kind)}
-	c := eb.hparts[pk]
-	c.add(s.value)
-	eb.hparts[pk] = c
 }
 
 // resolve chooses, per engine and signal, the first alternative with a valid
@@ -1478,9 +1556,10 @@ func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading)
 				continue
 			}
 			if c.differ {
+				r.duplicates(DuplicateDisagree, 1, "")
 				r.warn(fmt.Sprintf("%d duplicate series of %s for engine %q disagree; using their maximum %g",
 					c.n+c.bad, set.Sources[part].String(), id, c.value))
-				c.differ = false // warn once
+				c.differ = false // warn and count once
 			}
 			sum += c.value
 			ok = true

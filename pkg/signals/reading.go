@@ -2,6 +2,7 @@ package signals
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -142,8 +143,11 @@ type Reading struct {
 	// deletes an idle flow's series after its GC timeout.
 	FlowControl []string `json:",omitempty"`
 
-	// Invalid counts rejected series by reason.
+	// Invalid counts rejected series by reason, the gateway's included.
 	Invalid map[Reason]int
+	// Duplicates counts duplicate series not used as read, by outcome (see
+	// DuplicateOutcome); nil when none.
+	Duplicates map[DuplicateOutcome]int `json:",omitempty"`
 	// Warnings explain rejected series, disagreeing duplicates, partial terms,
 	// fallbacks and skipped lines; at most maxWarnings, each at most
 	// maxWarningBytes.
@@ -181,6 +185,45 @@ const (
 	maxWarnings     = 10
 	maxWarningBytes = 200
 )
+
+// DuplicateOutcome says what became of a duplicate series: another series of
+// the same pod, engine (or gateway series identity) and metric, as a second
+// exporter, a stale job beside a live one, two Prometheus monitors or a
+// hostile body give. Every source (scraped bodies, Prometheus answers, gateway
+// series) follows one rule: the series with the newest sample timestamp wins
+// and older ones are dropped (DuplicateOlder); equally new ones (or ones
+// without timestamps, as in most bodies) that agree are one series, and ones
+// that disagree give their maximum (DuplicateDisagree), so that a duplicate
+// can over-state the demand it shows but never hide it. Both are warned about
+// in the Reading and counted (saturation_adapter_duplicate_series_total).
+type DuplicateOutcome string
+
+// The duplicate outcomes; they label the adapter's duplicate-series counter.
+const (
+	// DuplicateOlder: a series dropped because a duplicate has a newer sample
+	// (one per series dropped).
+	DuplicateOlder DuplicateOutcome = "older"
+	// DuplicateDisagree: equally new duplicates with different values, folded
+	// to their maximum (one per set of duplicates).
+	DuplicateDisagree DuplicateOutcome = "disagree"
+)
+
+// DuplicateOutcomes lists every DuplicateOutcome, in documentation order.
+func DuplicateOutcomes() []DuplicateOutcome {
+	return []DuplicateOutcome{DuplicateOlder, DuplicateDisagree}
+}
+
+// duplicates counts n duplicates with outcome o and, for DuplicateOlder, warns
+// naming what (a series and engine).
+func (r *Reading) duplicates(o DuplicateOutcome, n int, what string) {
+	if r.Duplicates == nil {
+		r.Duplicates = map[DuplicateOutcome]int{}
+	}
+	r.Duplicates[o] += n
+	if o == DuplicateOlder {
+		r.warn(fmt.Sprintf("%d duplicate series of %s dropped: a duplicate has a newer sample", n, what))
+	}
+}
 
 // warn records a warning, keeping the first maxWarnings and counting the rest.
 func (r *Reading) warn(w string) {

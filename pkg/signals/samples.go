@@ -3,6 +3,7 @@ package signals
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,11 +26,13 @@ type Sample struct {
 // ExtractSamples builds a Reading from series samples by every rule of Extract:
 // the families read, the dialect and spelling chosen, engine and model labels,
 // per-engine fallbacks between alternatives (a renamed metric is never counted
-// twice), duplicates collapsed to their maximum, unlabelled aggregates beside
+// twice), duplicates folded by DuplicateOutcome's rule (the newest sample, then
+// the maximum), unlabelled aggregates beside
 // per-engine series ignored, SumLabel parts added, histograms from their
 // _bucket (and _count) series, and validity per series. Only the series' labels
-// matter, never their order. The reading's SampleTime is the oldest sample
-// timestamp; its Time is left zero for the caller.
+// matter, never their order. Gateway series get the same validity and duplicate
+// rules. The reading's SampleTime is the oldest timestamp of the samples used;
+// its Time is left zero for the caller.
 //
 // Errors (wrapped): ErrNoEngineMetrics when no supported engine's queue depth
 // or KV-cache usage is among the samples; ErrParse for a histogram bucket whose
@@ -37,7 +40,7 @@ type Sample struct {
 // extractor's bounds.
 func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 	var raw []rawSample
-	var gateway []GatewaySeries
+	var gateway []gatewaySample
 	var flow []string
 	read := 0
 	for i := range samples {
@@ -46,7 +49,7 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 		if !s.T.IsZero() {
 			t = s.T.UnixMilli()
 		}
-		if gs, ok := e.gatewaySeries(&s.Labels, s.Value); ok {
+		if gs, ok := e.gatewaySeries(&s.Labels, s.Value, t); ok {
 			if len(gateway) >= e.opts.MaxSeries {
 				return Reading{}, fmt.Errorf("%w: more than %d series of the gateway queue metrics read", ErrTooManySeries, e.opts.MaxSeries)
 			}
@@ -72,19 +75,21 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 			return Reading{}, fmt.Errorf("%w: more than %d series of the engine metric families read", ErrTooManySeries, e.opts.MaxSeries)
 		}
 	}
-	gateway, oldest := dedupeGateway(gateway, samples, e)
 	if len(raw) == 0 && (len(gateway) > 0 || len(flow) > 0) {
 		// A gateway (endpoint picker): its queue, or only its other
 		// flow-control gauges while every flow is idle; no engine.
-		return Reading{Dialect: DialectGateway, Gateway: gateway, FlowControl: flow, SampleTime: oldest}, nil
+		r := Reading{Dialect: DialectGateway, FlowControl: flow}
+		r.Gateway, r.SampleTime = dedupeGateway(&r, gateway, samples, e)
+		return r, nil
 	}
 	b := e.bufs.Get().(*scanBuffers)
-	defer e.bufs.Put(b)
+	defer e.putBuffers(b)
 	r, err := e.fold(raw, filterStats{}, b)
 	if err != nil {
 		return Reading{}, err
 	}
-	r.Gateway, r.FlowControl = gateway, flow
+	r.Gateway, _ = dedupeGateway(&r, gateway, samples, e)
+	r.FlowControl = flow
 	return r, nil
 }
 
@@ -96,11 +101,11 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 // different values of these only.
 var scrapeTargetLabels = []string{"job", "instance", "endpoint", "service", "container", "prometheus", "prometheus_replica", "__replica__"}
 
-// dedupeGateway collapses gateway series that differ only by scrape-target
-// labels to one, at their maximum (as engines' duplicates collapse), with
-// those labels dropped, and returns the oldest sample time among the gateway
-// samples (zero when none carries one).
-func dedupeGateway(gateway []GatewaySeries, samples []Sample, e *Extractor) ([]GatewaySeries, time.Time) {
+// dedupeGateway folds gateway series from a time-series database (with the
+// scrape-target labels dropped, so that two monitors of one endpoint picker
+// are duplicates) by foldGateway's rules, and returns the oldest sample time
+// among the gateway samples (zero when none carries one).
+func dedupeGateway(r *Reading, gateway []gatewaySample, samples []Sample, e *Extractor) ([]GatewaySeries, time.Time) {
 	var oldest time.Time
 	for i := range samples {
 		name := samples[i].Labels.Get(model.MetricNameLabel)
@@ -108,25 +113,93 @@ func dedupeGateway(gateway []GatewaySeries, samples []Sample, e *Extractor) ([]G
 			oldest = t
 		}
 	}
-	if len(gateway) < 2 {
-		for i := range gateway {
-			dropTargetLabels(gateway[i].Labels)
-		}
-		return gateway, oldest
+	return foldGateway(r, gateway, true), oldest
+}
+
+// foldGateway applies the validity and duplicate rules to gateway series, as
+// the engines' series get them: a rejected value (GatewaySeries.Invalid) is
+// counted in r.Invalid and warned about; duplicates (the same metric and
+// labels, the scrape-target labels dropped first when dropTarget is set)
+// follow DuplicateOutcome's rule, counted in r.Duplicates, and a rejected
+// duplicate gives way to a valid one. It returns a new slice, nil when none.
+func foldGateway(r *Reading, series []gatewaySample, dropTarget bool) []GatewaySeries {
+	if len(series) == 0 {
+		return nil
 	}
-	out := gateway[:0]
-	index := map[string]int{}
-	for _, g := range gateway {
-		dropTargetLabels(g.Labels)
+	out := make([]GatewaySeries, 0, len(series))
+	index := make(map[string]int, len(series))
+	var (
+		at     []int64 // the sample time of out[i]
+		n      []int   // valid series folded into out[i] at that time
+		differ []bool
+	)
+	for i := range series {
+		g := &series[i]
+		if dropTarget {
+			dropTargetLabels(g.Labels)
+		}
+		if g.Invalid != "" {
+			if r.Invalid == nil {
+				r.Invalid = map[Reason]int{}
+			}
+			r.Invalid[g.Invalid]++
+			r.warn(fmt.Sprintf("rejected gateway series %s%s = %g: %s", g.Metric, describeLabels(g.Labels), g.raw, g.Invalid))
+		}
 		k := g.key()
-		if j, dup := index[k]; dup {
-			out[j].Value = max(out[j].Value, g.Value)
+		j, dup := index[k]
+		if !dup {
+			index[k] = len(out)
+			out = append(out, g.GatewaySeries)
+			at, n, differ = append(at, g.t), append(n, 1), append(differ, false)
 			continue
 		}
-		index[k] = len(out)
-		out = append(out, g)
+		cur := &out[j]
+		switch {
+		case g.Invalid != "":
+			// A rejected duplicate never replaces what another says.
+		case cur.Invalid != "":
+			*cur, at[j], n[j] = g.GatewaySeries, g.t, 1
+		case g.t != 0 && at[j] != 0 && g.t < at[j]:
+			r.duplicates(DuplicateOlder, 1, "gateway "+g.Metric)
+		case g.t != 0 && at[j] != 0 && g.t > at[j]:
+			r.duplicates(DuplicateOlder, n[j], "gateway "+g.Metric)
+			*cur, at[j], n[j], differ[j] = g.GatewaySeries, g.t, 1, false
+		case g.Value != cur.Value:
+			differ[j] = true
+			cur.Value = max(cur.Value, g.Value)
+			n[j]++
+		default:
+			n[j]++
+		}
 	}
-	return out, oldest
+	for j := range out {
+		if differ[j] {
+			r.duplicates(DuplicateDisagree, 1, "")
+			r.warn(fmt.Sprintf("%d duplicate gateway series %s%s disagree; using their maximum %g", n[j], out[j].Metric, describeLabels(out[j].Labels), out[j].Value))
+		}
+	}
+	return out
+}
+
+// describeLabels renders labels as {k="v",...}, sorted, for warnings.
+func describeLabels(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteString("=")
+		b.WriteString(strconv.Quote(m[k]))
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 func dropTargetLabels(m map[string]string) {
@@ -215,8 +288,10 @@ func (e *Extractor) Families() []Family {
 			}
 		}
 	}
-	for _, g := range e.opts.GatewayMetrics {
-		add(g, FamilyGauge, 0)
+	for _, metric := range e.opts.GatewayMetrics {
+		for _, g := range gatewayReadNames(metric) {
+			add(g, FamilyGauge, 0)
+		}
 	}
 	if len(e.opts.GatewayMetrics) > 0 {
 		for _, g := range flowControlEvidence {

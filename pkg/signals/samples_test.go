@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,7 +96,7 @@ func TestExtractSamplesRules(t *testing.T) {
 	s := func(v float64, at time.Time, kv ...string) Sample {
 		return Sample{Labels: labels.FromStrings(kv...), Value: v, T: at}
 	}
-	t.Run("duplicates from several monitors collapse to their maximum, NaN dropped per series", func(t *testing.T) {
+	t.Run("duplicates from several monitors: the newest sample wins, NaN dropped per series", func(t *testing.T) {
 		r, err := e.ExtractSamples([]Sample{
 			s(12, t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "pm"),
 			s(math.NaN(), t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "sm"),
@@ -104,11 +105,44 @@ func TestExtractSamplesRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if q, _ := r.Value(QueueDepth); q != 14 || r.Invalid[ReasonNaN] != 1 {
-			t.Errorf("queue %g, invalid %v; want 14 and one NaN rejected", q, r.Invalid)
+		if q, _ := r.Value(QueueDepth); q != 12 || r.Invalid[ReasonNaN] != 1 || r.Duplicates[DuplicateOlder] != 1 {
+			t.Errorf("queue %g, invalid %v, duplicates %v; want 12 (the newest), one NaN rejected and one older duplicate dropped", q, r.Invalid, r.Duplicates)
 		}
-		if !r.SampleTime.Equal(t0.Add(-time.Second)) {
-			t.Errorf("SampleTime %s, want the oldest sample's", r.SampleTime)
+		if !r.SampleTime.Equal(t0) {
+			t.Errorf("SampleTime %s, want the newest duplicate's (the older one is not used)", r.SampleTime)
+		}
+	})
+	// Issue 20: a stale job beside a live one (2 and 200) was folded to 200
+	// with no warning. The stale job's older sample is dropped; equally new
+	// duplicates that disagree give their maximum, warned and counted.
+	t.Run("a stale job beside a live one: the older sample is dropped", func(t *testing.T) {
+		r, err := e.ExtractSamples([]Sample{
+			s(200, t0.Add(-15*time.Second), "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "stale"),
+			s(2, t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "live"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, _ := r.Value(QueueDepth); q != 2 || r.Duplicates[DuplicateOlder] != 1 || r.Duplicates[DuplicateDisagree] != 0 {
+			t.Errorf("queue %g, duplicates %v; want 2 and one older duplicate dropped", q, r.Duplicates)
+		}
+		if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "newer sample") }) {
+			t.Errorf("warnings %q, want one about the dropped older duplicate", r.Warnings)
+		}
+	})
+	t.Run("equally new duplicates that disagree: their maximum, warned and counted", func(t *testing.T) {
+		r, err := e.ExtractSamples([]Sample{
+			s(200, t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "a"),
+			s(2, t0, "__name__", "vllm:num_requests_waiting", "engine", "0", "job", "b"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, _ := r.Value(QueueDepth); q != 200 || r.Duplicates[DuplicateDisagree] != 1 {
+			t.Errorf("queue %g, duplicates %v; want the maximum 200 and one disagreement counted", q, r.Duplicates)
+		}
+		if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "disagree") }) {
+			t.Errorf("warnings %q, want one about the disagreement", r.Warnings)
 		}
 	})
 	t.Run("a bucket with a bad le is a parse error", func(t *testing.T) {

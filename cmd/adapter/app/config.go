@@ -63,6 +63,10 @@ type Config struct {
 
 	// Namespaces watched; all when empty.
 	Namespaces []string
+	// MaxSelectorBytes bounds a request's label and field selectors; longer
+	// ones are refused before authentication and authorization (see
+	// withSelectorLimit).
+	MaxSelectorBytes int
 	// Builtin are the built-in policies; ConfigFile, when set, adds the
 	// policies of that file, reloaded every ConfigReloadInterval.
 	Builtin              []policy.Policy
@@ -137,16 +141,17 @@ func (o *Options) Config() (*Config, error) {
 		stateWindow = max(stateWindow, 3*o.Prometheus.ScrapeInterval)
 	}
 	return &Config{
-		Generic:     generic,
-		Client:      client,
-		Dynamic:     dyn,
-		Clock:       clock.RealClock{},
-		APIServices: o.Identity.APIServices,
-		Self:        self,
-		ManagedTLS:  managed,
-		Namespaces:  o.Namespaces,
-		Builtin:     o.Scoring.Builtin(),
-		ConfigFile:  o.Scoring.ConfigFile, ConfigReloadInterval: config.DefaultReloadInterval,
+		Generic:          generic,
+		Client:           client,
+		Dynamic:          dyn,
+		Clock:            clock.RealClock{},
+		APIServices:      o.Identity.APIServices,
+		Self:             self,
+		ManagedTLS:       managed,
+		Namespaces:       o.Namespaces,
+		MaxSelectorBytes: o.MaxSelectorBytes,
+		Builtin:          o.Scoring.Builtin(),
+		ConfigFile:       o.Scoring.ConfigFile, ConfigReloadInterval: config.DefaultReloadInterval,
 		StateWindow: stateWindow,
 		Extract:     signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
 		Select: podselect.Options{
@@ -155,7 +160,8 @@ func (o *Options) Config() (*Config, error) {
 			MaxRequestSelectors: o.MaxRequestSelectors,
 			ScrapeHostNetwork:   o.Scrape.HostNetworkPods,
 		},
-		Scrape:            scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency},
+		Scrape: scrape.Options{Timeout: o.Scrape.Timeout, MaxBodyBytes: o.Scrape.MaxBodyBytes, Concurrency: o.Scrape.Concurrency,
+			InflightBytes: o.Scrape.InflightBytes, ReadingsBytes: o.Scrape.ReadingsBytes},
 		ScrapeTLS:         o.Scrape.TLSConfig(),
 		ScrapeInterval:    o.Scrape.Interval,
 		ColdScrapeTimeout: o.Scrape.Timeout,
@@ -166,6 +172,8 @@ func (o *Options) Config() (*Config, error) {
 			URL: o.Prometheus.URL, Labels: o.Prometheus.Labels(), Timeout: o.Prometheus.Timeout, CachePeriod: o.Prometheus.CachePeriod,
 			ScrapeInterval: o.Prometheus.ScrapeInterval, MaxAge: o.Scrape.MaxSampleAge, StateWindow: stateWindow,
 			Extract: signals.ExtractOptions{MaxSeries: o.Scrape.MaxSeries, MaxEngines: o.Scrape.MaxEngines},
+			// Every answer held at once: 8 times the largest one.
+			MaxHeldBytes: 8 * o.Prometheus.MaxResponseBytes,
 		},
 	}, nil
 }
@@ -223,6 +231,12 @@ type CompletedConfig struct {
 func (c *Config) Complete() CompletedConfig {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
+	}
+	if c.MaxSelectorBytes <= 0 {
+		c.MaxSelectorBytes = DefaultMaxSelectorBytes
+	}
+	if c.Generic.BuildHandlerChainFunc == nil {
+		c.Generic.BuildHandlerChainFunc = genericapiserver.DefaultBuildHandlerChain
 	}
 	return CompletedConfig{&completedConfig{c}}
 }

@@ -51,7 +51,10 @@ type ExplainPod struct {
 	Counted    float64                `json:"counted"`
 	Why        string                 `json:"why,omitempty"`
 	Invalid    map[signals.Reason]int `json:"invalid"`
-	Warnings   []string               `json:"warnings"`
+	// Duplicates counts the duplicate series not used as read, by outcome
+	// (signals.DuplicateOutcome); the warnings say which.
+	Duplicates map[signals.DuplicateOutcome]int `json:"duplicates,omitempty"`
+	Warnings   []string                         `json:"warnings"`
 }
 
 // ExplainPool is what an HPA would see for the pods as one pool of Ready pods:
@@ -389,7 +392,7 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 			QueueDepth: r.Ptr(signals.QueueDepth), QueueDeferred: r.Ptr(signals.QueueDeferred), Running: r.Ptr(signals.Running),
 			KVCacheUsage: r.Ptr(signals.KVCacheUsage), KVCacheUsageMax: r.KVCacheUsageMax, Preemptions: r.Ptr(signals.Preemptions),
 			State: rep.State, EngineStates: rep.Engines, Terms: rep.Terms, Dominant: rep.Dominant,
-			Counted: rep.Counted, Why: rep.Why, Invalid: r.Invalid, Warnings: r.Warnings,
+			Counted: rep.Counted, Why: rep.Why, Invalid: r.Invalid, Duplicates: r.Duplicates, Warnings: r.Warnings,
 		}
 		if v := chosen.Add(h, ""); v.Present {
 			t.Saturation = &v.Value

@@ -451,3 +451,29 @@ policies:
 		t.Errorf("pool ahead = %+v, want a held peak and 2.4 served", a)
 	}
 }
+
+// Issue 20: explain says what became of duplicate series (the duplicate
+// rule, signals.DuplicateOutcome): disagreeing ones counted beside the
+// warning that names them.
+func TestExplainDuplicates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dup.prom")
+	body := "vllm:num_requests_waiting{engine=\"0\"} 2\nvllm:num_requests_waiting{engine=\"0\"} 200\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.1\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := Explain([]string{path}, NewScoringOptions(), ExplainOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ex.Pods[0]
+	if p.Duplicates["disagree"] != 1 || !strings.Contains(strings.Join(p.Warnings, "\n"), "disagree; using their maximum 200") {
+		t.Errorf("duplicates %v, warnings %q: want one disagreement counted and named", p.Duplicates, p.Warnings)
+	}
+	out, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"duplicates":{"disagree":1}`) {
+		t.Errorf("explain's JSON lacks the duplicates: %s", out)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
+	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 	"github.com/saturation-adapter/saturation-adapter/pkg/servingcert"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -43,9 +43,13 @@ type ScrapeOptions struct {
 	MaxSeries   int
 	MaxEngines  int
 	Concurrency int
-	Port        int
-	Path        string
-	Scheme      string
+	// InflightBytes and ReadingsBytes bound the memory of readings in flight
+	// (all namespaces) and kept (per namespace); see scrape.Options.
+	InflightBytes int64
+	ReadingsBytes int64
+	Port          int
+	Path          string
+	Scheme        string
 	// MaxSampleAge is the age beyond which a reading is stale; 0 means 3 intervals.
 	MaxSampleAge time.Duration
 	// HostNetworkPods allows scraping pods with spec.hostNetwork (at the node's IP).
@@ -243,10 +247,7 @@ func (o *ScoringOptions) Validate() []error {
 	if o.ConfigFile != "" {
 		// The whole file is checked here, so a bad one stops the start with every
 		// bad field named.
-		data, err := os.ReadFile(o.ConfigFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
-		} else if f, err := config.Parse(data); err != nil {
+		if f, err := config.ReadFile(o.ConfigFile); err != nil {
 			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
 		} else if _, err := f.Catalog(o.Builtin()); err != nil {
 			errs = append(errs, fmt.Errorf("--config=%s: %w", o.ConfigFile, err))
@@ -265,11 +266,8 @@ func (o *ScoringOptions) Builtin() []policy.Policy {
 func (o *ScoringOptions) Catalog() (*policy.Catalog, error) {
 	var f *config.File
 	if o.ConfigFile != "" {
-		data, err := os.ReadFile(o.ConfigFile)
-		if err != nil {
-			return nil, fmt.Errorf("--config=%s: %w", o.ConfigFile, err)
-		}
-		if f, err = config.Parse(data); err != nil {
+		var err error
+		if f, err = config.ReadFile(o.ConfigFile); err != nil {
 			return nil, fmt.Errorf("--config=%s: %w", o.ConfigFile, err)
 		}
 	}
@@ -300,6 +298,8 @@ type Options struct {
 	// MaxRequestSelectors bounds the selectors remembered from requests that no
 	// HPA's External metric explains.
 	MaxRequestSelectors int
+	// MaxSelectorBytes bounds a request's label and field selectors.
+	MaxSelectorBytes int
 	// Source is SourceDirect or SourcePrometheus; Prometheus configures the
 	// latter.
 	Source     string
@@ -332,17 +332,20 @@ func NewOptions() *Options {
 		SelectorIdleTimeout: 10 * time.Minute,
 		MaxRequestSelectors: podselect.DefaultMaxRequestSelectors,
 		// vLLM's cold start is minutes: a model load takes 2 to 10 (DOMAIN.md §5).
-		StartupGrace: 10 * time.Minute,
+		StartupGrace:     10 * time.Minute,
+		MaxSelectorBytes: DefaultMaxSelectorBytes,
 		Scrape: ScrapeOptions{
-			Interval:     2 * time.Second,
-			Timeout:      time.Second,
-			MaxBodyBytes: 4 << 20,
-			MaxSeries:    signals.DefaultMaxSeries,
-			MaxEngines:   signals.DefaultMaxEngines,
-			Concurrency:  64,
-			Port:         8000, // vLLM's default --port
-			Path:         "/metrics",
-			Scheme:       "http",
+			Interval:      2 * time.Second,
+			Timeout:       time.Second,
+			MaxBodyBytes:  4 << 20,
+			MaxSeries:     signals.DefaultMaxSeries,
+			MaxEngines:    signals.DefaultMaxEngines,
+			Concurrency:   64,
+			InflightBytes: scrape.DefaultInflightBytes,
+			ReadingsBytes: scrape.DefaultReadingsBytes,
+			Port:          8000, // vLLM's default --port
+			Path:          "/metrics",
+			Scheme:        "http",
 		},
 		Source:     SourceDirect,
 		Prometheus: NewPrometheusOptions(),
@@ -368,6 +371,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked is forgotten. Selectors longer than 4096 bytes are never remembered.")
 	sel.DurationVar(&o.StartupGrace, "startup-grace", o.StartupGrace,
 		"How long after its creation a pod that is not Ready yet counts as starting (loading its model): while one is, a demand metric serves at least the pods counted and starting, so the HPA never deletes it before it served (scale from zero in flight); 0 turns it off.")
+	sel.IntVar(&o.MaxSelectorBytes, "max-selector-bytes", o.MaxSelectorBytes,
+		"Longest label or field selector a request may carry, in bytes; a longer one is refused (400) before authentication and authorization, whose cache would keep it.")
 
 	src := fss.FlagSet("signal source")
 	src.StringVar(&o.Source, "source", o.Source, "Where engines' signals come from: direct (the adapter scrapes each pod's /metrics) or prometheus (it reads their series from --prometheus-url, which scrapes them).")
@@ -380,6 +385,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.IntVar(&o.Scrape.MaxSeries, "scrape-max-series", o.Scrape.MaxSeries, "Most series of the engine metric families read in one /metrics body; a body with more fails its scrape (reason too_many_series).")
 	s.IntVar(&o.Scrape.MaxEngines, "scrape-max-engines", o.Scrape.MaxEngines, "Most engines (data-parallel ranks, Triton models) in one /metrics body; more fails the scrape (reason too_many_engines).")
 	s.IntVar(&o.Scrape.Concurrency, "scrape-concurrency", o.Scrape.Concurrency, "Scrapes in flight at once, scheduled and on-demand together, shared fairly between namespaces and pools.")
+	s.Int64Var(&o.Scrape.InflightBytes, "scrape-inflight-bytes", o.Scrape.InflightBytes, "Memory the scrapes in flight may hold while they read and extract bodies (16 bytes per byte of body), one namespace at most a quarter of it; a scrape waits for room within its timeout.")
+	s.Int64Var(&o.Scrape.ReadingsBytes, "scrape-readings-budget-bytes", o.Scrape.ReadingsBytes, "Memory each namespace's kept readings may hold; a pod whose new reading would take its namespace past it is not stored (reason over_budget) and turns unknown.")
 	s.IntVar(&o.Scrape.Port, "scrape-port", o.Scrape.Port, "Port of /metrics for pods without the prometheus.io/port annotation.")
 	s.StringVar(&o.Scrape.Path, "scrape-path", o.Scrape.Path, "Path of /metrics for pods without the prometheus.io/path annotation.")
 	s.StringVar(&o.Scrape.Scheme, "scrape-scheme", o.Scrape.Scheme, "Scheme (http or https) for pods without the prometheus.io/scheme annotation.")
@@ -448,6 +455,12 @@ func (o *Options) Validate() error {
 	if s.MaxEngines < 1 || s.MaxEngines > 100_000 {
 		errs = append(errs, fmt.Errorf("--scrape-max-engines=%d: must be in 1..100000", s.MaxEngines))
 	}
+	if s.InflightBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--scrape-inflight-bytes=%d: must be at least 1048576 (1 MiB)", s.InflightBytes))
+	}
+	if s.ReadingsBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--scrape-readings-budget-bytes=%d: must be at least 1048576 (1 MiB)", s.ReadingsBytes))
+	}
 	if s.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("--scrape-concurrency=%d: must be >= 1", s.Concurrency))
 	}
@@ -488,6 +501,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SelectorIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--selector-idle-timeout=%s: must be > 0", o.SelectorIdleTimeout))
+	}
+	if o.MaxSelectorBytes < 256 || o.MaxSelectorBytes > 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-selector-bytes=%d: must be in 256..1048576", o.MaxSelectorBytes))
 	}
 	if o.MaxRequestSelectors < 1 {
 		errs = append(errs, fmt.Errorf("--max-request-selectors=%d: must be >= 1", o.MaxRequestSelectors))

@@ -178,6 +178,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		readings provider.Readings
 	)
 	if c.Source == SourcePrometheus {
+		// One validation path: rejected and duplicate series read from
+		// Prometheus are counted on the scrape path's self-metrics.
+		c.PrometheusSource.Count = scrapeMetrics.Count
 		if readings, err = c.prometheusSource(catalogs, reg); err != nil {
 			return nil, err
 		}
@@ -210,6 +213,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 	}
 
+	// Long selectors are refused before the chain: see withSelectorLimit.
+	c.Generic.BuildHandlerChainFunc = withSelectorLimit(c.Generic.BuildHandlerChainFunc, c.MaxSelectorBytes, cmapiserver.Codecs)
 	// No SharedInformerFactory for the generic server: the adapter's informers
 	// are its own, and the library would register a second informer-sync check.
 	cmConfig := &cmapiserver.Config{GenericConfig: &c.Generic.Config}
@@ -317,7 +322,14 @@ func gatewayOf(p *policy.Policy) *podselect.Gateway {
 	if err != nil {
 		return nil
 	}
-	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: podselect.Override{Port: p.Gateway.Port, Path: p.Gateway.Path, BearerTokenFile: p.Gateway.BearerTokenFile}}
+	return &podselect.Gateway{Namespace: p.Gateway.Namespace, Selector: sel, Override: gatewayOverride(p.Gateway)}
+}
+
+// gatewayOverride is how a gateway input's pods are scraped: its port, path,
+// token, and the namespace and ServiceAccount the token is confined to. The
+// provider builds the same one (provider.gateway), so both find one interest.
+func gatewayOverride(g *policy.GatewayInput) podselect.Override {
+	return podselect.Override{Port: g.Port, Path: g.Path, BearerTokenFile: g.BearerTokenFile, ServiceAccount: g.ServiceAccount, Namespace: g.Namespace}
 }
 
 // prometheusSource returns the Prometheus source, its metrics on reg, following
@@ -327,7 +339,7 @@ func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheu
 		klog.InfoS("Warning: Prometheus's certificate is not verified (--prometheus-insecure-skip-tls-verify): a machine in the path can forge the values HPAs scale on",
 			"url", promsource.Redact(c.PrometheusClient.URL))
 	}
-	api, err := promsource.NewAPI(c.PrometheusClient)
+	client, err := promsource.NewClient(c.PrometheusClient)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +347,7 @@ func (c CompletedConfig) prometheusSource(catalogs *config.Loader, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	src, err := promsource.New(c.PrometheusSource, api, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
+	src, err := promsource.New(c.PrometheusSource, client, catalogs.Catalog(), queries(catalogs.Prometheus()), c.Clock, m)
 	if err != nil {
 		return nil, err
 	}

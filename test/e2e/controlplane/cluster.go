@@ -91,6 +91,9 @@ type Cluster struct {
 	toolsDir string
 	procs    []*Process
 	logf     func(string, ...any)
+	// apiArgs are kube-apiserver's arguments, for RestartAPIServer.
+	apiArgs  []string
+	restarts int
 }
 
 // Start generates certificates and starts etcd, kube-apiserver and kube-controller-manager.
@@ -250,7 +253,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, o Options, pki string, cer
 		"--profiling=false",
 		"--v=1",
 	}
-	apiserver, err := c.start("kube-apiserver", append(apiArgs, o.ExtraAPIServerFlags...))
+	c.apiArgs = append(apiArgs, o.ExtraAPIServerFlags...)
+	apiserver, err := c.start("kube-apiserver", c.apiArgs)
 	if err != nil {
 		return err
 	}
@@ -328,6 +332,29 @@ func (c *Cluster) start(name string, args []string) (*Process, error) {
 	}
 	c.procs = append(c.procs, p)
 	return p, nil
+}
+
+// RestartAPIServer stops kube-apiserver, leaves it down for down, starts it again with
+// the same arguments (etcd keeps the data) and waits until it is ready: what a control
+// plane upgrade or a crash does to its clients' watches.
+func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	i := slices.IndexFunc(c.procs, func(p *Process) bool { return strings.HasPrefix(p.Name, "kube-apiserver") })
+	if i < 0 {
+		return fmt.Errorf("no kube-apiserver process")
+	}
+	c.procs[i].Stop(10 * time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	c.restarts++
+	p, err := StartProcess(c.Dir, fmt.Sprintf("kube-apiserver-%d", c.restarts), filepath.Join(c.toolsDir, "kube-apiserver"), c.apiArgs, nil)
+	if err != nil {
+		return err
+	}
+	c.procs[i] = p
+	return c.waitReady(ctx, p)
 }
 
 // Processes lists the control-plane processes in start order.

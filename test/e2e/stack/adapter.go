@@ -47,6 +47,10 @@ type AdapterOptions struct {
 	ScrapeInterval, ScrapeTimeout time.Duration
 	// ExtraArgs are appended.
 	ExtraArgs []string
+	// RBACFiles, when set, are applied instead of AdapterManifests (paths, in
+	// order): another rendering of the adapter's namespace, ServiceAccount and
+	// RBAC, such as the chart's.
+	RBACFiles []string
 }
 
 // Adapter is the running adapter and its registration.
@@ -57,9 +61,14 @@ type Adapter struct {
 
 // applyAdapterManifests applies AdapterManifests with kubectl, as a user would,
 // and returns a kubeconfig of the adapter's ServiceAccount.
-func applyAdapterManifests(ctx context.Context, c *controlplane.Cluster, dir string) (string, error) {
-	for _, f := range AdapterManifests {
-		if _, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(dir, f)); err != nil {
+func applyAdapterManifests(ctx context.Context, c *controlplane.Cluster, dir string, files []string) (string, error) {
+	if len(files) == 0 {
+		for _, f := range AdapterManifests {
+			files = append(files, filepath.Join(dir, f))
+		}
+	}
+	for _, f := range files {
+		if _, err := c.Kubectl(ctx, "apply", "-f", f); err != nil {
 			return "", err
 		}
 	}
@@ -74,7 +83,7 @@ func applyAdapterManifests(ctx context.Context, c *controlplane.Cluster, dir str
 // APIService's caBundle, so the aggregator verifies it. It waits until the
 // APIService is Available.
 func StartAdapter(ctx context.Context, c *controlplane.Cluster, o AdapterOptions) (*Adapter, error) {
-	kubeconfig, err := applyAdapterManifests(ctx, c, o.ManifestsDir)
+	kubeconfig, err := applyAdapterManifests(ctx, c, o.ManifestsDir, o.RBACFiles)
 	if err != nil {
 		return nil, fmt.Errorf("adapter manifests: %w", err)
 	}

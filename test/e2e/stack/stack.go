@@ -65,7 +65,9 @@ type Options struct {
 	EmulatorArgs []string
 	// ExtraEngines adds images the node agent can run.
 	ExtraEngines map[string]nodeagent.Engine
-	Logf         func(format string, args ...any)
+	// APIServerFlags are appended to kube-apiserver's (an audit policy and log).
+	APIServerFlags []string
+	Logf           func(format string, args ...any)
 }
 
 // EmulatorGateway returns gateway options for pools of EmulatorImage: exact prompt and
@@ -126,7 +128,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}()
 	if s.Cluster, err = controlplane.Start(ctx, controlplane.Options{
-		ToolsDir: o.ToolsDir, Dir: o.Dir, HPASyncPeriod: o.HPASyncPeriod, Logf: o.Logf,
+		ToolsDir: o.ToolsDir, Dir: o.Dir, HPASyncPeriod: o.HPASyncPeriod, Logf: o.Logf, ExtraAPIServerFlags: o.APIServerFlags,
 	}); err != nil {
 		return s, err
 	}
