@@ -161,7 +161,7 @@ func (c *Client) query(ctx context.Context, expr string, ts time.Time, timeout t
 		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil); err != nil {
 			return queryAnswer{}, err
 		}
-		resp, err = c.rt.RoundTrip(req)
+		resp, err = c.rt.RoundTrip(req) //nolint:bodyclose // closed by the deferred drain below
 	}
 	if err != nil {
 		return queryAnswer{}, err
