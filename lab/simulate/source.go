@@ -165,6 +165,10 @@ func (s *adapterSource) External(metric string, at time.Duration, fresh []int, u
 		return 0, errors.New("no pod is Running and Ready")
 	case pool.Known == 0:
 		return 0, fmt.Errorf("%d Ready pods, none has fresh data", pool.Pods)
+	case p.Kind == policy.KindSignal && pool.Fresh+pool.Held < pool.Pods:
+		// As the server answers (pkg/provider): a raw signal has no set point to
+		// count a pod without data at, so the pool's value is unknown.
+		return 0, fmt.Errorf("%d of the %d Ready pods have no fresh data: a raw signal's value is unknown until they report", pool.Pods-pool.Fresh-pool.Held, pool.Pods)
 	case pool.Value == nil:
 		return 0, fmt.Errorf("none of the %d pods with fresh data exposes %s", pool.Known, metric)
 	}

@@ -55,7 +55,9 @@ func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
 		{metric: MetricDemandReplicas, fresh: []int{0, 1}, want: 12.0 / 5},
 		{metric: MetricSaturation, fresh: []int{0, 1}, unknown: 1, want: (12.0/5 + 1) / 3},
 		{metric: MetricDemandReplicas, fresh: []int{1}, unknown: 2, want: 2},
-		{metric: MetricQueueDepth, fresh: []int{1}, unknown: 1, want: 0},
+		// A raw signal with a pod that never reported has no value (the server's
+		// 503; the HPA holds).
+		{metric: MetricQueueDepth, fresh: []int{1}, unknown: 1, wantErr: "1 of the 2 Ready pods have no fresh data"},
 		{metric: MetricSaturation, unknown: 2, wantErr: "none has fresh data"},
 		{metric: MetricSaturation, wantErr: "no pod is Running and Ready"},
 		{metric: "llm_made_up", fresh: []int{0}, wantErr: "unknown metric"},

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -373,7 +374,7 @@ func describe(l map[string]string) string {
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, k+"="+signals.Excerpt(l[k], 64))
+		parts = append(parts, k+"="+excerpt.String(l[k], 64))
 	}
 	return strings.Join(parts, ",")
 }

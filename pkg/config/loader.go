@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -231,7 +231,7 @@ func (l *Loader) failedContent(sum [sha256.Size]byte, err error) error {
 // boundary, control characters replaced); errors.Is and As see the cause.
 type boundedError struct{ err error }
 
-func (e boundedError) Error() string { return signals.Excerpt(e.err.Error(), MaxErrorBytes) }
+func (e boundedError) Error() string { return excerpt.String(e.err.Error(), MaxErrorBytes) }
 func (e boundedError) Unwrap() error { return e.err }
 
 // ReadFile reads and parses the configuration file at path within the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -397,7 +398,7 @@ func (g *GatewayInput) Queue(readings ...*signals.Reading) (float64, error) {
 			}
 			if s.Invalid != "" {
 				return 0, fmt.Errorf("the gateway's %s series %s was rejected (%s): the pool's gateway queue is unknown",
-					g.Metric, signals.Excerpt(describeMatch(s.Labels), 200), s.Invalid)
+					g.Metric, excerpt.String(describeMatch(s.Labels), 200), s.Invalid)
 			}
 			queue += s.Value
 		}

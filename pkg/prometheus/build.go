@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -234,5 +235,5 @@ func why(err error, rng time.Duration) string {
 	if errors.Is(err, errNoSeries) {
 		return fmt.Sprintf("no engine series in Prometheus for this pod in the last %s", rng)
 	}
-	return "Prometheus series unusable: " + signals.Excerpt(err.Error(), 300)
+	return "Prometheus series unusable: " + excerpt.String(err.Error(), 300)
 }

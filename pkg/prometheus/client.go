@@ -14,8 +14,7 @@ import (
 	"time"
 
 	promconfig "github.com/prometheus/common/config"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
 // ClientOptions say how the adapter reaches Prometheus (or Thanos Query,
@@ -190,7 +189,7 @@ func errorAnswer(code int, body io.Reader) error {
 		Error     string `json:"error"`
 	}
 	if b, err := io.ReadAll(body); err == nil && json.Unmarshal(b, &env) == nil && env.Status == "error" && env.ErrorType != "" {
-		return &QueryError{Type: signals.Excerpt(env.ErrorType, 40), Msg: signals.Excerpt(env.Error, 300)}
+		return &QueryError{Type: excerpt.String(env.ErrorType, 40), Msg: excerpt.String(env.Error, 300)}
 	}
 	return &StatusError{Code: code}
 }

@@ -14,8 +14,7 @@ import (
 	jsoniter "github.com/json-iterator/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
-
-	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
 // ErrResponse: a Prometheus answer that is not a query result the adapter can
@@ -40,35 +39,35 @@ type response struct {
 func Decode(body []byte) (model.Value, error) {
 	var r response
 	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("%w: not a Prometheus API response: %s", ErrResponse, signals.Excerpt(err.Error(), 200))
+		return nil, fmt.Errorf("%w: not a Prometheus API response: %s", ErrResponse, excerpt.String(err.Error(), 200))
 	}
 	if r.Status != "success" {
-		return nil, fmt.Errorf("%w: status %q: %s: %s", ErrResponse, signals.Excerpt(r.Status, 40),
-			signals.Excerpt(r.ErrorType, 40), signals.Excerpt(r.Error, 300))
+		return nil, fmt.Errorf("%w: status %q: %s: %s", ErrResponse, excerpt.String(r.Status, 40),
+			excerpt.String(r.ErrorType, 40), excerpt.String(r.Error, 300))
 	}
 	var data struct {
 		Type   model.ValueType `json:"resultType"`
 		Result json.RawMessage `json:"result"`
 	}
 	if err := json.Unmarshal(r.Data, &data); err != nil {
-		return nil, fmt.Errorf("%w: data: %s", ErrResponse, signals.Excerpt(err.Error(), 200))
+		return nil, fmt.Errorf("%w: data: %s", ErrResponse, excerpt.String(err.Error(), 200))
 	}
 	switch data.Type {
 	case model.ValVector:
 		var v model.Vector
 		if err := json.Unmarshal(data.Result, &v); err != nil {
-			return nil, fmt.Errorf("%w: vector: %s", ErrResponse, signals.Excerpt(err.Error(), 200))
+			return nil, fmt.Errorf("%w: vector: %s", ErrResponse, excerpt.String(err.Error(), 200))
 		}
 		return v, nil
 	case model.ValMatrix:
 		var m model.Matrix
 		if err := json.Unmarshal(data.Result, &m); err != nil {
-			return nil, fmt.Errorf("%w: matrix: %s", ErrResponse, signals.Excerpt(err.Error(), 200))
+			return nil, fmt.Errorf("%w: matrix: %s", ErrResponse, excerpt.String(err.Error(), 200))
 		}
 		return m, nil
 	}
 	return nil, fmt.Errorf("%w: result type %q; want vector or matrix (an instant query, of a series selector or a range selector)",
-		ErrResponse, signals.Excerpt(data.Type.String(), 40))
+		ErrResponse, excerpt.String(data.Type.String(), 40))
 }
 
 // point is one sample of a series.
@@ -194,11 +193,11 @@ func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (
 	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
 		switch key {
 		case "status":
-			status = signals.Excerpt(it.ReadString(), 40)
+			status = excerpt.String(it.ReadString(), 40)
 		case "errorType":
-			errType = signals.Excerpt(it.ReadString(), 40)
+			errType = excerpt.String(it.ReadString(), 40)
 		case "error":
-			errMsg = signals.Excerpt(it.ReadString(), maxWarningBytes)
+			errMsg = excerpt.String(it.ReadString(), maxWarningBytes)
 		case "data":
 			if sawData {
 				d.err = fmt.Errorf("%w: data given twice", ErrResponse)
@@ -210,7 +209,7 @@ func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (
 			it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
 				w := it.ReadString()
 				if len(a.warnings) < maxWarnings && w != "" {
-					a.warnings = append(a.warnings, signals.Excerpt(w, maxWarningBytes))
+					a.warnings = append(a.warnings, excerpt.String(w, maxWarningBytes))
 				}
 				return it.Error == nil
 			})
@@ -223,7 +222,7 @@ func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (
 	case d.err != nil:
 		return queryAnswer{}, d.err
 	case d.it.Error != nil && !errors.Is(d.it.Error, io.EOF):
-		return queryAnswer{}, fmt.Errorf("%w: not a Prometheus API response: %s", ErrResponse, signals.Excerpt(d.it.Error.Error(), 200))
+		return queryAnswer{}, fmt.Errorf("%w: not a Prometheus API response: %s", ErrResponse, excerpt.String(d.it.Error.Error(), 200))
 	case status == "error":
 		return queryAnswer{}, &QueryError{Type: errType, Msg: errMsg}
 	case status != "success":
@@ -232,7 +231,7 @@ func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (
 		return queryAnswer{}, fmt.Errorf("%w: no result", ErrResponse)
 	case d.typ != model.ValVector.String() && d.typ != model.ValMatrix.String():
 		return queryAnswer{}, fmt.Errorf("%w: result type %q; want vector or matrix (an instant query, of a series selector or a range selector)",
-			ErrResponse, signals.Excerpt(d.typ, 40))
+			ErrResponse, excerpt.String(d.typ, 40))
 	case d.scalar:
 		return queryAnswer{}, fmt.Errorf("%w: a %s result whose elements are not series", ErrResponse, d.typ)
 	}
@@ -276,7 +275,7 @@ func (d *streamDecoder) data(a *queryAnswer) {
 	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
 		switch key {
 		case "resultType":
-			d.typ = signals.Excerpt(it.ReadString(), 40)
+			d.typ = excerpt.String(it.ReadString(), 40)
 		case "result":
 			if d.typ == "" {
 				// Prometheus (and Thanos, Mimir, VictoriaMetrics) write the

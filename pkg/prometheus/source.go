@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 	"github.com/saturation-adapter/saturation-adapter/pkg/history"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
@@ -404,7 +405,7 @@ func (s *Source) fetch(namespace string, g *generation) *entry {
 	wg.Wait()
 	for i, q := range qs {
 		if err := results[i].err; err != nil {
-			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", Redact(s.opts.URL), q.kind, namespace, signals.Excerpt(err.Error(), 400))
+			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", Redact(s.opts.URL), q.kind, namespace, excerpt.String(err.Error(), 400))
 			s.release(e)
 			e.pods = nil
 			return e

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
 // Errors of Extract, for errors.Is. Each is wrapped with the detail.
@@ -458,7 +459,7 @@ func (e *Extractor) gatewaySeries(lset *labels.Labels, value float64, t int64) (
 	}
 	lset.Range(func(l labels.Label) {
 		if l.Name != model.MetricNameLabel && len(gs.Labels) < maxGatewayLabels {
-			gs.Labels[Excerpt(l.Name, maxLabelBytes)] = Excerpt(l.Value, maxLabelBytes)
+			gs.Labels[excerpt.String(l.Name, maxLabelBytes)] = excerpt.String(l.Value, maxLabelBytes)
 		}
 	})
 	return gs, true
@@ -565,10 +566,10 @@ func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filte
 			continue
 		}
 		if len(line) > maxLineBytes {
-			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, first, Excerpt(string(name), 80), len(line), maxLineBytes)
+			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, first, excerpt.String(string(name), 80), len(line), maxLineBytes)
 		}
 		if bytes.IndexByte(line, 0) >= 0 {
-			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, first, Excerpt(string(name), 80))
+			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, first, excerpt.String(string(name), 80))
 		}
 		if !om {
 			line = stripExemplar(line)
@@ -595,7 +596,7 @@ func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filte
 // other1 counts a line that is not exposition text.
 func (st *filterStats) other1(n int, line []byte) {
 	if st.other == 0 {
-		st.first, st.firstText = n, Excerpt(string(line), 80)
+		st.first, st.firstText = n, excerpt.String(string(line), 80)
 	}
 	st.other++
 }
@@ -782,7 +783,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		}
 		var ok bool
 		if b.samples, ok = e.collect(b.samples, &b.lset, value, t, line); !ok {
-			return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, Excerpt(b.lset.Get(model.BucketLabel), 40))
+			return fmt.Errorf("%w: line %d: bucket of %s with le=%q", ErrParse, b.lineNo(line), name, excerpt.String(b.lset.Get(model.BucketLabel), 40))
 		}
 	}
 	if b.aligned && len(b.entryLine) != len(b.offsets)-len(b.eofAt) {
@@ -873,11 +874,11 @@ func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
 				break
 			}
 			if err != nil {
-				return fmt.Errorf("%w: line %d: %s: %s", ErrParse, b.lineNos[i], Excerpt(err.Error(), 120), Excerpt(strings.TrimSpace(string(l)), 120))
+				return fmt.Errorf("%w: line %d: %s: %s", ErrParse, b.lineNos[i], excerpt.String(err.Error(), 120), excerpt.String(strings.TrimSpace(string(l)), 120))
 			}
 		}
 	}
-	return fmt.Errorf("%w: %s", ErrParse, Excerpt(cause.Error(), 200))
+	return fmt.Errorf("%w: %s", ErrParse, excerpt.String(cause.Error(), 200))
 }
 
 // engineKey returns the engine's ID: the values of the dialect's engine labels,
@@ -911,13 +912,13 @@ func engineKey(d *Dialect, lset *labels.Labels) string {
 // engineID returns raw as an engine ID, or, when it would not be raw (see
 // engineKey) or ambiguous is set, an excerpt of it with a hash of raw.
 func engineID(raw string, ambiguous bool) string {
-	id := Excerpt(raw, maxLabelBytes)
+	id := excerpt.String(raw, maxLabelBytes)
 	if id == raw && !ambiguous {
 		return raw
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(raw))
-	return Excerpt(raw, maxLabelBytes-17) + "#" + strconv.FormatUint(h.Sum64(), 16)
+	return excerpt.String(raw, maxLabelBytes-17) + "#" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // ratioEpsilon is the float noise above 1 accepted (and clamped) in a ratio: an
@@ -1001,10 +1002,10 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 		}
 		if s.model != "" {
 			if eb.model == "" {
-				eb.model = e.strs.intern(Excerpt(s.model, maxLabelBytes))
+				eb.model = e.strs.intern(excerpt.String(s.model, maxLabelBytes))
 			}
 			if len(models) < maxModels {
-				models[e.strs.intern(Excerpt(s.model, maxLabelBytes))] = struct{}{}
+				models[e.strs.intern(excerpt.String(s.model, maxLabelBytes))] = struct{}{}
 			}
 		}
 		if d.BackendPrefix != "" && s.scalar && strings.HasPrefix(s.sref.source.Metric, d.BackendPrefix) {
@@ -1761,33 +1762,4 @@ func (lc *layoutCache) intern(bounds []float64, key *[]byte) []float64 {
 		lc.m[string(k)] = out
 	}
 	return out
-}
-
-// Excerpt returns s cut to at most n bytes (on a rune boundary, with "…" when
-// cut), with invalid UTF-8 and control characters replaced, so that text from a
-// pod can go into a log line or an API message safely.
-func Excerpt(s string, n int) string {
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f || c >= 0x80 {
-			clean = false
-			break
-		}
-	}
-	if clean && len(s) <= n {
-		return s
-	}
-	var b strings.Builder
-	for _, c := range s {
-		if b.Len() >= n {
-			return strings.TrimSpace(b.String()) + "…"
-		}
-		switch {
-		case c == '\uFFFD' || c < 0x20 || c == 0x7f:
-			b.WriteByte('?')
-		default:
-			b.WriteRune(c)
-		}
-	}
-	return b.String()
 }

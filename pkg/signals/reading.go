@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
 // Values holds one value per Signal with a presence bit each: absent means the
@@ -229,7 +231,7 @@ func (r *Reading) duplicates(o DuplicateOutcome, n int, what string) {
 func (r *Reading) warn(w string) {
 	switch {
 	case len(r.Warnings) < maxWarnings:
-		r.Warnings = append(r.Warnings, Excerpt(w, maxWarningBytes))
+		r.Warnings = append(r.Warnings, excerpt.String(w, maxWarningBytes))
 	case len(r.Warnings) == maxWarnings:
 		r.Warnings = append(r.Warnings, "further warnings omitted")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
 // Sample is one series' newest value as a time-series database returns it (a
@@ -66,7 +67,7 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 		var ok bool
 		if raw, ok = e.collect(raw, &s.Labels, s.Value, t, i); !ok {
 			return Reading{}, fmt.Errorf("%w: bucket of %s with le=%q", ErrParse,
-				Excerpt(s.Labels.Get(model.MetricNameLabel), 80), Excerpt(s.Labels.Get(model.BucketLabel), 40))
+				excerpt.String(s.Labels.Get(model.MetricNameLabel), 80), excerpt.String(s.Labels.Get(model.BucketLabel), 40))
 		}
 		if len(raw) > n {
 			read++
