@@ -239,7 +239,7 @@ func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, p
 			value = *pool.Value
 		}
 		a.set(key, info, ReasonValueTargetNoReadyPods, bad && info.current > 0, fmt.Sprintf(
-			"%s has demand %.3g but no Ready pod: with target type Value the HPA multiplies by Ready pods and computes 0 replicas (hazard NC-08). "+
+			"%s has demand %.3g but no Ready pod: with target type Value the HPA multiplies by Ready pods and computes 0 replicas. "+
 				"Use a demand policy (e.g. llm_demand_replicas) with target type AverageValue \"1\"", metric, value))
 	}
 }
@@ -345,7 +345,7 @@ func (a *Advisor) GatewaySeen(readings []*signals.Reading) {
 	a.metrics.UnmatchedGatewaySeries.Set(float64(len(a.unmatched)))
 	a.mu.Unlock()
 	for _, id := range fresh {
-		klog.InfoS("Warning: the gateway holds requests for a pool no policy's gateway input matches; its HPA scales on the engines alone, which sit at their set points while requests wait in the gateway (hazard NC-04)", "series", id)
+		klog.InfoS("Warning: the gateway holds requests for a pool no policy's gateway input matches; its HPA scales on the engines alone, which sit at their set points while requests wait in the gateway", "series", id)
 	}
 }
 

@@ -299,7 +299,7 @@ type Policy struct {
 	Model string
 	// Role, when set, restricts the pool to pods whose role label (see
 	// Catalog.RoleLabel) has this value: prefill and decode pods of a
-	// disaggregated deployment need one HPA each (hazard NC-03).
+	// disaggregated deployment need one HPA each.
 	Role string
 	// UnknownSaturation is the saturation counted for a pod without a fresh
 	// reading, or in a state that cannot serve (wedged, frozen, sleeping)
@@ -358,7 +358,7 @@ type GatewayInput struct {
 // first family of signals.GatewayQueueMetrics(Metric) it has, never two: with
 // the inference extension's default gauge, llm-d-router's
 // llm_d_epp_flow_control_queue_size first, so the default input works when an
-// endpoint picker exports only the new name (hazard NC-20). A reading whose
+// endpoint picker exports only the new name. A reading whose
 // series exist but none match counts 0 (flow control holds nothing for this
 // pool), and so does a gateway reading with no series of the metric but other
 // flow-control families (Reading.FlowControl): the endpoint picker deletes an
@@ -460,7 +460,7 @@ const (
 // NC-20: its dispatch stopped, the queue grows because nothing is
 // dispatched, and its pool saturation reads 1.0 for want of data, not of
 // capacity); a Dynamo frontend without its router queue gauge (router
-// queueing off: no gateway queue, counted 0; hazard NC-25).
+// queueing off: no gateway queue, counted 0).
 func (g *GatewayInput) Notes(readings ...*signals.Reading) []string {
 	var out []string
 	for _, r := range readings {
@@ -587,7 +587,7 @@ func (p *Policy) Validate() *FieldError {
 				"read the queue (%s, the default)", signals.DefaultGatewayQueueMetric)
 		}
 		if g.Metric == DynamoQueuedMetric {
-			return fieldErr("gateway.metric", g.Metric, "counts requests from HTTP entry to their first token, prefilling ones included, not a queue (hazard NC-25); "+
+			return fieldErr("gateway.metric", g.Metric, "counts requests from HTTP entry to their first token, prefilling ones included, not a queue; "+
 				"read the router's queue, %s", DynamoRouterQueueMetric)
 		}
 		if g.QueueSetPoint != 0 && (!(g.QueueSetPoint >= MinSetPoint) || !finite(g.QueueSetPoint)) {
@@ -646,7 +646,7 @@ func (p *Policy) term(k TermKind) *Term {
 func (p *Policy) Warnings() []string {
 	var out []string
 	if t := p.term(TermQueueDepth); t != nil && p.QueueCap > 0 && t.SetPoint >= p.QueueCap {
-		out = append(out, fmt.Sprintf("policy %s: queue depth set point %g is at or above the admission cap %g: the queue term can never exceed its set point (hazard NC-02)", p.Name, t.SetPoint, p.QueueCap))
+		out = append(out, fmt.Sprintf("policy %s: queue depth set point %g is at or above the admission cap %g: the queue term can never exceed its set point", p.Name, t.SetPoint, p.QueueCap))
 	}
 	return out
 }

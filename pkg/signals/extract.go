@@ -352,7 +352,7 @@ func milliTime(t int64) time.Time {
 // inference_extension_flow_control_*) and llm-d's mirror of them
 // (llm_d_epp_flow_control_*, e.g. llm_d_epp_flow_control_pool_saturation),
 // and the NVIDIA Dynamo frontend's (dynamo_frontend_*), whose router queue
-// gauge exists only while its router queues (hazard NC-25).
+// gauge exists only while its router queues.
 var flowControlPrefixes = []string{"inference_extension_flow_control_", "llm_d_epp_flow_control_", "dynamo_frontend_"}
 
 // maxFlowFamilies bounds Reading.FlowControl.
@@ -382,7 +382,7 @@ func isFlowControlFamily(name string) bool {
 // DefaultGatewayQueueMetric is the Gateway API inference extension's flow-control
 // queue gauge (kubernetes-sigs/gateway-api-inference-extension, PR #1714:
 // inference_extension_flow_control_queue_size), labelled by inference_pool,
-// fairness_id, priority and model names (hazard NC-04). A gateway input with
+// fairness_id, priority and model names. A gateway input with
 // it reads LLMDGatewayQueueMetric first (see GatewayQueueMetrics).
 const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 
@@ -390,14 +390,14 @@ const DefaultGatewayQueueMetric = "inference_extension_flow_control_queue_size"
 // from v0.10.0 (2026-08-17; llm-d/llm-d-router pkg/epp/metrics) the endpoint
 // picker emits every flow-control and pool gauge under the deprecated
 // inference_extension_* / inference_pool_* name and a llm_d_epp_* one, from
-// the same call (hazard NC-20).
+// the same call.
 const LLMDGatewayQueueMetric = "llm_d_epp_flow_control_queue_size"
 
 // LLMDStaleEndpointsMetric is llm-d-router's count of endpoints whose metrics
 // are missing or stale (llm_d_epp_flow_control_stale_endpoints{detector},
 // llm-d-router PR #2165): the saturation detector scores them saturated
 // (fail-closed), so flow control stops dispatching and its queue grows while
-// engines idle (hazard NC-20).
+// engines idle.
 const LLMDStaleEndpointsMetric = "llm_d_epp_flow_control_stale_endpoints"
 
 // GatewayQueueMetrics returns the families a gateway input of metric reads,
@@ -509,9 +509,7 @@ func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filte
 		defer e.series.mu.RUnlock()
 	}
 	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
-	// The metric name of the last series line read, and whether its family is.
-	var prev []byte
-	var prevRead bool
+	var last lastFamily
 	join := true
 	for n := 1; len(body) > 0; {
 		first := n
@@ -542,34 +540,17 @@ func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filte
 			}
 			continue // no family read starts with this byte
 		}
-		var name []byte
-		var read bool
-		if k := len(prev); k > 0 && len(line) > k && isNameEnd(line[k]) && bytes.Equal(line[:k], prev) {
-			// A family's series come one after the other: the same name as the
-			// line before (which holds no '{', blank or tab) is the same answer.
-			name, read = prev, prevRead
-		} else {
-			var ok bool
-			name, ok = lineMetricName(line)
-			if !ok {
-				st.other1(first, line)
-				continue
-			}
-			read = e.index.read[string(name)] // no allocation: Go optimises string(b) in a map index
-			prev, prevRead = nil, false
-			if line[0] != '{' { // a quoted name may hold the bytes that end others
-				prev, prevRead = name, read
-			}
+		name, read, ok := e.lineFamily(line, &last)
+		if !ok {
+			st.other1(first, line)
+			continue
 		}
 		if !read {
 			e.noteFlowFamily(name, b)
 			continue
 		}
-		if len(line) > maxLineBytes {
-			return st, fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, first, excerpt.String(string(name), 80), len(line), maxLineBytes)
-		}
-		if bytes.IndexByte(line, 0) >= 0 {
-			return st, fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, first, excerpt.String(string(name), 80))
+		if err := checkLine(line, name, first); err != nil {
+			return st, err
 		}
 		if !om {
 			line = stripExemplar(line)
@@ -591,6 +572,46 @@ func (e *Extractor) filter(body []byte, om, noCache bool, b *scanBuffers) (filte
 		b.addLine([]byte("# EOF"), 0)
 	}
 	return st, nil
+}
+
+// lastFamily is the metric name of the last series line read, and whether its
+// family is read: a family's series come one after the other, so the next
+// line usually has the same name.
+type lastFamily struct {
+	name []byte
+	read bool
+}
+
+// lineFamily returns the metric name of a series line and whether its family
+// is read; ok is false when the line names no metric.
+func (e *Extractor) lineFamily(line []byte, last *lastFamily) (name []byte, read, ok bool) {
+	if k := len(last.name); k > 0 && len(line) > k && isNameEnd(line[k]) && bytes.Equal(line[:k], last.name) {
+		// The same name as the line before (which holds no '{', blank or tab)
+		// is the same answer.
+		return last.name, last.read, true
+	}
+	name, ok = lineMetricName(line)
+	if !ok {
+		return nil, false, false
+	}
+	read = e.index.read[string(name)] // no allocation: Go optimises string(b) in a map index
+	*last = lastFamily{}
+	if line[0] != '{' { // a quoted name may hold the bytes that end others
+		*last = lastFamily{name: name, read: read}
+	}
+	return name, read, true
+}
+
+// checkLine fails a series line of a family read that is longer than
+// maxLineBytes or holds a NUL byte, naming the line and the family.
+func checkLine(line, name []byte, lineNo int) error {
+	if len(line) > maxLineBytes {
+		return fmt.Errorf("%w: line %d: a series of %s is %d bytes long, more than %d", ErrParse, lineNo, excerpt.String(string(name), 80), len(line), maxLineBytes)
+	}
+	if bytes.IndexByte(line, 0) >= 0 {
+		return fmt.Errorf("%w: line %d: NUL byte in a series of %s", ErrParse, lineNo, excerpt.String(string(name), 80))
+	}
+	return nil
 }
 
 // other1 counts a line that is not exposition text.
@@ -967,7 +988,7 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	if !ok {
 		if e.hasDialect(samples, "trtllm") {
 			return Reading{}, fmt.Errorf("%w: trtllm-serve's metrics without its queue and running gauges (trtllm_num_requests_waiting, TensorRT-LLM 1.3 and later, "+
-				"filled from iteration stats: enable_iter_perf_stats: true; hazard NC-17): its load is unknown", ErrNoEngineMetrics)
+				"filled from iteration stats: enable_iter_perf_stats: true): its load is unknown", ErrNoEngineMetrics)
 		}
 		if st.other > 0 {
 			return Reading{}, fmt.Errorf("%w: line %d is not exposition text: %q (and %d other lines)", ErrParse, st.first, st.firstText, st.other-1)
@@ -982,6 +1003,50 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	}
 	samples = dropAggregates(&r, d, spelling, samples)
 
+	engines, ids, models := e.buildEngines(&r, d, samples, b)
+	var oldest int64
+	for _, eb := range engines {
+		// The reading is as old as the oldest sample it uses: a duplicate
+		// dropped for an older sample does not age it.
+		oldest = eb.oldest(oldest)
+	}
+	ids = mergeUnlabelled(d, engines, ids)
+	if len(ids) > e.opts.MaxEngines {
+		return Reading{}, fmt.Errorf("%w: %d engines, more than %d", ErrTooManyEngines, len(ids), e.opts.MaxEngines)
+	}
+	slices.SortFunc(ids, compareEngineIDs)
+	for m := range models {
+		r.Models = append(r.Models, m)
+	}
+	slices.Sort(r.Models)
+	if oldest != 0 {
+		r.SampleTime = time.UnixMilli(oldest)
+	}
+
+	e.resolve(&r, dialect, spelling, engines, ids, b)
+	e.foldPod(&r, d, ids)
+	return r, nil
+}
+
+// foldPod names a vLLM reading's version, warns about a Triton pod whose models
+// would add up, and folds the engines into the pod's values (for Triton, its
+// default view: see defaultView).
+func (e *Extractor) foldPod(r *Reading, d *Dialect, ids []string) {
+	if d.Name == "vllm" {
+		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
+	}
+	keep := defaultView(r)
+	if d.BackendPrefix != "" && keep == nil && len(r.Models) > 1 {
+		r.warn(fmt.Sprintf("%d models (%s) and no TensorRT-LLM backend series or %q model: their queues add up, "+
+			"and an ensemble's steps count one request once each; set the policy's model", len(r.Models), strings.Join(r.Models, ", "), TritonBackendModel))
+	}
+	r.Fold = FoldEngines(r.Engines, keep)
+}
+
+// buildEngines groups the samples of the chosen dialect by engine (in the
+// order first seen; IDs interned) and adds each to its engine, collecting the
+// served model names (at most maxModels).
+func (e *Extractor) buildEngines(r *Reading, d *Dialect, samples []rawSample, b *scanBuffers) (map[string]*engineBuild, []string, map[string]struct{}) {
 	if b.engines == nil {
 		b.engines, b.models = map[string]*engineBuild{}, map[string]struct{}{}
 	}
@@ -989,7 +1054,6 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	clear(b.models)
 	b.nBuilds, b.ids = 0, b.ids[:0]
 	engines, ids, models := b.engines, b.ids, b.models
-	var oldest int64
 	for i := range samples {
 		s := &samples[i]
 		eb, ok := engines[s.engine]
@@ -1012,41 +1076,13 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 			eb.backend = true
 		}
 		if s.scalar {
-			eb.addScalar(&r, s)
+			eb.addScalar(r, s)
 		} else {
-			eb.addHisto(&r, d, s)
+			eb.addHisto(r, d, s)
 		}
 	}
 	b.ids = ids // keep the grown slice for the next extraction
-	for _, eb := range engines {
-		// The reading is as old as the oldest sample it uses: a duplicate
-		// dropped for an older sample does not age it.
-		oldest = eb.oldest(oldest)
-	}
-	ids = mergeUnlabelled(d, engines, ids)
-	if len(ids) > e.opts.MaxEngines {
-		return Reading{}, fmt.Errorf("%w: %d engines, more than %d", ErrTooManyEngines, len(ids), e.opts.MaxEngines)
-	}
-	slices.SortFunc(ids, compareEngineIDs)
-	for m := range models {
-		r.Models = append(r.Models, m)
-	}
-	slices.Sort(r.Models)
-	if oldest != 0 {
-		r.SampleTime = time.UnixMilli(oldest)
-	}
-
-	e.resolve(&r, dialect, spelling, engines, ids, b)
-	if d.Name == "vllm" {
-		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
-	}
-	keep := defaultView(&r)
-	if d.BackendPrefix != "" && keep == nil && len(r.Models) > 1 {
-		r.warn(fmt.Sprintf("%d models (%s) and no TensorRT-LLM backend series or %q model: their queues add up, "+
-			"and an ensemble's steps count one request once each; set the policy's model", len(r.Models), strings.Join(r.Models, ", "), TritonBackendModel))
-	}
-	r.Fold = FoldEngines(r.Engines, keep)
-	return r, nil
+	return engines, ids, models
 }
 
 // TritonBackendModel is the model name Triton's TensorRT-LLM backend has by
@@ -1432,79 +1468,18 @@ func (eb *engineBuild) addHisto(r *Reading, d *Dialect, s *rawSample) {
 // value, builds the engines' histograms and records sources and warnings.
 func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[string]*engineBuild, ids []string, b *scanBuffers) {
 	d := &e.dialects[dialect]
-	type usage struct {
-		present  int    // engines with any series of the signal
-		valid    int    // engines with a valid value
-		prefs    uint64 // the alternatives read, one bit each
-		fellBack []string
-	}
-	var use [NumSignals]usage
-	// The most preferred set present in the body, per signal: reported as the
-	// signal's source even when all its values are invalid.
-	var presentPref [NumSignals]int
-	for s := range NumSignals {
-		presentPref[s] = -1
-	}
+	var use [NumSignals]signalUse
+	presentPref := presentPrefs(d, engines, ids)
 	key := sourcesKey{dialect: int8(dialect), spelling: int8(spelling)}
 	for h := range NumHistos {
 		key.histos[h] = -1
 	}
-	for _, id := range ids {
-		for i := range engines[id].cells {
-			k := &engines[id].cells[i].key
-			if k.part == 0 && d.Sources[k.signal][k.pref].Combine == CombineSum {
-				continue // a sum is present by what it adds (see CombineSum)
-			}
-			if p := presentPref[k.signal]; p < 0 || k.pref < p {
-				presentPref[k.signal] = k.pref
-			}
-		}
-	}
 	r.Engines = make([]EngineSignals, 0, len(ids))
 	for _, id := range ids {
-		eb := engines[id]
-		es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
-		var chosen [NumSignals]int8
-		for s := range NumSignals {
-			sets := d.Sources[s]
-			any := false
-			chosen[s] = -1
-			for p := range sets {
-				v, has, valid := eb.value(d, s, p, id, r)
-				if !has {
-					continue
-				}
-				if !any {
-					use[s].present++
-					any = true
-				}
-				if !valid {
-					continue
-				}
-				if p != presentPref[s] {
-					use[s].fellBack = append(use[s].fellBack, id)
-				}
-				es.Set(s, v)
-				chosen[s] = int8(p)
-				use[s].valid++
-				use[s].prefs |= 1 << p
-				break
-			}
-		}
-		for s := range NumSignals {
-			if chosen[s] < 0 {
-				continue
-			}
-			for _, m := range d.Sources[s][chosen[s]].Minus {
-				if x, ok := es.Value(m); ok {
-					v, _ := es.Value(s)
-					es.Set(s, max(0, v-x))
-				}
-			}
-		}
+		es := e.resolveEngine(r, d, engines[id], id, &presentPref, &use)
 		for h := range NumHistos {
 			for p := range d.Histos[h] {
-				if hist, ok := eb.histogram(h, p, d, spelling, id, r, &e.layouts, b); ok {
+				if hist, ok := engines[id].histogram(h, p, d, spelling, id, r, &e.layouts, b); ok {
 					es.Hist[h] = hist
 					if key.histos[h] < 0 {
 						key.histos[h] = int8(p)
@@ -1517,27 +1492,107 @@ func (e *Extractor) resolve(r *Reading, dialect, spelling int, engines map[strin
 	}
 	for s := range NumSignals {
 		key.sets[s] = int8(presentPref[s])
-		if presentPref[s] < 0 {
-			continue
-		}
-		name := e.names.set(dialect, s, presentPref[s], spelling)
-		u := use[s]
-		for _, id := range u.fellBack {
-			for p := range d.Sources[s] {
-				if u.prefs&(1<<p) != 0 && p != presentPref[s] {
-					r.warn(fmt.Sprintf("%s has no valid value for engine %q; read %s instead", name, id, e.names.set(dialect, s, p, spelling)))
-					break
-				}
-			}
-		}
-		switch {
-		case u.valid == 0:
-			r.warn(fmt.Sprintf("no valid %s series; %s drops out", name, s))
-		case u.valid < len(ids):
-			r.warn(fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, u.valid, len(ids)))
+		if presentPref[s] >= 0 {
+			e.warnUse(r, dialect, spelling, s, presentPref[s], &use[s], len(ids))
 		}
 	}
 	r.Sources = e.sources.get(key, &e.names)
+}
+
+// signalUse is how a signal was read over a pod's engines.
+type signalUse struct {
+	present  int    // engines with any series of the signal
+	valid    int    // engines with a valid value
+	prefs    uint64 // the alternatives read, one bit each
+	fellBack []string
+}
+
+// presentPrefs returns, per signal, the most preferred source set present in
+// the body (-1 for none): reported as the signal's source even when all its
+// values are invalid.
+func presentPrefs(d *Dialect, engines map[string]*engineBuild, ids []string) [NumSignals]int {
+	var presentPref [NumSignals]int
+	for s := range NumSignals {
+		presentPref[s] = -1
+	}
+	for _, id := range ids {
+		for i := range engines[id].cells {
+			k := &engines[id].cells[i].key
+			if k.part == 0 && d.Sources[k.signal][k.pref].Combine == CombineSum {
+				continue // a sum is present by what it adds (see CombineSum)
+			}
+			if p := presentPref[k.signal]; p < 0 || k.pref < p {
+				presentPref[k.signal] = k.pref
+			}
+		}
+	}
+	return presentPref
+}
+
+// resolveEngine reads one engine's scalar signals: per signal, the first
+// source set (in preference order) with a valid value, less the signals its
+// set subtracts (Minus), recording in use how each was read.
+func (e *Extractor) resolveEngine(r *Reading, d *Dialect, eb *engineBuild, id string, presentPref *[NumSignals]int, use *[NumSignals]signalUse) EngineSignals {
+	es := EngineSignals{ID: id, Model: eb.model, Backend: eb.backend}
+	var chosen [NumSignals]int8
+	for s := range NumSignals {
+		chosen[s] = -1
+		present := false
+		for p := range d.Sources[s] {
+			v, has, valid := eb.value(d, s, p, id, r)
+			if !has {
+				continue
+			}
+			if !present {
+				use[s].present++
+				present = true
+			}
+			if !valid {
+				continue
+			}
+			if p != presentPref[s] {
+				use[s].fellBack = append(use[s].fellBack, id)
+			}
+			es.Set(s, v)
+			chosen[s] = int8(p)
+			use[s].valid++
+			use[s].prefs |= 1 << p
+			break
+		}
+	}
+	for s := range NumSignals {
+		if chosen[s] < 0 {
+			continue
+		}
+		for _, m := range d.Sources[s][chosen[s]].Minus {
+			if x, ok := es.Value(m); ok {
+				v, _ := es.Value(s)
+				es.Set(s, max(0, v-x))
+			}
+		}
+	}
+	return es
+}
+
+// warnUse warns about a signal that fell back to a less preferred source on
+// some engines, or that is invalid on some or all of them.
+func (e *Extractor) warnUse(r *Reading, dialect, spelling int, s Signal, pref int, u *signalUse, engines int) {
+	d := &e.dialects[dialect]
+	name := e.names.set(dialect, s, pref, spelling)
+	for _, id := range u.fellBack {
+		for p := range d.Sources[s] {
+			if u.prefs&(1<<p) != 0 && p != pref {
+				r.warn(fmt.Sprintf("%s has no valid value for engine %q; read %s instead", name, id, e.names.set(dialect, s, p, spelling)))
+				break
+			}
+		}
+	}
+	switch {
+	case u.valid == 0:
+		r.warn(fmt.Sprintf("no valid %s series; %s drops out", name, s))
+	case u.valid < engines:
+		r.warn(fmt.Sprintf("%s is valid for %d of %d engines; the pod value uses those only", s, u.valid, engines))
+	}
 }
 
 // value returns the engine's value of alternative p of signal s: has is false

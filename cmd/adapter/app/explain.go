@@ -82,7 +82,7 @@ type ExplainPool struct {
 	InFlight string `json:"inFlight,omitempty"`
 	Error    string `json:"error,omitempty"`
 	// Warnings say what an HPA on this policy would get wrong: requests held by
-	// flow control that the policy does not count (hazard NC-04), a mean policy
+	// flow control that the policy does not count, a mean policy
 	// read at zero Ready pods (NC-08).
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -447,7 +447,7 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 
 // gatewayWarnings says what an HPA on policy would miss: requests the gateway
 // holds in series that the policy's gateway input does not select (none, when
-// it has no input; hazard NC-04), and a mean policy read at zero Ready pods,
+// it has no input), and a mean policy read at zero Ready pods,
 // which a Value target turns into 0 replicas whatever the demand (NC-08).
 func gatewayWarnings(pol *policy.Policy, gateways []*signals.Reading, p policy.Pool) []string {
 	var out []string
@@ -478,12 +478,12 @@ func gatewayWarnings(pol *policy.Policy, gateways []*signals.Reading, p policy.P
 			if pol.Gateway != nil {
 				why = "its gateway input does not select this series"
 			}
-			out = append(out, fmt.Sprintf("the gateway holds %g requests in %s%s that %s does not count (%s): its HPA scales on the engines alone, which sit at their set points while requests wait (hazard NC-04)",
+			out = append(out, fmt.Sprintf("the gateway holds %g requests in %s%s that %s does not count (%s): its HPA scales on the engines alone, which sit at their set points while requests wait",
 				s.Value, s.Metric, gatewayLabels(s.Labels), pol.Name, why))
 		}
 	}
 	if pol.Gateway != nil && pol.Kind == policy.KindMean && p.Pods == 0 && p.Value != nil && *p.Value > 0 {
-		out = append(out, fmt.Sprintf("%s is a mean: with target type Value the HPA multiplies it by the Ready pods, 0 here, and computes 0 replicas from any demand (hazard NC-08); use a demand policy with target type AverageValue", pol.Name))
+		out = append(out, fmt.Sprintf("%s is a mean: with target type Value the HPA multiplies it by the Ready pods, 0 here, and computes 0 replicas from any demand; use a demand policy with target type AverageValue", pol.Name))
 	}
 	return out
 }
