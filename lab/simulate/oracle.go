@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -357,15 +358,7 @@ func scheduleEvents(s []int, L time.Duration, cs ColdStart) []scheduleEvent {
 			ev = append(ev, scheduleEvent{at: b, drain: -d})
 		}
 	}
-	slices.SortStableFunc(ev, func(a, b scheduleEvent) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(ev, func(a, b scheduleEvent) int { return cmp.Compare(a.at, b.at) })
 	return ev
 }
 
