@@ -59,6 +59,34 @@ func PackageChart(dir string, s ChartSettings, created time.Time) (*PackagedChar
 	if !ok {
 		return nil, fmt.Errorf("version %q: want vMAJOR.MINOR.PATCH", s.Version)
 	}
+	files, err := readChartFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := files["Chart.yaml"]; !ok {
+		return nil, fmt.Errorf("%s: no Chart.yaml", dir)
+	}
+	if err := applySettings(files, s, chartVersion); err != nil {
+		return nil, err
+	}
+	name, version, metadata, err := chartMetadata(files["Chart.yaml"], filepath.Base(dir))
+	if err != nil {
+		return nil, err
+	}
+	archive, err := tarGzip(files, name, created)
+	if err != nil {
+		return nil, err
+	}
+	return &PackagedChart{
+		Name: name, Version: version, FileName: name + "-" + version + ".tgz",
+		Archive: archive, Metadata: metadata,
+	}, nil
+}
+
+// readChartFiles reads the chart's regular files under dir, less what its
+// .helmignore lists, by slash-separated path relative to dir. Errors: a file
+// that is not regular (a link), or one that cannot be read.
+func readChartFiles(dir string) (map[string][]byte, error) {
 	ignore, err := readHelmignore(dir)
 	if err != nil {
 		return nil, err
@@ -91,49 +119,66 @@ func PackageChart(dir string, s ChartSettings, created time.Time) (*PackagedChar
 	if err != nil {
 		return nil, err
 	}
-	chartYAML, ok := files["Chart.yaml"]
-	if !ok {
-		return nil, fmt.Errorf("%s: no Chart.yaml", dir)
-	}
+	return files, nil
+}
+
+// applySettings writes the release into the chart's files: Chart.yaml's
+// version (chartVersion), appVersion (s.Version) and s.Annotations, and
+// s.Values into values.yaml. Errors: a setting whose line is not there.
+func applySettings(files map[string][]byte, s ChartSettings, chartVersion string) error {
+	chartYAML := files["Chart.yaml"]
+	var err error
 	if chartYAML, err = setScalar(chartYAML, []string{"version"}, chartVersion); err != nil {
-		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
+		return fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	if chartYAML, err = setScalar(chartYAML, []string{"appVersion"}, s.Version); err != nil {
-		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
+		return fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	for _, k := range sortedKeys(s.Annotations) {
 		if chartYAML, err = setScalar(chartYAML, []string{"annotations", k}, s.Annotations[k]); err != nil {
-			return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
+			return fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 		}
 	}
 	files["Chart.yaml"] = chartYAML
 	values := files["values.yaml"]
 	for _, k := range sortedKeys(s.Values) {
 		if values, err = setScalar(values, strings.Split(k, "."), s.Values[k]); err != nil {
-			return nil, fmt.Errorf("values.yaml: %w", err)
+			return fmt.Errorf("values.yaml: %w", err)
 		}
 	}
 	files["values.yaml"] = values
+	return nil
+}
 
+// chartMetadata returns Chart.yaml's name and version and the file as JSON
+// (the OCI config blob). Errors: not YAML, not apiVersion v2 with a name, or a
+// name other than the chart's directory (dirName), which Helm refuses.
+func chartMetadata(chartYAML []byte, dirName string) (name, version string, metadata []byte, err error) {
 	var meta struct {
 		APIVersion string `json:"apiVersion"`
 		Name       string `json:"name"`
 		Version    string `json:"version"`
 	}
-	metadata, err := yaml.YAMLToJSON(chartYAML)
+	metadata, err = yaml.YAMLToJSON(chartYAML)
 	if err != nil {
-		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
+		return "", "", nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	if err := json.Unmarshal(metadata, &meta); err != nil {
-		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
+		return "", "", nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
 	}
 	if meta.APIVersion != "v2" || meta.Name == "" {
-		return nil, fmt.Errorf("chart metadata (Chart.yaml): apiVersion %q name %q: want v2 and a name", meta.APIVersion, meta.Name)
+		return "", "", nil, fmt.Errorf("chart metadata (Chart.yaml): apiVersion %q name %q: want v2 and a name", meta.APIVersion, meta.Name)
 	}
-	if meta.Name != filepath.Base(dir) {
-		return nil, fmt.Errorf("chart %q is in directory %q: Helm wants them equal", meta.Name, filepath.Base(dir))
+	if meta.Name != dirName {
+		return "", "", nil, fmt.Errorf("chart %q is in directory %q: Helm wants them equal", meta.Name, dirName)
 	}
+	return meta.Name, meta.Version, metadata, nil
+}
 
+// tarGzip returns files as a gzipped tar, each under dir/, sorted by path,
+// mode 0644, modified at created (to the second), with a gzip header without
+// name or time.
+func tarGzip(files map[string][]byte, dir string, created time.Time) ([]byte, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -147,7 +192,7 @@ func PackageChart(dir string, s ChartSettings, created time.Time) (*PackagedChar
 	tw := tar.NewWriter(zw)
 	for _, n := range names {
 		h := &tar.Header{
-			Typeflag: tar.TypeReg, Name: path.Join(meta.Name, n), Mode: 0o644,
+			Typeflag: tar.TypeReg, Name: path.Join(dir, n), Mode: 0o644,
 			Size: int64(len(files[n])), ModTime: created.UTC().Truncate(time.Second),
 		}
 		if err := tw.WriteHeader(h); err != nil {
@@ -163,10 +208,7 @@ func PackageChart(dir string, s ChartSettings, created time.Time) (*PackagedChar
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
-	return &PackagedChart{
-		Name: meta.Name, Version: meta.Version, FileName: meta.Name + "-" + meta.Version + ".tgz",
-		Archive: buf.Bytes(), Metadata: metadata,
-	}, nil
+	return buf.Bytes(), nil
 }
 
 // ChartArtifact returns the blobs and the manifest of c as an OCI artifact, the form

@@ -47,25 +47,9 @@ func TestDist(t *testing.T) {
 			t.Errorf("image %d is %s, want %s", i, r.Name, Images[i].Name)
 		}
 		dir := filepath.Join(dist, r.Layout)
-		desc, err := LayoutEntry(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		desc, _, im := layoutIndex(t, dir)
 		if desc.Digest.String() != r.Digest {
 			t.Errorf("%s: images.json says %s, the layout holds %s", r.Name, r.Digest, desc.Digest)
-		}
-		p, err := layout.FromPath(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx, _ := p.ImageIndex()
-		ii, err := idx.ImageIndex(desc.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		im, err := ii.IndexManifest()
-		if err != nil {
-			t.Fatal(err)
 		}
 		version = im.Annotations["org.opencontainers.image.version"]
 		if desc.Annotations[refNameAnnotation] != version || !versionRE.MatchString(version) {

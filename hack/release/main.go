@@ -85,6 +85,7 @@ func main() {
 	}
 }
 
+// run runs the release subcommand args[0] with the flags that follow it.
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return errors.New("usage: release images|digest|chart|notes|push [flags]")
@@ -92,113 +93,143 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("release "+args[0], flag.ContinueOnError)
 	switch args[0] {
 	case "images":
-		prov := provenanceFlags(fs)
-		binDir := fs.String("bin-dir", "", "directory of the binaries: <bin-dir>/linux_<arch>/<entrypoint>")
-		out := fs.String("out", "dist", "output directory: oci/images/<name>/, sbom/, images.json")
-		repo := fs.String("image-repo", "", "the adapter image's repository (the drain image's is <it>-drain)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		p, err := prov()
-		if err != nil {
-			return err
-		}
-		if *binDir == "" || *repo == "" {
-			return errors.New("-bin-dir and -image-repo are required")
-		}
-		return writeImages(*binDir, *out, *repo, p)
+		return runImages(fs, args[1:])
 	case "digest":
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return errors.New("usage: release digest <OCI layout dir>")
-		}
-		d, err := LayoutEntry(fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		fmt.Println(d.Digest)
-		return nil
+		return runDigest(fs, args[1:])
 	case "chart":
-		prov := provenanceFlags(fs)
-		dir := fs.String("chart", "", "chart directory")
-		out := fs.String("out", "dist", "output directory: <name>-<version>.tgz and oci/charts/<name>/")
-		images := fs.String("images", "", "images.json of `release images`: the images the chart pins by digest")
-		var set setFlag
-		fs.Var(&set, "set", "path=value written into values.yaml (repeatable)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		p, err := prov()
-		if err != nil {
-			return err
-		}
-		if *dir == "" || *images == "" {
-			return errors.New("-chart and -images are required")
-		}
-		s, err := chartSettings(*images, p.Version)
-		if err != nil {
-			return err
-		}
-		for k, v := range set {
-			s.Values[k] = v
-		}
-		return writeChart(*dir, *out, s, p)
+		return runChart(fs, args[1:])
 	case "notes":
-		changelog := fs.String("changelog", "CHANGELOG.md", "the changelog")
-		version := fs.String("version", "", "release version")
-		require := fs.Bool("require-section", false, "fail unless the changelog has a section for the version")
-		images := fs.String("images", "", "images.json of `release images`: adds an install section naming them")
-		chartRepo := fs.String("chart-repo", "", "where the chart is published (with -images)")
-		source := fs.String("source", "https://github.com/saturation-adapter/saturation-adapter", "repository URL (with -images)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if !versionRE.MatchString(*version) {
-			return fmt.Errorf("-version=%q: want vMAJOR.MINOR.PATCH[-PRERELEASE]", *version)
-		}
-		b, err := os.ReadFile(*changelog)
-		if err != nil {
-			return err
-		}
-		notes, err := ReleaseNotes(b, *version, *require)
-		if err != nil {
-			return err
-		}
-		if *images != "" {
-			if *chartRepo == "" {
-				return errors.New("-images needs -chart-repo")
-			}
-			recs, err := readImages(*images)
-			if err != nil {
-				return err
-			}
-			notes += "\n" + InstallNotes(*version, *chartRepo, *source, recs)
-		}
-		_, err = os.Stdout.WriteString(notes)
-		return err
+		return runNotes(fs, args[1:])
 	case "push":
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			return errors.New("usage: release push <OCI layout dir>=<registry/repository:tag> [more pairs]")
-		}
-		for _, a := range fs.Args() {
-			dir, ref, ok := strings.Cut(a, "=")
-			if !ok {
-				return fmt.Errorf("%q: want <OCI layout dir>=<registry/repository:tag>", a)
-			}
-			pushed, err := Push(ctx, dir, ref)
-			if err != nil {
-				return err
-			}
-			fmt.Println(pushed)
-		}
-		return nil
+		return runPush(ctx, fs, args[1:])
 	}
 	return fmt.Errorf("unknown command %q: want images, digest, chart, notes or push", args[0])
+}
+
+// runImages is `release images`: it builds the images of the binaries and
+// writes their OCI layouts, SBOMs and images.json.
+func runImages(fs *flag.FlagSet, args []string) error {
+	prov := provenanceFlags(fs)
+	binDir := fs.String("bin-dir", "", "directory of the binaries: <bin-dir>/linux_<arch>/<entrypoint>")
+	out := fs.String("out", "dist", "output directory: oci/images/<name>/, sbom/, images.json")
+	repo := fs.String("image-repo", "", "the adapter image's repository (the drain image's is <it>-drain)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	p, err := prov()
+	if err != nil {
+		return err
+	}
+	if *binDir == "" || *repo == "" {
+		return errors.New("-bin-dir and -image-repo are required")
+	}
+	return writeImages(*binDir, *out, *repo, p)
+}
+
+// runDigest is `release digest`: it prints the digest of an OCI layout's
+// image index.
+func runDigest(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: release digest <OCI layout dir>")
+	}
+	d, err := LayoutEntry(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	fmt.Println(d.Digest)
+	return nil
+}
+
+// runChart is `release chart`: it packages the chart with the images of
+// images.json pinned by digest and writes the .tgz and its OCI layout.
+func runChart(fs *flag.FlagSet, args []string) error {
+	prov := provenanceFlags(fs)
+	dir := fs.String("chart", "", "chart directory")
+	out := fs.String("out", "dist", "output directory: <name>-<version>.tgz and oci/charts/<name>/")
+	images := fs.String("images", "", "images.json of `release images`: the images the chart pins by digest")
+	var set setFlag
+	fs.Var(&set, "set", "path=value written into values.yaml (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	p, err := prov()
+	if err != nil {
+		return err
+	}
+	if *dir == "" || *images == "" {
+		return errors.New("-chart and -images are required")
+	}
+	s, err := chartSettings(*images, p.Version)
+	if err != nil {
+		return err
+	}
+	for k, v := range set {
+		s.Values[k] = v
+	}
+	return writeChart(*dir, *out, s, p)
+}
+
+// runNotes is `release notes`: it prints the version's release notes from the
+// changelog, with an install section when given images.json.
+func runNotes(fs *flag.FlagSet, args []string) error {
+	changelog := fs.String("changelog", "CHANGELOG.md", "the changelog")
+	version := fs.String("version", "", "release version")
+	require := fs.Bool("require-section", false, "fail unless the changelog has a section for the version")
+	images := fs.String("images", "", "images.json of `release images`: adds an install section naming them")
+	chartRepo := fs.String("chart-repo", "", "where the chart is published (with -images)")
+	source := fs.String("source", "https://github.com/saturation-adapter/saturation-adapter", "repository URL (with -images)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !versionRE.MatchString(*version) {
+		return fmt.Errorf("-version=%q: want vMAJOR.MINOR.PATCH[-PRERELEASE]", *version)
+	}
+	b, err := os.ReadFile(*changelog)
+	if err != nil {
+		return err
+	}
+	notes, err := ReleaseNotes(b, *version, *require)
+	if err != nil {
+		return err
+	}
+	if *images != "" {
+		if *chartRepo == "" {
+			return errors.New("-images needs -chart-repo")
+		}
+		recs, err := readImages(*images)
+		if err != nil {
+			return err
+		}
+		notes += "\n" + InstallNotes(*version, *chartRepo, *source, recs)
+	}
+	_, err = os.Stdout.WriteString(notes)
+	return err
+}
+
+// runPush is `release push`: it pushes each OCI layout to its reference and
+// prints what it pushed.
+func runPush(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("usage: release push <OCI layout dir>=<registry/repository:tag> [more pairs]")
+	}
+	for _, a := range fs.Args() {
+		dir, ref, ok := strings.Cut(a, "=")
+		if !ok {
+			return fmt.Errorf("%q: want <OCI layout dir>=<registry/repository:tag>", a)
+		}
+		pushed, err := Push(ctx, dir, ref)
+		if err != nil {
+			return err
+		}
+		fmt.Println(pushed)
+	}
+	return nil
 }
 
 // setFlag collects -set path=value.

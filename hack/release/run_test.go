@@ -23,6 +23,25 @@ import (
 // layout in dir, read back from disk as a registry client would.
 func hostImage(t *testing.T, dir string) v1.Image {
 	t.Helper()
+	_, ii, im := layoutIndex(t, dir)
+	for _, m := range im.Manifests {
+		if m.Platform != nil && m.Platform.OS == "linux" && m.Platform.Architecture == runtime.GOARCH {
+			img, err := ii.Image(m.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return img
+		}
+	}
+	t.Fatalf("%s: no linux/%s image", dir, runtime.GOARCH)
+	return nil
+}
+
+// layoutIndex reads the OCI layout in dir back from disk as a registry client
+// would: its tagged entry, the image index that entry names and that index's
+// manifest.
+func layoutIndex(t *testing.T, dir string) (v1.Descriptor, v1.ImageIndex, *v1.IndexManifest) {
+	t.Helper()
 	desc, err := LayoutEntry(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -43,17 +62,7 @@ func hostImage(t *testing.T, dir string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range im.Manifests {
-		if m.Platform != nil && m.Platform.OS == "linux" && m.Platform.Architecture == runtime.GOARCH {
-			img, err := ii.Image(m.Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return img
-		}
-	}
-	t.Fatalf("%s: no linux/%s image", dir, runtime.GOARCH)
-	return nil
+	return desc, ii, im
 }
 
 // unpack writes img's flattened filesystem into a new directory and returns it.

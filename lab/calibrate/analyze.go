@@ -120,6 +120,18 @@ func gauge(samples []sample, start, mid, end time.Duration, get func(sample) *fl
 func judgeStep(cfg Config, w window, i int, recs []record, samples []sample) StepReport {
 	dur := w.end - w.start
 	st := StepReport{Step: i + 1, RateRequestsPerSecond: w.rate, StartSeconds: round(w.start.Seconds()), DurationSeconds: round(dur.Seconds()), Truncated: w.truncated}
+	measureRequests(&st, cfg, w, i, recs)
+	measureGauges(&st, w, samples)
+	st.Reasons = failReasons(st, cfg)
+	st.Pass = len(st.Reasons) == 0
+	return st
+}
+
+// measureRequests fills st with what the requests say of step i over window w:
+// the step's requests sent and failed, their TTFT quantiles and inter-token
+// latency, and the throughput and prefill of the requests of any step that
+// completed or got their first token within w.
+func measureRequests(st *StepReport, cfg Config, w window, i int, recs []record) {
 	var (
 		ttfts            []float64
 		gapSum           time.Duration
@@ -155,7 +167,7 @@ func judgeStep(cfg Config, w window, i int, recs []record, samples []sample) Ste
 			gaps += r.tokens - 1
 		}
 	}
-	if dur > 0 {
+	if dur := w.end - w.start; dur > 0 {
 		st.ThroughputRequestsPerSecond = round(float64(completed) / dur.Seconds())
 		st.PrefillTokensPerSecond = round(float64(prefill) / dur.Seconds())
 	}
@@ -166,7 +178,13 @@ func judgeStep(cfg Config, w window, i int, recs []record, samples []sample) Ste
 		v := round((gapSum / time.Duration(gaps)).Seconds())
 		st.InterTokenLatencySeconds = &v
 	}
-	mid := w.start + dur/2
+}
+
+// measureGauges fills st with what the engine's readings say of window w: the
+// gauges (see [gauge]), the readings, the preemptions counted within w and the
+// engine steps of its second half.
+func measureGauges(st *StepReport, w window, samples []sample) {
+	mid := w.start + (w.end-w.start)/2
 	st.QueueDepth = gauge(samples, w.start, mid, w.end, func(s sample) *float64 { return s.queue })
 	st.Running = gauge(samples, w.start, mid, w.end, func(s sample) *float64 { return s.running })
 	st.KVCacheUsage = gauge(samples, w.start, mid, w.end, func(s sample) *float64 { return s.kv })
@@ -187,26 +205,31 @@ func judgeStep(cfg Config, w window, i int, recs []record, samples []sample) Ste
 		st.Preemptions = &v
 	}
 	st.EngineStepSeconds, st.TokensPerEngineStep = engineSteps(samples, mid, w.end)
+}
 
+// failReasons returns why the measured step st fails: failed requests, a TTFT
+// quantile over the SLO (or never reached) and a queue over MaxQueue (or never
+// read); none when it passes.
+func failReasons(st StepReport, cfg Config) []string {
+	var reasons []string
 	if st.Errors > 0 {
-		st.Reasons = append(st.Reasons, fmt.Sprintf("%d of %d requests failed (first: %s)", st.Errors, st.Sent, st.FirstError))
+		reasons = append(reasons, fmt.Sprintf("%d of %d requests failed (first: %s)", st.Errors, st.Sent, st.FirstError))
 	}
 	switch q := st.TTFTQuantileSeconds; {
 	case st.Sent == 0:
-		st.Reasons = append(st.Reasons, "no request sent")
+		reasons = append(reasons, "no request sent")
 	case q == nil:
-		st.Reasons = append(st.Reasons, fmt.Sprintf("TTFT p%g: never (requests without a first token)", 100*cfg.TTFTQuantile))
+		reasons = append(reasons, fmt.Sprintf("TTFT p%g: never (requests without a first token)", 100*cfg.TTFTQuantile))
 	case *q > cfg.TTFTSLO.Seconds():
-		st.Reasons = append(st.Reasons, fmt.Sprintf("TTFT p%g %.3gs > SLO %v", 100*cfg.TTFTQuantile, *q, cfg.TTFTSLO))
+		reasons = append(reasons, fmt.Sprintf("TTFT p%g %.3gs > SLO %v", 100*cfg.TTFTQuantile, *q, cfg.TTFTSLO))
 	}
 	switch {
 	case st.QueueDepth == nil:
-		st.Reasons = append(st.Reasons, "no queue depth read in the step's second half")
+		reasons = append(reasons, "no queue depth read in the step's second half")
 	case st.QueueDepth.Mean > cfg.MaxQueue:
-		st.Reasons = append(st.Reasons, fmt.Sprintf("queue %.3g > %g", st.QueueDepth.Mean, cfg.MaxQueue))
+		reasons = append(reasons, fmt.Sprintf("queue %.3g > %g", st.QueueDepth.Mean, cfg.MaxQueue))
 	}
-	st.Pass = len(st.Reasons) == 0
-	return st
+	return reasons
 }
 
 // engineSteps returns the mean engine step time and tokens per step over the

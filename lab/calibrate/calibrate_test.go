@@ -196,18 +196,31 @@ func testEngine() emulator.Config {
 // of 0.1 s against the arrivals).
 func simulatedRun(t *testing.T, cfg Config, engine emulator.Config) (*runner, []window, time.Duration) {
 	t.Helper()
+	return replayedRun(t, cfg, engine, 2*time.Second, time.Minute, func() Shape { return cfg.Shapes[0] })
+}
+
+// replayedRun builds what a calibration of engine would record with request
+// sizes from draw, on the emulator's simulator in virtual time: warm-up
+// requests warmupGap apart, then the steps' evenly spaced requests, a reading
+// every MetricsInterval (at a phase of 0.1 s against the arrivals), and drain
+// after the last step for the requests to end. It returns the runner holding
+// the records and readings, the steps' windows and the end of the warm-up.
+func replayedRun(t *testing.T, cfg Config, engine emulator.Config, warmupGap, drain time.Duration, draw func() Shape) (*runner, []window, time.Duration) {
+	t.Helper()
 	var reqs []record
 	at := time.Duration(0)
 	for range cfg.Warmup {
-		reqs = append(reqs, record{step: -1, sent: at, shape: cfg.Shapes[0], prompt: cfg.Shapes[0].PromptTokens, tokens: cfg.Shapes[0].OutputTokens})
-		at += 2 * time.Second
+		s := draw()
+		reqs = append(reqs, record{step: -1, sent: at, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
+		at += warmupGap
 	}
 	warmupEnd := at
 	var windows []window
 	for i, rate := range cfg.Rates {
 		w := window{start: at, end: at + cfg.StepDuration, rate: rate}
 		for a := time.Duration(0); a < cfg.StepDuration; a += time.Duration(float64(time.Second) / rate) {
-			reqs = append(reqs, record{step: i, sent: w.start + a, shape: cfg.Shapes[0], prompt: cfg.Shapes[0].PromptTokens, tokens: cfg.Shapes[0].OutputTokens})
+			s := draw()
+			reqs = append(reqs, record{step: i, sent: w.start + a, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
 		}
 		windows = append(windows, w)
 		at = w.end
@@ -216,7 +229,7 @@ func simulatedRun(t *testing.T, cfg Config, engine emulator.Config) (*runner, []
 	for s := 100 * time.Millisecond; s < at; s += cfg.MetricsInterval {
 		times = append(times, s)
 	}
-	recs, samples, err := replay(engine, reqs, times, at+time.Minute)
+	recs, samples, err := replay(engine, reqs, times, at+drain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,38 +412,7 @@ func traceRun(t *testing.T, cfg Config, engine emulator.Config) (*runner, []wind
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
-	draw := func() Shape { return shapes[rng.IntN(len(shapes))] }
-	var reqs []record
-	at := time.Duration(0)
-	for range cfg.Warmup {
-		s := draw()
-		reqs = append(reqs, record{step: -1, sent: at, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
-		at += 3 * time.Second
-	}
-	warmupEnd := at
-	var windows []window
-	for i, rate := range cfg.Rates {
-		w := window{start: at, end: at + cfg.StepDuration, rate: rate}
-		for a := time.Duration(0); a < cfg.StepDuration; a += time.Duration(float64(time.Second) / rate) {
-			s := draw()
-			reqs = append(reqs, record{step: i, sent: w.start + a, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
-		}
-		windows = append(windows, w)
-		at = w.end
-	}
-	var times []time.Duration
-	for s := 100 * time.Millisecond; s < at; s += cfg.MetricsInterval {
-		times = append(times, s)
-	}
-	recs, samples, err := replay(engine, reqs, times, at+2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &runner{cfg: cfg, model: "m", maxModelLen: engine.MaxModelLen, samples: samples}
-	for i := range recs {
-		r.records = append(r.records, &recs[i])
-	}
-	return r, windows, warmupEnd
+	return replayedRun(t, cfg, engine, 3*time.Second, 2*time.Minute, func() Shape { return shapes[rng.IntN(len(shapes))] })
 }
 
 // TestCalibrateRecoversDefaultEngine: calibrating the emulator's default

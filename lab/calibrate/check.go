@@ -78,82 +78,125 @@ func replay(cfg emulator.Config, reqs []record, at []time.Duration, limit time.D
 	if len(reqs) == 0 {
 		return nil, nil, nil
 	}
+	rp := newReplayRun(reqs)
+	sim, err := emulator.NewSimulator(cfg, rp.t0, rp.observe)
+	if err != nil {
+		return nil, nil, err
+	}
+	sim.Schedule(rp.arrivals...)
+	var samples []sample
+	for _, t := range at {
+		samples = append(samples, rp.readingAt(sim, t))
+	}
+	sim.Drain(rp.t0.Add(limit - rp.base))
+	for i := range rp.recs {
+		if rp.recs[i].first < 0 {
+			rp.recs[i].err = errNoToken
+		}
+	}
+	return rp.recs, samples, nil
+}
+
+// replayRun is one replay in progress: the requests as the client sees them
+// and the engine steps that ended, filled by observe as the simulator runs.
+type replayRun struct {
+	// base is the earliest request's sent time, the simulator's t0.
+	base time.Duration
+	t0   time.Time
+	// recs are the requests as the client sees them, byID their index by the
+	// simulator's request ID; arrivals the simulator's requests.
+	recs     []record
+	byID     map[string]int
+	arrivals []emulator.Arrival
+	// arrivedAt are the arrivals' times from base, sorted.
+	arrivedAt []time.Duration
+	// steps and stepTokens are vllm:iteration_tokens_total's count and sum so
+	// far; stepEnds their values at the end of each step that scheduled work.
+	steps, stepTokens float64
+	stepEnds          []replayStep
+}
+
+// replayStep is an engine step of a replay: its end and the step count and
+// tokens then.
+type replayStep struct {
+	end           time.Duration
+	steps, tokens float64
+}
+
+// newReplayRun returns the replay of reqs, which must not be empty: each
+// request arrives at its sent time less the earliest's.
+func newReplayRun(reqs []record) *replayRun {
 	base := reqs[0].sent
 	for _, r := range reqs {
 		base = min(base, r.sent)
 	}
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // any instant: the simulator never reads a clock
-	recs := make([]record, len(reqs))
-	byID := make(map[string]int, len(reqs))
-	arrivals := make([]emulator.Arrival, len(reqs))
+	rp := &replayRun{
+		base:     base,
+		t0:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), // any instant: the simulator never reads a clock
+		recs:     make([]record, len(reqs)),
+		byID:     make(map[string]int, len(reqs)),
+		arrivals: make([]emulator.Arrival, len(reqs)),
+	}
 	for i, r := range reqs {
 		id := strconv.Itoa(i)
-		byID[id] = i
-		recs[i] = record{step: r.step, shape: r.shape, sent: r.sent, first: -1, last: -1, done: -1, prompt: max(1, r.prompt)}
-		arrivals[i] = emulator.Arrival{At: r.sent - base, Request: emulator.Request{ID: id, PromptTokens: max(1, r.prompt), MaxTokens: max(1, r.tokens)}}
+		rp.byID[id] = i
+		rp.recs[i] = record{step: r.step, shape: r.shape, sent: r.sent, first: -1, last: -1, done: -1, prompt: max(1, r.prompt)}
+		rp.arrivals[i] = emulator.Arrival{At: r.sent - base, Request: emulator.Request{ID: id, PromptTokens: max(1, r.prompt), MaxTokens: max(1, r.tokens)}}
 	}
-	offset := func(t time.Time) time.Duration { return base + t.Sub(t0) }
-	var steps, stepTokens float64 // vllm:iteration_tokens_total's count and sum
-	type done struct {
-		end           time.Duration
-		steps, tokens float64
+	rp.arrivedAt = make([]time.Duration, len(rp.arrivals))
+	for i, a := range rp.arrivals {
+		rp.arrivedAt[i] = a.At
 	}
-	var stepEnds []done
-	sim, err := emulator.NewSimulator(cfg, t0, func(res *emulator.StepResult) {
-		if res.Scheduled > 0 {
-			steps++
-			stepTokens += float64(res.ScheduledTokens)
-			stepEnds = append(stepEnds, done{offset(res.End), steps, stepTokens})
+	slices.Sort(rp.arrivedAt)
+	return rp
+}
+
+// offset returns the simulator's time t as an offset from the run's start.
+func (rp *replayRun) offset(t time.Time) time.Duration { return rp.base + t.Sub(rp.t0) }
+
+// observe records one engine step: the step count and tokens, the requests'
+// tokens and the requests that finished.
+func (rp *replayRun) observe(res *emulator.StepResult) {
+	end := rp.offset(res.End)
+	if res.Scheduled > 0 {
+		rp.steps++
+		rp.stepTokens += float64(res.ScheduledTokens)
+		rp.stepEnds = append(rp.stepEnds, replayStep{end, rp.steps, rp.stepTokens})
+	}
+	for _, tok := range res.Tokens {
+		i := rp.byID[tok.ID]
+		if tok.Index == 0 {
+			rp.recs[i].first = end
 		}
-		for _, tok := range res.Tokens {
-			i := byID[tok.ID]
-			if tok.Index == 0 {
-				recs[i].first = offset(res.End)
-			}
-			recs[i].last = offset(res.End)
-			recs[i].tokens = tok.Index + 1
-		}
-		for _, f := range res.Finished {
-			recs[byID[f.ID]].done = offset(res.End)
-		}
-	})
-	if err != nil {
-		return nil, nil, err
+		rp.recs[i].last = end
+		rp.recs[i].tokens = tok.Index + 1
 	}
-	sim.Schedule(arrivals...)
-	sorted := make([]time.Duration, len(arrivals))
-	for i, a := range arrivals {
-		sorted[i] = a.At
+	for _, f := range res.Finished {
+		rp.recs[rp.byID[f.ID]].done = end
 	}
-	slices.Sort(sorted)
-	var samples []sample
-	for _, t := range at {
-		// RunUntil finishes the step in progress at t; the requests that arrived
-		// after t, during that step, were not waiting yet at t (a live engine's
-		// gauge counts a request from its arrival).
-		sim.RunUntil(t0.Add(t - base))
-		snap := sim.Engine().Snapshot()
-		after := sim.Now().Sub(t0)
-		early, _ := slices.BinarySearch(sorted, t-base+1)
-		late, _ := slices.BinarySearch(sorted, after+1)
-		q := float64(max(0, snap.Waiting-(late-early)))
-		run, kv := float64(snap.Running), snap.KVCacheUsage
-		// The steps that ended by t (the one in flight is counted at its end,
-		// as vLLM observes the histogram).
-		st, tok := 0.0, 0.0
-		for k := len(stepEnds) - 1; k >= 0; k-- {
-			if stepEnds[k].end <= t {
-				st, tok = stepEnds[k].steps, stepEnds[k].tokens
-				break
-			}
-		}
-		samples = append(samples, sample{at: t, queue: &q, running: &run, kv: &kv, steps: &st, stepTokens: &tok})
-	}
-	sim.Drain(t0.Add(limit - base))
-	for i := range recs {
-		if recs[i].first < 0 {
-			recs[i].err = errNoToken
+}
+
+// readingAt runs sim to t (an offset from the run's start) and returns the
+// reading a scrape of the engine would give then.
+func (rp *replayRun) readingAt(sim *emulator.Simulator, t time.Duration) sample {
+	// RunUntil finishes the step in progress at t; the requests that arrived
+	// after t, during that step, were not waiting yet at t (a live engine's
+	// gauge counts a request from its arrival).
+	sim.RunUntil(rp.t0.Add(t - rp.base))
+	snap := sim.Engine().Snapshot()
+	after := sim.Now().Sub(rp.t0)
+	early, _ := slices.BinarySearch(rp.arrivedAt, t-rp.base+1)
+	late, _ := slices.BinarySearch(rp.arrivedAt, after+1)
+	q := float64(max(0, snap.Waiting-(late-early)))
+	run, kv := float64(snap.Running), snap.KVCacheUsage
+	// The steps that ended by t (the one in flight is counted at its end,
+	// as vLLM observes the histogram).
+	st, tok := 0.0, 0.0
+	for k := len(rp.stepEnds) - 1; k >= 0; k-- {
+		if rp.stepEnds[k].end <= t {
+			st, tok = rp.stepEnds[k].steps, rp.stepEnds[k].tokens
+			break
 		}
 	}
-	return recs, samples, nil
+	return sample{at: t, queue: &q, running: &run, kv: &kv, steps: &st, stepTokens: &tok}
 }

@@ -98,46 +98,75 @@ func (r *runner) complete(ctx context.Context, rec *record, id int) {
 		loc.err = err
 		loc.done = r.since()
 	}
-	body, err := r.body(loc.shape, id)
+	resp, err := r.send(ctx, loc.shape, id)
 	if err != nil {
 		fail(err)
 		return
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.completionsURL, bytes.NewReader(body))
+	defer resp.Body.Close()
+	chunks, usageTokens, err := r.readStream(resp.Body, &loc, publish)
 	if err != nil {
 		fail(err)
 		return
+	}
+	loc.tokens = chunks
+	if usageTokens >= 0 {
+		loc.tokens = usageTokens
+	}
+	loc.done = r.since()
+	if loc.first < 0 {
+		loc.err = errors.New("the stream ended without a token")
+	}
+}
+
+// send POSTs a streaming completion of shape s for request id and returns the
+// response, whose status is 200. Errors: the request cannot be built or sent,
+// or another status (with the start of its body).
+func (r *runner) send(ctx context.Context, s Shape, id int) (*http.Response, error) {
+	body, err := r.body(s, id)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.completionsURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := r.client.Do(req)
 	if err != nil {
-		fail(fmt.Errorf("POST %s: %w", r.completionsURL, err))
-		return
+		return nil, fmt.Errorf("POST %s: %w", r.completionsURL, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		fail(fmt.Errorf("POST %s: %s: %s", r.completionsURL, resp.Status, strings.TrimSpace(string(msg))))
-		return
+		resp.Body.Close()
+		return nil, fmt.Errorf("POST %s: %s: %s", r.completionsURL, resp.Status, strings.TrimSpace(string(msg)))
 	}
-	chunks, usageTokens := 0, -1
-	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	return resp, nil
+}
+
+// readStream reads the server-sent events of a completion until [DONE] or the
+// end of the stream. It sets loc's first and last token times as text chunks
+// arrive (publishing loc at the first) and its prompt tokens from the usage
+// chunk, and returns the text chunks and the usage's completion tokens (-1
+// without a usage chunk). Errors: a chunk that is not JSON, an error chunk, or
+// a broken stream.
+func (r *runner) readStream(body io.Reader, loc *record, publish func()) (chunks, usageTokens int, err error) {
+	usageTokens = -1
+	br := bufio.NewReaderSize(body, 16<<10)
 	for {
 		line, err := br.ReadBytes('\n')
 		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:")); ok {
 			data = bytes.TrimSpace(data)
 			if string(data) == "[DONE]" {
-				break
+				return chunks, usageTokens, nil
 			}
 			var c completionChunk
 			if jerr := json.Unmarshal(data, &c); jerr != nil {
-				fail(fmt.Errorf("stream chunk %q: %w", truncate(data, 80), jerr))
-				return
+				return 0, 0, fmt.Errorf("stream chunk %q: %w", truncate(data, 80), jerr)
 			}
 			if c.Error != nil {
-				fail(fmt.Errorf("stream error: %s", c.Error.Message))
-				return
+				return 0, 0, fmt.Errorf("stream error: %s", c.Error.Message)
 			}
 			if len(c.Choices) > 0 && c.Choices[0].Text != "" {
 				now := r.since()
@@ -153,23 +182,16 @@ func (r *runner) complete(ctx context.Context, rec *record, id int) {
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			break
+			return chunks, usageTokens, nil
 		}
 		if err != nil {
-			fail(fmt.Errorf("reading the stream: %w", err))
-			return
+			return 0, 0, fmt.Errorf("reading the stream: %w", err)
 		}
-	}
-	loc.tokens = chunks
-	if usageTokens >= 0 {
-		loc.tokens = usageTokens
-	}
-	loc.done = r.since()
-	if loc.first < 0 {
-		loc.err = errors.New("the stream ended without a token")
 	}
 }
 
+// truncate returns b as a string, cut to n bytes and marked with an ellipsis
+// when longer.
 func truncate(b []byte, n int) string {
 	if len(b) > n {
 		return string(b[:n]) + "…"

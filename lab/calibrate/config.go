@@ -174,6 +174,17 @@ func (c Config) metricsURL() string {
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {
 	var errs []error
+	errs = append(errs, c.validateURLs()...)
+	errs = append(errs, c.validateLoad()...)
+	errs = append(errs, c.validateVerdict()...)
+	errs = append(errs, c.validateLimits()...)
+	return errors.Join(errs...)
+}
+
+// validateURLs checks URL (required) and MetricsURL (optional): http or https
+// URLs with a host.
+func (c Config) validateURLs() []error {
+	var errs []error
 	checkURL := func(name, s string) {
 		u, err := url.Parse(s)
 		switch {
@@ -189,6 +200,14 @@ func (c Config) Validate() error {
 	if c.MetricsURL != "" {
 		checkURL("metrics URL", c.MetricsURL)
 	}
+	return errs
+}
+
+// validateLoad checks the load the run sends: the warm-up, the rates (finite,
+// positive, increasing), the step duration (each step sends a request), the
+// arrivals and the request shapes.
+func (c Config) validateLoad() []error {
+	var errs []error
 	if c.Warmup < 1 {
 		errs = append(errs, fmt.Errorf("warm-up requests must be >= 1 (they measure the idle engine), got %d", c.Warmup))
 	}
@@ -223,6 +242,13 @@ func (c Config) Validate() error {
 			break
 		}
 	}
+	return errs
+}
+
+// validateVerdict checks what a step is judged by: the TTFT SLO and quantile
+// and the queue that counts as near 0.
+func (c Config) validateVerdict() []error {
+	var errs []error
 	if c.TTFTSLO <= 0 {
 		errs = append(errs, fmt.Errorf("TTFT SLO must be > 0, got %v", c.TTFTSLO))
 	}
@@ -232,6 +258,14 @@ func (c Config) Validate() error {
 	if !(c.MaxQueue >= 0) || math.IsInf(c.MaxQueue, 0) {
 		errs = append(errs, fmt.Errorf("max queue must be a finite number >= 0, got %g", c.MaxQueue))
 	}
+	return errs
+}
+
+// validateLimits checks the rest: the request cap and the steps past
+// saturation (when the run stops), the headroom of the recommendation, and
+// the metrics, request and progress intervals.
+func (c Config) validateLimits() []error {
+	var errs []error
 	if c.MaxRequests <= c.Warmup {
 		errs = append(errs, fmt.Errorf("max requests %d leaves none for the steps after %d warm-up requests", c.MaxRequests, c.Warmup))
 	}
@@ -252,5 +286,5 @@ func (c Config) Validate() error {
 	if c.ProgressInterval < 0 {
 		errs = append(errs, fmt.Errorf("progress interval must be >= 0, got %v", c.ProgressInterval))
 	}
-	return errors.Join(errs...)
+	return errs
 }

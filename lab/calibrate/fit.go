@@ -85,11 +85,20 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 		cfg.StepTime.Base = time.Microsecond
 		notes = append(notes, "no step time could be measured: base set to 1us")
 	}
+	notes = append(notes, r.fitMaxNumSeqs(&cfg, &fit)...)
+	notes = append(notes, r.fitKVCache(steps, &cfg, &fit)...)
+	notes = append(notes, r.fitMaxModelLen(&cfg, &fit)...)
+	notes = append(notes, fmt.Sprintf("maxNumBatchedTokens cannot be observed from outside: the emulator's default %d is kept (set it to your --max-num-batched-tokens)", cfg.MaxNumBatchedTokens))
+	return cfg, fit, notes
+}
 
-	// The batch limit: the most running requests while some were waiting, if
-	// the batch sat at it (in a quarter of those readings, and at least 3). A
-	// queue also forms below the limit when the token budget (long prompts) or
-	// the KV cache stops admissions; then the limit is not observed.
+// fitMaxNumSeqs sets cfg.MaxNumSeqs, the batch limit, and fit.MaxNumSeqsFrom:
+// the most running requests while some were waiting, if the batch sat at it
+// (in a quarter of those readings, and at least 3). A queue also forms below
+// the limit when the token budget (long prompts) or the KV cache stops
+// admissions; then the limit is not observed, and the most running requests
+// seen is a lower bound. It returns a note when the limit was not observed.
+func (r *runner) fitMaxNumSeqs(cfg *emulator.Config, fit *Fit) []string {
 	var waitingRunning []float64
 	var maxRunning, kvAtMax float64
 	for _, s := range r.samples {
@@ -120,6 +129,7 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 	case plateau && kvAtMax < 0.95:
 		cfg.MaxNumSeqs = int(peak)
 		fit.MaxNumSeqsFrom = "observed"
+		return nil
 	case peak >= 1 || maxRunning >= 1:
 		seen := int(math.Max(peak, maxRunning))
 		cfg.MaxNumSeqs = max(cfg.MaxNumSeqs, seen)
@@ -131,27 +141,36 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 		case peak >= 1:
 			why = fmt.Sprintf("requests waited while the batch varied (up to %.0f running): the token budget or the KV cache limited admissions, not the batch", peak)
 		}
-		notes = append(notes, fmt.Sprintf("%s, so maxNumSeqs is not observed: at least %d, %d written (set it to your --max-num-seqs)", why, seen, cfg.MaxNumSeqs))
+		return []string{fmt.Sprintf("%s, so maxNumSeqs is not observed: at least %d, %d written (set it to your --max-num-seqs)", why, seen, cfg.MaxNumSeqs)}
 	default:
 		fit.MaxNumSeqsFrom = "default"
-		notes = append(notes, "the engine reports no running requests: maxNumSeqs is the emulator's default")
+		return []string{"the engine reports no running requests: maxNumSeqs is the emulator's default"}
 	}
+}
 
-	// The KV cache.
-	switch {
-	case r.cache != nil:
+// fitKVCache sets cfg's KV cache (BlockSize and NumBlocks) and
+// fit.KVCacheFrom: vllm:cache_config_info's when the engine exports it, else
+// the blocks estimated from the steps at the emulator's block size, else the
+// emulator's defaults. It returns a note unless the engine exported it.
+func (r *runner) fitKVCache(steps []StepReport, cfg *emulator.Config, fit *Fit) []string {
+	if r.cache != nil {
 		cfg.BlockSize, cfg.NumBlocks = r.cache.blockSize, r.cache.numGPUBlocks
 		fit.KVCacheFrom = "cache_config_info"
-	default:
-		if n, ok := r.estimateBlocks(steps, cfg.BlockSize); ok {
-			cfg.NumBlocks = n
-			fit.KVCacheFrom = "estimated"
-			notes = append(notes, fmt.Sprintf("no vllm:cache_config_info: numGPUBlocks %d estimated from KV usage and the tokens the running requests hold, at the emulator's block size %d", n, cfg.BlockSize))
-		} else {
-			fit.KVCacheFrom = "default"
-			notes = append(notes, "no vllm:cache_config_info and no KV-cache usage: numGPUBlocks and blockSize are the emulator's defaults")
-		}
+		return nil
 	}
+	if n, ok := r.estimateBlocks(steps, cfg.BlockSize); ok {
+		cfg.NumBlocks = n
+		fit.KVCacheFrom = "estimated"
+		return []string{fmt.Sprintf("no vllm:cache_config_info: numGPUBlocks %d estimated from KV usage and the tokens the running requests hold, at the emulator's block size %d", n, cfg.BlockSize)}
+	}
+	fit.KVCacheFrom = "default"
+	return []string{"no vllm:cache_config_info and no KV-cache usage: numGPUBlocks and blockSize are the emulator's defaults"}
+}
+
+// fitMaxModelLen sets cfg.MaxModelLen and fit.MaxModelLenFrom: /v1/models'
+// max_model_len, at most what the KV cache (already fitted in cfg) holds. It
+// returns a note when the KV cache cut it.
+func (r *runner) fitMaxModelLen(cfg *emulator.Config, fit *Fit) []string {
 	kvTokens := (cfg.NumBlocks - 1) * cfg.BlockSize
 	switch {
 	case r.maxModelLen > 0 && r.maxModelLen <= kvTokens:
@@ -160,13 +179,12 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 	case r.maxModelLen > 0:
 		cfg.MaxModelLen = kvTokens
 		fit.MaxModelLenFrom = "KV cache"
-		notes = append(notes, fmt.Sprintf("max_model_len %d is more than the KV cache holds (%d tokens): maxModelLen set to %d", r.maxModelLen, kvTokens, kvTokens))
+		return []string{fmt.Sprintf("max_model_len %d is more than the KV cache holds (%d tokens): maxModelLen set to %d", r.maxModelLen, kvTokens, kvTokens)}
 	default:
 		cfg.MaxModelLen = min(cfg.MaxModelLen, kvTokens)
 		fit.MaxModelLenFrom = "default"
 	}
-	notes = append(notes, fmt.Sprintf("maxNumBatchedTokens cannot be observed from outside: the emulator's default %d is kept (set it to your --max-num-batched-tokens)", cfg.MaxNumBatchedTokens))
-	return cfg, fit, notes
+	return nil
 }
 
 // fitStepTime fits lab/emulator's step-time model (see the package
@@ -177,6 +195,29 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 // context costs against its mean running requests gives Base and PerSeq (a
 // line through the idle point and the steps).
 func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPrefill, perCtx float64, notes []string) {
+	a0, perCtx, perPrefill, notes := r.fitIdle(fit)
+	pts := r.loadPoints(steps, a0, perPrefill, perCtx)
+	fit.Points = pts
+	base, perSeq = lineFit(pts)
+	if perSeq < 0 {
+		notes = append(notes, fmt.Sprintf("step time fell as the batch grew (slope %.3gs per request): perSeq set to 0", perSeq))
+		perSeq, base = 0, median(column(pts, 1))
+	}
+	if base < 0 {
+		// Through the origin instead.
+		var sxy, sxx float64
+		for _, p := range pts {
+			sxy += p[0] * p[1]
+			sxx += p[0] * p[0]
+		}
+		base, perSeq = 0, math.Max(0, sxy/math.Max(sxx, 1e-12))
+	}
+	return base, perSeq, perPrefill, perCtx, notes
+}
+
+// idleWarmup returns the warm-up requests that got a first token, less the
+// first (it may pay compilation and connection set-up) when there are more.
+func (r *runner) idleWarmup() []*record {
 	var warm []*record
 	for _, rec := range r.records {
 		if rec.step < 0 && rec.err == nil && rec.first >= 0 {
@@ -184,11 +225,20 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 		}
 	}
 	if len(warm) > 1 {
-		warm = warm[1:] // the first may pay compilation and connection set-up
+		warm = warm[1:]
 	}
+	return warm
+}
+
+// fitIdle fits the idle engine from the warm-up: a0 is the inter-token latency
+// of a request alone (Base + PerSeq) and perCtx its slope over the context the
+// request holds, when the contexts varied enough; perPrefill is the median
+// TTFT net of a0 per prompt token of the one-chunk prompts. It records the idle
+// medians in fit and returns notes on what it could not observe.
+func (r *runner) fitIdle(fit *Fit) (a0, perCtx, perPrefill float64, notes []string) {
 	var alone, ttfts [][2]float64 // (context, ITL), (prompt, TTFT)
 	var idleTTFT []float64
-	for _, rec := range warm {
+	for _, rec := range r.idleWarmup() {
 		d, _ := rec.ttft()
 		idleTTFT = append(idleTTFT, d.Seconds())
 		if rec.tokens >= 2 && rec.last > rec.first {
@@ -208,7 +258,6 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 	for _, p := range alone {
 		lo, hi = math.Min(lo, p[0]), math.Max(hi, p[0])
 	}
-	var a0 float64
 	if len(alone) > 1 && hi > 1.5*lo {
 		a0, perCtx = lineFit(alone)
 		if perCtx < 0 {
@@ -227,12 +276,18 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 	for _, p := range ttfts {
 		perToken = append(perToken, math.Max(0, p[1]-a0)/p[0])
 	}
-	perPrefill = median(perToken)
+	return a0, perCtx, median(perToken), notes
+}
 
-	// Under load: per step, τ = base + perSeq × b + perPrefill × x + perCtx × C
-	// with x the prefill tokens per engine step and C the context the running
-	// requests hold (each request holds its prompt and, on average, half its
-	// output, weighted by the steps it runs: its output tokens).
+// loadPoints returns the (mean running requests, step time net of prefill and
+// context costs) points the line Base + PerSeq × running is fitted to: the idle
+// point (1, a0) when a0 > 0, then one per passing step.
+//
+// Under load, per step, τ = base + perSeq × b + perPrefill × x + perCtx × C
+// with x the prefill tokens per engine step and C the context the running
+// requests hold (each request holds its prompt and, on average, half its
+// output, weighted by the steps it runs: its output tokens).
+func (r *runner) loadPoints(steps []StepReport, a0, perPrefill, perCtx float64) [][2]float64 {
 	pts := [][2]float64{}
 	if a0 > 0 {
 		pts = append(pts, [2]float64{1, a0})
@@ -260,22 +315,7 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 		ctx := s.Running.Mean * r.heldContext(i)
 		pts = append(pts, [2]float64{round(s.Running.Mean), round(tau - x*perPrefill - ctx*perCtx)})
 	}
-	fit.Points = pts
-	base, perSeq = lineFit(pts)
-	if perSeq < 0 {
-		notes = append(notes, fmt.Sprintf("step time fell as the batch grew (slope %.3gs per request): perSeq set to 0", perSeq))
-		perSeq, base = 0, median(column(pts, 1))
-	}
-	if base < 0 {
-		// Through the origin instead.
-		var sxy, sxx float64
-		for _, p := range pts {
-			sxy += p[0] * p[1]
-			sxx += p[0] * p[0]
-		}
-		base, perSeq = 0, math.Max(0, sxy/math.Max(sxx, 1e-12))
-	}
-	return base, perSeq, perPrefill, perCtx, notes
+	return pts
 }
 
 // meanOutput is the mean output tokens of step i's requests.

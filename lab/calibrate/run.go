@@ -206,100 +206,145 @@ func (r *runner) load(ctx context.Context) ([]window, time.Duration, error) {
 	cfg := r.cfg
 	r.progress("calibrating %s (model %s, metrics %s): %d warm-up requests, then %d steps of %v up to %g req/s (at most %d requests)",
 		cfg.URL, r.model, r.metricsURL, cfg.Warmup, len(cfg.Rates), cfg.StepDuration, cfg.Rates[len(cfg.Rates)-1], cfg.MaxRequests)
-	for i := range cfg.Warmup {
-		rec, id := r.newRecord(-1)
-		r.complete(ctx, rec, id)
-		r.finished()
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
-		if rec.err != nil {
-			return nil, 0, fmt.Errorf("warm-up request %d of %d failed: %w", i+1, cfg.Warmup, rec.err)
-		}
+	if err := r.warmup(ctx); err != nil {
+		return nil, 0, err
 	}
 	warmupEnd := r.since()
 	r.progress("warm-up done in %v", warmupEnd.Round(time.Millisecond))
 
-	var (
-		wg      sync.WaitGroup
-		windows []window
-		sent    = cfg.Warmup
-		failing = 0
-	)
-	wait := func() {
-		wg.Wait()
-	}
 	var progressC <-chan time.Time // nil: no progress within steps
 	if cfg.ProgressInterval > 0 {
 		t := r.clk.NewTicker(cfg.ProgressInterval)
 		defer t.Stop()
 		progressC = t.C()
 	}
-steps:
+	var wg sync.WaitGroup
+	windows, err := r.runSteps(ctx, &wg, progressC)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := r.awaitInflight(ctx, &wg, progressC); err != nil {
+		return nil, 0, err
+	}
+	return windows, warmupEnd, nil
+}
+
+// warmup sends the warm-up requests one at a time. Errors: ctx's, or the first
+// request that fails.
+func (r *runner) warmup(ctx context.Context) error {
+	for i := range r.cfg.Warmup {
+		rec, id := r.newRecord(-1)
+		r.complete(ctx, rec, id)
+		r.finished()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if rec.err != nil {
+			return fmt.Errorf("warm-up request %d of %d failed: %w", i+1, r.cfg.Warmup, rec.err)
+		}
+	}
+	return nil
+}
+
+// runSteps runs the steps in turn, judging each as it ends, until the last
+// rate, the request cap or more than StepsPastSaturation failing steps. Each
+// request runs in a goroutine counted in wg. It returns the steps' windows, or
+// ctx's error once every request sent has ended.
+func (r *runner) runSteps(ctx context.Context, wg *sync.WaitGroup, progressC <-chan time.Time) ([]window, error) {
+	cfg := r.cfg
+	var windows []window
+	sent, failing := cfg.Warmup, 0
 	for i, rate := range cfg.Rates {
-		w := window{start: r.since(), rate: rate}
-		r.progress("step %d/%d: %g req/s for %v", i+1, len(cfg.Rates), rate, cfg.StepDuration)
-		at := time.Duration(0) // offset of the next arrival within the step
-		for at < cfg.StepDuration {
-			if sent >= cfg.MaxRequests {
-				w.truncated = true
-				break
-			}
-			due := w.start + at
-			for {
-				d := due - r.since()
-				if d <= 0 {
-					break
-				}
-				t := r.clk.NewTimer(d)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					wait()
-					return nil, 0, ctx.Err()
-				case <-progressC:
-					t.Stop()
-					r.stepProgress(i, w)
-					continue
-				case <-t.C():
-				}
-				break
-			}
-			rec, id := r.newRecord(i)
-			sent++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer r.finished()
-				r.complete(ctx, rec, id)
-			}()
-			at += r.gap(rate)
+		w, err := r.runStep(ctx, wg, progressC, i, rate, &sent)
+		if err != nil {
+			return nil, err
 		}
-		if !w.truncated {
-			if d := w.start + cfg.StepDuration - r.since(); d > 0 {
-				select {
-				case <-ctx.Done():
-					wait()
-					return nil, 0, ctx.Err()
-				case <-r.clk.After(d):
-				}
-			}
-		}
-		w.end = r.since()
 		windows = append(windows, w)
 		st := r.judgeNow(w, i)
 		r.progress("step %d/%d: %s", i+1, len(cfg.Rates), st.summary())
 		if w.truncated {
 			r.progress("stopping: --max-requests %d reached", cfg.MaxRequests)
-			break steps
+			break
 		}
 		if !st.Pass {
 			failing++
 			if failing > cfg.StepsPastSaturation {
-				break steps
+				break
 			}
 		}
 	}
+	return windows, nil
+}
+
+// runStep sends step i's requests at rate for StepDuration, or until sent (the
+// run's requests so far) reaches MaxRequests, which truncates the step; a
+// step not truncated then waits out its duration. It prints the step's
+// progress at each tick of progressC and returns the step's window, or ctx's
+// error once every request sent has ended.
+func (r *runner) runStep(ctx context.Context, wg *sync.WaitGroup, progressC <-chan time.Time, i int, rate float64, sent *int) (window, error) {
+	cfg := r.cfg
+	w := window{start: r.since(), rate: rate}
+	r.progress("step %d/%d: %g req/s for %v", i+1, len(cfg.Rates), rate, cfg.StepDuration)
+	// at is the offset of the next arrival within the step.
+	for at := time.Duration(0); at < cfg.StepDuration; at += r.gap(rate) {
+		if *sent >= cfg.MaxRequests {
+			w.truncated = true
+			break
+		}
+		if err := r.waitUntil(ctx, w.start+at, progressC, func() { r.stepProgress(i, w) }); err != nil {
+			wg.Wait()
+			return w, err
+		}
+		rec, id := r.newRecord(i)
+		*sent++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.finished()
+			r.complete(ctx, rec, id)
+		}()
+	}
+	if !w.truncated {
+		if d := w.start + cfg.StepDuration - r.since(); d > 0 {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return w, ctx.Err()
+			case <-r.clk.After(d):
+			}
+		}
+	}
+	w.end = r.since()
+	return w, nil
+}
+
+// waitUntil waits until due (an offset from the run's start), calling
+// onProgress at each tick of progressC meanwhile. It returns ctx's error if ctx
+// ends first.
+func (r *runner) waitUntil(ctx context.Context, due time.Duration, progressC <-chan time.Time, onProgress func()) error {
+	for {
+		d := due - r.since()
+		if d <= 0 {
+			return nil
+		}
+		t := r.clk.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-progressC:
+			t.Stop()
+			onProgress()
+		case <-t.C():
+			return nil
+		}
+	}
+}
+
+// awaitInflight waits for the requests still in flight (wg), printing how many
+// at each tick of progressC. If ctx ends first, it still waits for them, then
+// returns ctx's error.
+func (r *runner) awaitInflight(ctx context.Context, wg *sync.WaitGroup, progressC <-chan time.Time) error {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -308,10 +353,10 @@ steps:
 	for {
 		select {
 		case <-done:
-			return windows, warmupEnd, nil
+			return nil
 		case <-ctx.Done():
 			<-done
-			return nil, 0, ctx.Err()
+			return ctx.Err()
 		case <-progressC:
 			r.mu.Lock()
 			n := r.inflight

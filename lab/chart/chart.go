@@ -1,8 +1,9 @@
 // Package chart writes the lab's SVG charts: panels of lines and points over
-// numeric axes, with titles, ticks and legends. It is the lab's one chart
-// writer: simulate's timeline and the scoreboard's frontier both draw with
-// it. The output depends only on the calls made (no clock, no randomness), so
-// a chart can be compared byte for byte.
+// numeric axes, with titles, ticks and legends. It is the project's one chart
+// writer: simulate's timeline, the scoreboard's frontier and the e2e demo's
+// timeline (test/e2e/cmd/demo) all draw with it. The output depends only on
+// the calls made (no clock, no randomness), so a chart can be compared byte
+// for byte.
 package chart
 
 import (
@@ -40,6 +41,31 @@ func New(w io.Writer, width, height float64, title string) *Canvas {
 func (c *Canvas) Text(x, y float64, anchor, text string) {
 	fmt.Fprintf(c.b, `<text x="%.1f" y="%.1f" text-anchor="%s">%s</text>`+"\n", x, y, anchor, Escape(text))
 }
+
+// ColorText writes text in color at (x, y); anchor is start, middle or end.
+func (c *Canvas) ColorText(x, y float64, anchor, text, color string) {
+	fmt.Fprintf(c.b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="%s">%s</text>`+"\n", x, y, anchor, color, Escape(text))
+}
+
+// Rect fills the rectangle at (x, y) of w × h pixels with fill (a shaded
+// span behind the panels drawn after it, say).
+func (c *Canvas) Rect(x, y, w, h float64, fill string) {
+	fmt.Fprintf(c.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x, y, w, h, fill)
+}
+
+// Group starts an SVG group of class class (and data-name name, when not
+// empty) around what is drawn until EndGroup: a handle for stylesheets and for
+// tests that look for a chart's parts.
+func (c *Canvas) Group(class, name string) {
+	fmt.Fprintf(c.b, `<g class="%s"`, Escape(class))
+	if name != "" {
+		fmt.Fprintf(c.b, ` data-name="%s"`, Escape(name))
+	}
+	_, _ = c.b.WriteString(">\n")
+}
+
+// EndGroup ends the group Group started.
+func (c *Canvas) EndGroup() { _, _ = c.b.WriteString("</g>\n") }
 
 // Close ends the document and flushes it, returning the first write error.
 func (c *Canvas) Close() error {
@@ -124,11 +150,14 @@ func (p *Panel) XTicks() {
 	}
 }
 
-func (p *Panel) x(v float64) float64 { return p.x0 + p.w*frac(v, p.X) }
+func (p *Panel) x(v float64) float64 { return p.x0 + p.w*p.X.Frac(v) }
 
-func (p *Panel) y(v float64, a Axis) float64 { return p.y0 + p.h - p.h*frac(v, a) }
+func (p *Panel) y(v float64, a Axis) float64 { return p.y0 + p.h - p.h*a.Frac(v) }
 
-func frac(v float64, a Axis) float64 {
+// Frac returns where v falls on the axis, from 0 at Min to 1 at Max, clamped
+// to [0, 1] (0 when Min = Max): a panel of width w at x0 draws v at
+// x0 + w × Frac(v).
+func (a Axis) Frac(v float64) float64 {
 	if a.Max == a.Min {
 		return 0
 	}

@@ -167,33 +167,12 @@ func (c *Controller) Sync(now time.Time, scale Scale, pods []*corev1.Pod, mc Met
 	minReplicas := *h.Spec.MinReplicas
 	scaledToZero := c.opts.ScaleToZero && c.conditionTrue(autoscalingv2.ScaledToZero)
 	objectOrExternal := hasObjectOrExternal(h)
-	canScaleFromZero := scaledToZero && objectOrExternal
 
+	desired, reason, compute, rescale := c.replicasBeforeMetrics(now, current, minReplicas, scaledToZero, objectOrExternal)
 	var (
-		desired  int32
-		reason   string
 		statuses []autoscalingv2.MetricStatus
 		res      = Result{}
 	)
-	rescale := true
-	compute := true
-	switch {
-	case current == 0:
-		// shouldComputeMetricsForZeroReplicas: a target scaled to zero by hand stays
-		// there; one the HPA scaled to zero is watched.
-		if !((minReplicas != 0 && scaledToZero) || canScaleFromZero) {
-			compute, rescale = false, false
-			c.setCondition(now, autoscalingv2.ScalingActive, corev1.ConditionFalse, "ScalingDisabled", "scaling is disabled since the replica count of the target is zero")
-			if !c.opts.ScaleToZero {
-				c.removeCondition(autoscalingv2.ScaledToZero)
-			}
-		}
-	case current > h.Spec.MaxReplicas:
-		reason, desired, compute = "Current number of replicas above Spec.MaxReplicas", h.Spec.MaxReplicas, false
-	case current < minReplicas:
-		reason, desired, compute = "Current number of replicas below Spec.MinReplicas", minReplicas, false
-	}
-
 	if compute {
 		proposal, metric, st, err := c.computeReplicasForMetrics(now, scale, pods, mc)
 		statuses = st
@@ -202,48 +181,94 @@ func (c *Controller) Sync(now time.Time, scale Scale, pods []*corev1.Pod, mc Met
 			c.setStatus(now, current, h.Status.DesiredReplicas, statuses, false)
 			return Result{DesiredReplicas: current, MetricReplicas: -1, Err: err}
 		}
-		rescaleMetric := ""
-		if proposal > desired {
-			desired, rescaleMetric = proposal, metric
-		}
-		if desired > current {
-			reason = rescaleMetric + " above target"
-		}
-		if desired < current {
-			reason = "All metrics below target"
-		}
-		if h.Spec.Behavior == nil {
-			desired = c.normalize(now, current, desired, minReplicas)
-		} else {
-			desired = c.normalizeWithBehaviors(now, current, desired, minReplicas)
-		}
-		if current == 0 && minReplicas != 0 && scaledToZero && desired < minReplicas {
-			desired = minReplicas
-			if reason == "" {
-				reason = "Current number of replicas below Spec.MinReplicas"
-			}
-		}
+		desired, reason = c.replicasFromMetrics(now, current, minReplicas, scaledToZero, proposal, metric)
 		rescale = desired != current
 	}
 
 	if rescale {
-		c.setCondition(now, autoscalingv2.AbleToScale, corev1.ConditionTrue, "SucceededRescale", "the HPA controller was able to update the target scale to %d", desired)
-		c.storeScaleEvent(now, current, desired)
-		if c.opts.ScaleToZero {
-			if current > 0 && desired == 0 && minReplicas == 0 && objectOrExternal {
-				c.setCondition(now, autoscalingv2.ScaledToZero, corev1.ConditionTrue, "ScaledToZero", "the HPA controller scaled the workload to zero")
-			} else {
-				c.setCondition(now, autoscalingv2.ScaledToZero, corev1.ConditionFalse, "NotScaledToZero", "the HPA controller did not scale the workload to zero")
-			}
-		} else {
-			c.removeCondition(autoscalingv2.ScaledToZero)
-		}
+		c.recordRescale(now, current, desired, minReplicas, objectOrExternal)
 	} else {
 		desired, reason = current, ""
 	}
 	c.setStatus(now, current, desired, statuses, rescale)
 	res.DesiredReplicas, res.Rescale, res.Reason = desired, rescale, reason
 	return res
+}
+
+// replicasBeforeMetrics mirrors the part of reconcileAutoscaler that decides
+// whether the metrics are read at all: a target above maxReplicas or below
+// minReplicas is brought back without them (desired and reason set, compute
+// false), and a target at zero replicas stays there unless the HPA scaled it to
+// zero (shouldComputeMetricsForZeroReplicas; compute and rescale false, scaling
+// reported disabled). Otherwise compute and rescale are true and desired 0.
+func (c *Controller) replicasBeforeMetrics(now time.Time, current, minReplicas int32, scaledToZero, objectOrExternal bool) (desired int32, reason string, compute, rescale bool) {
+	canScaleFromZero := scaledToZero && objectOrExternal
+	switch {
+	case current == 0:
+		// shouldComputeMetricsForZeroReplicas: a target scaled to zero by hand stays
+		// there; one the HPA scaled to zero is watched.
+		if !((minReplicas != 0 && scaledToZero) || canScaleFromZero) {
+			c.setCondition(now, autoscalingv2.ScalingActive, corev1.ConditionFalse, "ScalingDisabled", "scaling is disabled since the replica count of the target is zero")
+			if !c.opts.ScaleToZero {
+				c.removeCondition(autoscalingv2.ScaledToZero)
+			}
+			return 0, "", false, false
+		}
+	case current > c.hpa.Spec.MaxReplicas:
+		return c.hpa.Spec.MaxReplicas, "Current number of replicas above Spec.MaxReplicas", false, true
+	case current < minReplicas:
+		return minReplicas, "Current number of replicas below Spec.MinReplicas", false, true
+	}
+	return 0, "", true, true
+}
+
+// replicasFromMetrics mirrors the part of reconcileAutoscaler that turns the
+// metrics' proposal (from computeReplicasForMetrics, named by metric) into the
+// desired replicas and the rescale reason: the proposal, normalized with or
+// without spec.behavior (normalizeDesiredReplicas,
+// normalizeDesiredReplicasWithBehaviors), and at least minReplicas when the HPA
+// brings a target back from zero.
+func (c *Controller) replicasFromMetrics(now time.Time, current, minReplicas int32, scaledToZero bool, proposal int32, metric string) (desired int32, reason string) {
+	rescaleMetric := ""
+	if proposal > desired { // desired starts at 0, as in reconcileAutoscaler
+		desired, rescaleMetric = proposal, metric
+	}
+	if desired > current {
+		reason = rescaleMetric + " above target"
+	}
+	if desired < current {
+		reason = "All metrics below target"
+	}
+	if c.hpa.Spec.Behavior == nil {
+		desired = c.normalize(now, current, desired, minReplicas)
+	} else {
+		desired = c.normalizeWithBehaviors(now, current, desired, minReplicas)
+	}
+	if current == 0 && minReplicas != 0 && scaledToZero && desired < minReplicas {
+		desired = minReplicas
+		if reason == "" {
+			reason = "Current number of replicas below Spec.MinReplicas"
+		}
+	}
+	return desired, reason
+}
+
+// recordRescale mirrors what reconcileAutoscaler does once it has written a new
+// scale: the AbleToScale condition, the scale event (storeScaleEvent) and, with
+// HPAScaleToZero, the ScaledToZero condition (True only when an HPA with
+// minReplicas 0 and an Object or External metric took the target to zero).
+func (c *Controller) recordRescale(now time.Time, current, desired, minReplicas int32, objectOrExternal bool) {
+	c.setCondition(now, autoscalingv2.AbleToScale, corev1.ConditionTrue, "SucceededRescale", "the HPA controller was able to update the target scale to %d", desired)
+	c.storeScaleEvent(now, current, desired)
+	if !c.opts.ScaleToZero {
+		c.removeCondition(autoscalingv2.ScaledToZero)
+		return
+	}
+	if current > 0 && desired == 0 && minReplicas == 0 && objectOrExternal {
+		c.setCondition(now, autoscalingv2.ScaledToZero, corev1.ConditionTrue, "ScaledToZero", "the HPA controller scaled the workload to zero")
+	} else {
+		c.setCondition(now, autoscalingv2.ScaledToZero, corev1.ConditionFalse, "NotScaledToZero", "the HPA controller did not scale the workload to zero")
+	}
 }
 
 // computeReplicasForMetrics mirrors horizontal.go:
@@ -285,144 +310,190 @@ func (c *Controller) computeReplicasForMetrics(now time.Time, scale Scale, pods 
 }
 
 // computeReplicasForMetric mirrors horizontal.go:
-// (*HorizontalController).computeReplicasForMetric and the computeStatusFor*
-// functions: one metric's proposal, its description and status, or the
-// ScalingActive=False condition of its error.
+// (*HorizontalController).computeReplicasForMetric: it hands the metric to the
+// computeStatusFor* function of its source type, which returns the metric's
+// proposal, its description and status, or the ScalingActive=False condition
+// of its error.
 func (c *Controller) computeReplicasForMetric(now time.Time, spec autoscalingv2.MetricSpec, scale Scale, pods []*corev1.Pod,
 	mc MetricsClient, status *autoscalingv2.MetricStatus) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
-	calc := calculator{cpuInitializationPeriod: c.opts.CPUInitializationPeriod, delayOfInitialReadinessStatus: c.opts.InitialReadinessDelay, now: now}
-	tol := c.tolerances()
-	fail := func(reason string, err error) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
-		return 0, "", autoscalingv2.HorizontalPodAutoscalerCondition{
-			Type: autoscalingv2.ScalingActive, Status: corev1.ConditionFalse, Reason: reason,
-			Message: fmt.Sprintf("the HPA was unable to compute the replica count: %v", err),
-		}, err
-	}
-	milli := func(v int64) *resource.Quantity { return resource.NewMilliQuantity(v, resource.DecimalSI) }
 	selector := scale.Selector
 	if selector == nil {
 		selector = labels.Everything()
 	}
-
+	in := metricInputs{
+		calc:  calculator{cpuInitializationPeriod: c.opts.CPUInitializationPeriod, delayOfInitialReadinessStatus: c.opts.InitialReadinessDelay, now: now},
+		tol:   c.tolerances(),
+		scale: scale, selector: selector, pods: pods, mc: mc,
+	}
 	switch spec.Type {
 	case autoscalingv2.ExternalMetricSourceType:
-		ext := spec.External
-		ms, err := metav1.LabelSelectorAsSelector(ext.Metric.Selector)
-		if err != nil {
-			return fail("FailedGetExternalMetric", err)
-		}
-		values, _, err := mc.GetExternalMetric(ext.Metric.Name, ms)
-		if err != nil {
-			return fail("FailedGetExternalMetric", fmt.Errorf("unable to get external metric %s/%+v: %w", ext.Metric.Name, ext.Metric.Selector, err))
-		}
-		usage := sumCapped(values)
-		name := fmt.Sprintf("external metric %s(%+v)", ext.Metric.Name, ext.Metric.Selector)
-		st := autoscalingv2.MetricStatus{Type: spec.Type, External: &autoscalingv2.ExternalMetricStatus{Metric: ext.Metric}}
-		switch {
-		case ext.Target.AverageValue != nil:
-			proposal, perPod := perPodReplicas(scale.StatusReplicas, usage, ext.Target.AverageValue.MilliValue(), tol)
-			st.External.Current.AverageValue = milli(perPod)
-			*status = st
-			return proposal, name, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
-		case ext.Target.Value != nil:
-			ratio := float64(usage) / float64(ext.Target.Value.MilliValue())
-			proposal, err := usageRatioReplicas(scale.SpecReplicas, ratio, tol, pods)
-			if err != nil {
-				return fail("FailedGetExternalMetric", err)
-			}
-			st.External.Current.Value = milli(usage)
-			*status = st
-			return proposal, name, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
-		}
-		return fail("FailedGetExternalMetric", errors.New("invalid external metric source: neither a value target nor an average value target was set"))
-
+		return in.externalStatus(spec, status)
 	case autoscalingv2.ObjectMetricSourceType:
-		obj := spec.Object
-		ms, err := metav1.LabelSelectorAsSelector(obj.Metric.Selector)
-		if err != nil {
-			return fail("FailedGetObjectMetric", err)
-		}
-		usage, _, err := mc.GetObjectMetric(obj.Metric.Name, obj.DescribedObject, ms)
-		if err != nil {
-			return fail("FailedGetObjectMetric", fmt.Errorf("unable to get metric %s on %s %s: %w", obj.Metric.Name, obj.DescribedObject.Kind, obj.DescribedObject.Name, err))
-		}
-		st := autoscalingv2.MetricStatus{Type: spec.Type, Object: &autoscalingv2.ObjectMetricStatus{DescribedObject: obj.DescribedObject, Metric: obj.Metric}}
-		switch {
-		case obj.Target.Type == autoscalingv2.ValueMetricType && obj.Target.Value != nil:
-			proposal, err := usageRatioReplicas(scale.SpecReplicas, float64(usage)/float64(obj.Target.Value.MilliValue()), tol, pods)
-			if err != nil {
-				return fail("FailedGetObjectMetric", err)
-			}
-			st.Object.Current.Value = milli(usage)
-			*status = st
-			return proposal, fmt.Sprintf("%s metric %s", obj.DescribedObject.Kind, obj.Metric.Name), autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
-		case obj.Target.Type == autoscalingv2.AverageValueMetricType && obj.Target.AverageValue != nil:
-			proposal, perPod := perPodReplicas(scale.StatusReplicas, usage, obj.Target.AverageValue.MilliValue(), tol)
-			st.Object.Current.AverageValue = milli(perPod)
-			*status = st
-			return proposal, fmt.Sprintf("external metric %s(%+v)", obj.Metric.Name, obj.Metric.Selector), autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
-		}
-		return fail("FailedGetObjectMetric", errors.New("invalid object metric source: neither a value target nor an average value target was set"))
-
+		return in.objectStatus(spec, status)
 	case autoscalingv2.PodsMetricSourceType:
-		pm := spec.Pods
-		ms, err := metav1.LabelSelectorAsSelector(pm.Metric.Selector)
-		if err != nil {
-			return fail("FailedGetPodsMetric", err)
-		}
-		metrics, _, err := mc.GetRawMetric(pm.Metric.Name, selector, ms)
-		if err != nil {
-			return fail("FailedGetPodsMetric", fmt.Errorf("unable to get metric %s: %w", pm.Metric.Name, err))
-		}
-		proposal, usage, err := calc.plainReplicas(metrics, scale.SpecReplicas, pm.Target.AverageValue.MilliValue(), tol, pods, "")
-		if err != nil {
-			return fail("FailedGetPodsMetric", err)
-		}
-		*status = autoscalingv2.MetricStatus{Type: spec.Type, Pods: &autoscalingv2.PodsMetricStatus{
-			Metric: pm.Metric, Current: autoscalingv2.MetricValueStatus{AverageValue: milli(usage)},
-		}}
-		return proposal, "pods metric " + pm.Metric.Name, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
-
-	case autoscalingv2.ResourceMetricSourceType, autoscalingv2.ContainerResourceMetricSourceType:
-		var (
-			name      corev1.ResourceName
-			container string
-			target    autoscalingv2.MetricTarget
-			reason    = "FailedGetResourceMetric"
-		)
-		if spec.Type == autoscalingv2.ResourceMetricSourceType {
-			name, target = spec.Resource.Name, spec.Resource.Target
-		} else {
-			name, container, target = spec.ContainerResource.Name, spec.ContainerResource.Container, spec.ContainerResource.Target
-			reason = "FailedGetContainerResourceMetric"
-		}
-		current, proposal, desc, err := c.resourceProposal(calc, scale, name, container, target, tol, pods, mc, spec.Type)
-		if err != nil {
-			return fail(reason, err)
-		}
-		if spec.Type == autoscalingv2.ResourceMetricSourceType {
-			*status = autoscalingv2.MetricStatus{Type: spec.Type, Resource: &autoscalingv2.ResourceMetricStatus{Name: name, Current: current}}
-		} else {
-			*status = autoscalingv2.MetricStatus{Type: spec.Type, ContainerResource: &autoscalingv2.ContainerResourceMetricStatus{Name: name, Container: container, Current: current}}
-		}
-		return proposal, desc, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+		return in.podsStatus(spec, status)
+	case autoscalingv2.ResourceMetricSourceType:
+		return in.resourceStatus(spec, status)
+	case autoscalingv2.ContainerResourceMetricSourceType:
+		return in.containerResourceStatus(spec, status)
 	}
-	return fail("InvalidMetricSourceType", fmt.Errorf("unknown metric source type %q", spec.Type))
+	return unableToCompute("InvalidMetricSourceType", fmt.Errorf("unknown metric source type %q", spec.Type))
+}
+
+// metricInputs are what every computeStatusFor* function reads besides the
+// metric's spec: the replica calculator, the tolerances, the scale and its
+// selector (everything when the scale has none), the target's pods and the
+// metrics client.
+type metricInputs struct {
+	calc     calculator
+	tol      Tolerances
+	scale    Scale
+	selector labels.Selector
+	pods     []*corev1.Pod
+	mc       MetricsClient
+}
+
+// unableToCompute mirrors horizontal.go:
+// (*HorizontalController).getUnableComputeReplicaCountCondition: the result of a
+// metric that failed with err, its condition ScalingActive=False for reason.
+func unableToCompute(reason string, err error) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
+	return 0, "", autoscalingv2.HorizontalPodAutoscalerCondition{
+		Type: autoscalingv2.ScalingActive, Status: corev1.ConditionFalse, Reason: reason,
+		Message: fmt.Sprintf("the HPA was unable to compute the replica count: %v", err),
+	}, err
+}
+
+// milliQuantity returns v milli-units as a decimal quantity.
+func milliQuantity(v int64) *resource.Quantity {
+	return resource.NewMilliQuantity(v, resource.DecimalSI)
+}
+
+// externalStatus mirrors horizontal.go:
+// (*HorizontalController).computeStatusForExternalMetric: the sum of the metric's
+// items against an AverageValue target (per status replica) or a Value target.
+func (in metricInputs) externalStatus(spec autoscalingv2.MetricSpec, status *autoscalingv2.MetricStatus) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
+	const reason = "FailedGetExternalMetric"
+	ext := spec.External
+	ms, err := metav1.LabelSelectorAsSelector(ext.Metric.Selector)
+	if err != nil {
+		return unableToCompute(reason, err)
+	}
+	values, _, err := in.mc.GetExternalMetric(ext.Metric.Name, ms)
+	if err != nil {
+		return unableToCompute(reason, fmt.Errorf("unable to get external metric %s/%+v: %w", ext.Metric.Name, ext.Metric.Selector, err))
+	}
+	usage := sumCapped(values)
+	name := fmt.Sprintf("external metric %s(%+v)", ext.Metric.Name, ext.Metric.Selector)
+	st := autoscalingv2.MetricStatus{Type: spec.Type, External: &autoscalingv2.ExternalMetricStatus{Metric: ext.Metric}}
+	switch {
+	case ext.Target.AverageValue != nil:
+		proposal, perPod := perPodReplicas(in.scale.StatusReplicas, usage, ext.Target.AverageValue.MilliValue(), in.tol)
+		st.External.Current.AverageValue = milliQuantity(perPod)
+		*status = st
+		return proposal, name, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+	case ext.Target.Value != nil:
+		ratio := float64(usage) / float64(ext.Target.Value.MilliValue())
+		proposal, err := usageRatioReplicas(in.scale.SpecReplicas, ratio, in.tol, in.pods)
+		if err != nil {
+			return unableToCompute(reason, err)
+		}
+		st.External.Current.Value = milliQuantity(usage)
+		*status = st
+		return proposal, name, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+	}
+	return unableToCompute(reason, errors.New("invalid external metric source: neither a value target nor an average value target was set"))
+}
+
+// objectStatus mirrors horizontal.go:
+// (*HorizontalController).computeStatusForObjectMetric: one object's value
+// against a Value target or an AverageValue target (per status replica).
+func (in metricInputs) objectStatus(spec autoscalingv2.MetricSpec, status *autoscalingv2.MetricStatus) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
+	const reason = "FailedGetObjectMetric"
+	obj := spec.Object
+	ms, err := metav1.LabelSelectorAsSelector(obj.Metric.Selector)
+	if err != nil {
+		return unableToCompute(reason, err)
+	}
+	usage, _, err := in.mc.GetObjectMetric(obj.Metric.Name, obj.DescribedObject, ms)
+	if err != nil {
+		return unableToCompute(reason, fmt.Errorf("unable to get metric %s on %s %s: %w", obj.Metric.Name, obj.DescribedObject.Kind, obj.DescribedObject.Name, err))
+	}
+	st := autoscalingv2.MetricStatus{Type: spec.Type, Object: &autoscalingv2.ObjectMetricStatus{DescribedObject: obj.DescribedObject, Metric: obj.Metric}}
+	switch {
+	case obj.Target.Type == autoscalingv2.ValueMetricType && obj.Target.Value != nil:
+		proposal, err := usageRatioReplicas(in.scale.SpecReplicas, float64(usage)/float64(obj.Target.Value.MilliValue()), in.tol, in.pods)
+		if err != nil {
+			return unableToCompute(reason, err)
+		}
+		st.Object.Current.Value = milliQuantity(usage)
+		*status = st
+		return proposal, fmt.Sprintf("%s metric %s", obj.DescribedObject.Kind, obj.Metric.Name), autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+	case obj.Target.Type == autoscalingv2.AverageValueMetricType && obj.Target.AverageValue != nil:
+		proposal, perPod := perPodReplicas(in.scale.StatusReplicas, usage, obj.Target.AverageValue.MilliValue(), in.tol)
+		st.Object.Current.AverageValue = milliQuantity(perPod)
+		*status = st
+		return proposal, fmt.Sprintf("external metric %s(%+v)", obj.Metric.Name, obj.Metric.Selector), autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+	}
+	return unableToCompute(reason, errors.New("invalid object metric source: neither a value target nor an average value target was set"))
+}
+
+// podsStatus mirrors horizontal.go:
+// (*HorizontalController).computeStatusForPodsMetric: the pods' mean sample
+// against the AverageValue target.
+func (in metricInputs) podsStatus(spec autoscalingv2.MetricSpec, status *autoscalingv2.MetricStatus) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
+	const reason = "FailedGetPodsMetric"
+	pm := spec.Pods
+	ms, err := metav1.LabelSelectorAsSelector(pm.Metric.Selector)
+	if err != nil {
+		return unableToCompute(reason, err)
+	}
+	metrics, _, err := in.mc.GetRawMetric(pm.Metric.Name, in.selector, ms)
+	if err != nil {
+		return unableToCompute(reason, fmt.Errorf("unable to get metric %s: %w", pm.Metric.Name, err))
+	}
+	proposal, usage, err := in.calc.plainReplicas(metrics, in.scale.SpecReplicas, pm.Target.AverageValue.MilliValue(), in.tol, in.pods, "")
+	if err != nil {
+		return unableToCompute(reason, err)
+	}
+	*status = autoscalingv2.MetricStatus{Type: spec.Type, Pods: &autoscalingv2.PodsMetricStatus{
+		Metric: pm.Metric, Current: autoscalingv2.MetricValueStatus{AverageValue: milliQuantity(usage)},
+	}}
+	return proposal, "pods metric " + pm.Metric.Name, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+}
+
+// resourceStatus mirrors horizontal.go:
+// (*HorizontalController).computeStatusForResourceMetric.
+func (in metricInputs) resourceStatus(spec autoscalingv2.MetricSpec, status *autoscalingv2.MetricStatus) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
+	r := spec.Resource
+	current, proposal, desc, err := in.resourceProposal(r.Name, "", r.Target, spec.Type)
+	if err != nil {
+		return unableToCompute("FailedGetResourceMetric", err)
+	}
+	*status = autoscalingv2.MetricStatus{Type: spec.Type, Resource: &autoscalingv2.ResourceMetricStatus{Name: r.Name, Current: current}}
+	return proposal, desc, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
+}
+
+// containerResourceStatus mirrors horizontal.go:
+// (*HorizontalController).computeStatusForContainerResourceMetric.
+func (in metricInputs) containerResourceStatus(spec autoscalingv2.MetricSpec, status *autoscalingv2.MetricStatus) (int32, string, autoscalingv2.HorizontalPodAutoscalerCondition, error) {
+	r := spec.ContainerResource
+	current, proposal, desc, err := in.resourceProposal(r.Name, r.Container, r.Target, spec.Type)
+	if err != nil {
+		return unableToCompute("FailedGetContainerResourceMetric", err)
+	}
+	*status = autoscalingv2.MetricStatus{Type: spec.Type, ContainerResource: &autoscalingv2.ContainerResourceMetricStatus{Name: r.Name, Container: r.Container, Current: current}}
+	return proposal, desc, autoscalingv2.HorizontalPodAutoscalerCondition{}, nil
 }
 
 // resourceProposal mirrors horizontal.go: computeStatusForResourceMetricGeneric.
-func (c *Controller) resourceProposal(calc calculator, scale Scale, name corev1.ResourceName, container string, target autoscalingv2.MetricTarget,
-	tol Tolerances, pods []*corev1.Pod, mc MetricsClient, typ autoscalingv2.MetricSourceType) (autoscalingv2.MetricValueStatus, int32, string, error) {
-	selector := scale.Selector
-	if selector == nil {
-		selector = labels.Everything()
-	}
-	metrics, _, err := mc.GetResourceMetric(name, selector, container)
+func (in metricInputs) resourceProposal(name corev1.ResourceName, container string, target autoscalingv2.MetricTarget,
+	typ autoscalingv2.MetricSourceType) (autoscalingv2.MetricValueStatus, int32, string, error) {
+	metrics, _, err := in.mc.GetResourceMetric(name, in.selector, container)
 	if err != nil {
 		return autoscalingv2.MetricValueStatus{}, 0, "", fmt.Errorf("unable to get metrics for resource %s: %w", name, err)
 	}
 	if target.AverageValue != nil {
-		proposal, usage, err := calc.plainReplicas(metrics, scale.SpecReplicas, target.AverageValue.MilliValue(), tol, pods, name)
+		proposal, usage, err := in.calc.plainReplicas(metrics, in.scale.SpecReplicas, target.AverageValue.MilliValue(), in.tol, in.pods, name)
 		if err != nil {
 			return autoscalingv2.MetricValueStatus{}, 0, "", fmt.Errorf("failed to get %s usage: %w", name, err)
 		}
@@ -431,7 +502,7 @@ func (c *Controller) resourceProposal(calc calculator, scale Scale, name corev1.
 	if target.AverageUtilization == nil {
 		return autoscalingv2.MetricValueStatus{}, 0, "", errors.New("invalid resource metric source: neither an average utilization target nor an average value (usage) target was set")
 	}
-	proposal, utilization, raw, err := calc.resourceReplicas(scale.SpecReplicas, *target.AverageUtilization, name, tol, pods, metrics, container)
+	proposal, utilization, raw, err := in.calc.resourceReplicas(in.scale.SpecReplicas, *target.AverageUtilization, name, in.tol, in.pods, metrics, container)
 	if err != nil {
 		return autoscalingv2.MetricValueStatus{}, 0, "", fmt.Errorf("failed to get %s utilization: %w", name, err)
 	}

@@ -235,37 +235,15 @@ func (c calculator) resourceReplicas(current int32, target int32, resource corev
 		}
 		return int32(math.Ceil(ratio * float64(ready))), utilization, raw, nil
 	}
-	if len(missing) > 0 {
-		if ratio < 1.0 {
-			// A scale-down counts missing pods at 100 % of their request, or at the
-			// target when it is above 100 %.
-			fallback := int64(max(100, target))
-			for name := range missing {
-				metrics[name] = PodMetric{Value: requests[name] * fallback / 100}
-			}
-		} else if ratio > 1.0 {
-			for name := range missing {
-				metrics[name] = PodMetric{Value: 0}
-			}
-		}
-	}
-	if scaleUpWithUnready {
-		for name := range unready {
-			metrics[name] = PodMetric{Value: 0}
-		}
-	}
+	// A scale-down counts missing pods at 100 % of their request, or at the
+	// target when it is above 100 %.
+	fallback := int64(max(100, target))
+	countUnsampled(metrics, missing, unready, ratio, scaleUpWithUnready, func(name string) int64 { return requests[name] * fallback / 100 })
 	newRatio, _, _, err := resourceUtilizationRatio(metrics, requests, target)
 	if err != nil {
 		return 0, utilization, raw, err
 	}
-	if tol.within(newRatio) || (ratio < 1.0 && newRatio > 1.0) || (ratio > 1.0 && newRatio < 1.0) {
-		return current, utilization, raw, nil
-	}
-	proposal := int32(math.Ceil(newRatio * float64(len(metrics))))
-	if (newRatio < 1.0 && proposal > current) || (newRatio > 1.0 && proposal < current) {
-		return current, utilization, raw, nil
-	}
-	return proposal, utilization, raw, nil
+	return recountedProposal(current, ratio, newRatio, len(metrics), tol), utilization, raw, nil
 }
 
 // plainReplicas mirrors replica_calculator.go: calcPlainMetricReplicas, used for
@@ -291,10 +269,21 @@ func (c calculator) plainReplicas(metrics PodMetricsInfo, current int32, target 
 		}
 		return int32(math.Ceil(ratio * float64(ready))), usage, nil
 	}
+	countUnsampled(metrics, missing, unready, ratio, scaleUpWithUnready, func(string) int64 { return target })
+	newRatio, _ := metricUsageRatio(metrics, target)
+	return recountedProposal(current, ratio, newRatio, len(metrics), tol), usage, nil
+}
+
+// countUnsampled mirrors the step GetResourceReplicas and
+// calcPlainMetricReplicas (replica_calculator.go) share once the first ratio is
+// known: the pods missing a sample count at scaleDownValue(pod) in a scale-down
+// (ratio < 1) and at 0 in a scale-up (ratio > 1); with scaleUpWithUnready the
+// unready pods count at 0 too.
+func countUnsampled(metrics PodMetricsInfo, missing, unready map[string]bool, ratio float64, scaleUpWithUnready bool, scaleDownValue func(pod string) int64) {
 	if len(missing) > 0 {
 		if ratio < 1.0 {
 			for name := range missing {
-				metrics[name] = PodMetric{Value: target}
+				metrics[name] = PodMetric{Value: scaleDownValue(name)}
 			}
 		} else if ratio > 1.0 {
 			for name := range missing {
@@ -307,15 +296,22 @@ func (c calculator) plainReplicas(metrics PodMetricsInfo, current int32, target 
 			metrics[name] = PodMetric{Value: 0}
 		}
 	}
-	newRatio, _ := metricUsageRatio(metrics, target)
+}
+
+// recountedProposal mirrors the last step GetResourceReplicas and
+// calcPlainMetricReplicas share: with the unsampled pods counted (newRatio over
+// pods samples), no change when the new ratio is within tolerance, points the
+// other way than the first one (ratio), or gives a proposal that moves against
+// it; else ceil(newRatio × pods).
+func recountedProposal(current int32, ratio, newRatio float64, pods int, tol Tolerances) int32 {
 	if tol.within(newRatio) || (ratio < 1.0 && newRatio > 1.0) || (ratio > 1.0 && newRatio < 1.0) {
-		return current, usage, nil
+		return current
 	}
-	proposal := int32(math.Ceil(newRatio * float64(len(metrics))))
+	proposal := int32(math.Ceil(newRatio * float64(pods)))
 	if (newRatio < 1.0 && proposal > current) || (newRatio > 1.0 && proposal < current) {
-		return current, usage, nil
+		return current
 	}
-	return proposal, usage, nil
+	return proposal
 }
 
 // readyPodCount mirrors replica_calculator.go: getReadyPodsCount: Running pods

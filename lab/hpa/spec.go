@@ -158,8 +158,8 @@ func Validate(h *autoscalingv2.HorizontalPodAutoscaler, scaleToZero bool) error 
 	return errs.ToAggregate()
 }
 
-// validateMetric mirrors validation.go: validateMetricSpec and the per-source
-// functions.
+// validateMetric mirrors validation.go: validateMetricSpec: exactly the source of
+// the metric's type is set, and it is valid (validate*Source).
 func validateMetric(m autoscalingv2.MetricSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	present := 0
@@ -171,77 +171,110 @@ func validateMetric(m autoscalingv2.MetricSpec, p *field.Path) field.ErrorList {
 	if present > 1 {
 		errs = append(errs, field.Forbidden(p, "must populate the given metric source only"))
 	}
-	name := func(n string, q *field.Path) {
-		if n == "" {
-			errs = append(errs, field.Required(q.Child("metric", "name"), "must specify a metric name"))
-		}
+	missing := func(child string) field.ErrorList {
+		return append(errs, field.Required(p.Child(child), "must populate information for the given metric source"))
 	}
 	switch m.Type {
 	case autoscalingv2.ObjectMetricSourceType:
 		if m.Object == nil {
-			return append(errs, field.Required(p.Child("object"), "must populate information for the given metric source"))
+			return missing("object")
 		}
-		q := p.Child("object")
-		name(m.Object.Metric.Name, q)
-		errs = append(errs, validateTarget(m.Object.Target, q.Child("target"))...)
-		if m.Object.Target.Value == nil && m.Object.Target.AverageValue == nil {
-			errs = append(errs, field.Required(q.Child("target", "averageValue"), "must set either a target value or averageValue"))
-		}
+		return append(errs, validateObjectSource(m.Object, p.Child("object"))...)
 	case autoscalingv2.PodsMetricSourceType:
 		if m.Pods == nil {
-			return append(errs, field.Required(p.Child("pods"), "must populate information for the given metric source"))
+			return missing("pods")
 		}
-		q := p.Child("pods")
-		name(m.Pods.Metric.Name, q)
-		errs = append(errs, validateTarget(m.Pods.Target, q.Child("target"))...)
-		if m.Pods.Target.AverageValue == nil {
-			errs = append(errs, field.Required(q.Child("target", "averageValue"), "must specify a positive target averageValue"))
-		}
+		return append(errs, validatePodsSource(m.Pods, p.Child("pods"))...)
 	case autoscalingv2.ResourceMetricSourceType:
 		if m.Resource == nil {
-			return append(errs, field.Required(p.Child("resource"), "must populate information for the given metric source"))
+			return missing("resource")
 		}
-		q := p.Child("resource")
-		if m.Resource.Name == "" {
-			errs = append(errs, field.Required(q.Child("name"), "must specify a resource name"))
-		}
-		errs = append(errs, validateResourceTarget(m.Resource.Target, q.Child("target"))...)
+		return append(errs, validateResourceSource(m.Resource, p.Child("resource"))...)
 	case autoscalingv2.ContainerResourceMetricSourceType:
 		if m.ContainerResource == nil {
-			return append(errs, field.Required(p.Child("containerResource"), "must populate information for the given metric source"))
+			return missing("containerResource")
 		}
-		q := p.Child("containerResource")
-		if m.ContainerResource.Name == "" {
-			errs = append(errs, field.Required(q.Child("name"), "must specify a resource name"))
-		}
-		if m.ContainerResource.Container == "" {
-			errs = append(errs, field.Required(q.Child("container"), "must specify a container"))
-		}
-		errs = append(errs, validateResourceTarget(m.ContainerResource.Target, q.Child("target"))...)
+		return append(errs, validateContainerResourceSource(m.ContainerResource, p.Child("containerResource"))...)
 	case autoscalingv2.ExternalMetricSourceType:
 		if m.External == nil {
-			return append(errs, field.Required(p.Child("external"), "must populate information for the given metric source"))
+			return missing("external")
 		}
-		q := p.Child("external")
-		name(m.External.Metric.Name, q)
-		errs = append(errs, validateTarget(m.External.Target, q.Child("target"))...)
-		t := m.External.Target
-		if t.Value == nil && t.AverageValue == nil {
-			errs = append(errs, field.Required(q.Child("target", "averageValue"), "must set either a target value for metric or a per-pod target"))
-		}
-		if t.Value != nil && t.AverageValue != nil {
-			errs = append(errs, field.Forbidden(q.Child("target", "value"), "may not set both a target value for metric and a per-pod target"))
-		}
-	default:
-		errs = append(errs, field.NotSupported(p.Child("type"), m.Type, []string{
-			string(autoscalingv2.ContainerResourceMetricSourceType), string(autoscalingv2.ExternalMetricSourceType),
-			string(autoscalingv2.ObjectMetricSourceType), string(autoscalingv2.PodsMetricSourceType),
-			string(autoscalingv2.ResourceMetricSourceType),
-		}))
+		return append(errs, validateExternalSource(m.External, p.Child("external"))...)
+	}
+	return append(errs, field.NotSupported(p.Child("type"), m.Type, []string{
+		string(autoscalingv2.ContainerResourceMetricSourceType), string(autoscalingv2.ExternalMetricSourceType),
+		string(autoscalingv2.ObjectMetricSourceType), string(autoscalingv2.PodsMetricSourceType),
+		string(autoscalingv2.ResourceMetricSourceType),
+	}))
+}
+
+// validateMetricName reports an empty metric name (at p.metric.name).
+func validateMetricName(name string, p *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p.Child("metric", "name"), "must specify a metric name")}
+	}
+	return nil
+}
+
+// validateObjectSource mirrors validation.go: validateObjectSource.
+func validateObjectSource(s *autoscalingv2.ObjectMetricSource, p *field.Path) field.ErrorList {
+	errs := validateMetricName(s.Metric.Name, p)
+	errs = append(errs, validateTarget(s.Target, p.Child("target"))...)
+	if s.Target.Value == nil && s.Target.AverageValue == nil {
+		errs = append(errs, field.Required(p.Child("target", "averageValue"), "must set either a target value or averageValue"))
 	}
 	return errs
 }
 
+// validatePodsSource mirrors validation.go: validatePodsSource.
+func validatePodsSource(s *autoscalingv2.PodsMetricSource, p *field.Path) field.ErrorList {
+	errs := validateMetricName(s.Metric.Name, p)
+	errs = append(errs, validateTarget(s.Target, p.Child("target"))...)
+	if s.Target.AverageValue == nil {
+		errs = append(errs, field.Required(p.Child("target", "averageValue"), "must specify a positive target averageValue"))
+	}
+	return errs
+}
+
+// validateResourceSource mirrors validation.go: validateResourceSource.
+func validateResourceSource(s *autoscalingv2.ResourceMetricSource, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), "must specify a resource name"))
+	}
+	return append(errs, validateResourceTarget(s.Target, p.Child("target"))...)
+}
+
+// validateContainerResourceSource mirrors validation.go:
+// validateContainerResourceSource.
+func validateContainerResourceSource(s *autoscalingv2.ContainerResourceMetricSource, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), "must specify a resource name"))
+	}
+	if s.Container == "" {
+		errs = append(errs, field.Required(p.Child("container"), "must specify a container"))
+	}
+	return append(errs, validateResourceTarget(s.Target, p.Child("target"))...)
+}
+
+// validateExternalSource mirrors validation.go: validateExternalSource.
+func validateExternalSource(s *autoscalingv2.ExternalMetricSource, p *field.Path) field.ErrorList {
+	errs := validateMetricName(s.Metric.Name, p)
+	errs = append(errs, validateTarget(s.Target, p.Child("target"))...)
+	t := s.Target
+	if t.Value == nil && t.AverageValue == nil {
+		errs = append(errs, field.Required(p.Child("target", "averageValue"), "must set either a target value for metric or a per-pod target"))
+	}
+	if t.Value != nil && t.AverageValue != nil {
+		errs = append(errs, field.Forbidden(p.Child("target", "value"), "may not set both a target value for metric and a per-pod target"))
+	}
+	return errs
+}
+
+// validateResourceTarget is the target check that validateResourceSource and
+// validateContainerResourceSource share: a valid target with exactly one of
+// averageUtilization and averageValue.
 func validateResourceTarget(t autoscalingv2.MetricTarget, p *field.Path) field.ErrorList {
 	errs := validateTarget(t, p)
 	if t.AverageUtilization == nil && t.AverageValue == nil {

@@ -76,98 +76,26 @@ const (
 // fused saturation, with a demand-rate term, with a held peak, with a
 // scheduled minimum).
 func Families(g Grid) ([]Family, error) {
-	behavior := g.Behavior
-	if behavior == nil {
-		behavior = simulate.RecommendedBehavior()
-	}
-	hpaOf := func(name string, m autoscalingv2.MetricSpec) *autoscalingv2.HorizontalPodAutoscaler {
-		return simulate.NewHPA(name, g.MinReplicas, behavior.DeepCopy(), m)
-	}
-	builtin, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
+	b, err := newFamilyBuilder(g)
 	if err != nil {
 		return nil, err
 	}
-	builtinSource := simulate.CatalogSource(builtin)
-	var out []Family
-
-	gpu := Family{Name: "gpu-util", Baseline: true,
-		Description: "HPA on GPU utilization (Resource nvidia.com/gpu, averageUtilization; NVML's busy fraction via Prometheus every 15 s)"}
-	for _, u := range g.GPUUtilization {
-		gpu.Points = append(gpu.Points, Point{Label: fmt.Sprintf("%d%%", u), Default: u == 80,
-			Autoscaler: simulate.Autoscaler{HPA: hpaOf("gpu-util", simulate.GPUUtilizationMetric(u)), Path: simulate.PathPrometheus, Source: builtinSource}})
-	}
-	out = append(out, gpu)
-
-	queueFamily := func(name, desc string, path simulate.MetricsPath, baseline bool) Family {
-		f := Family{Name: name, Description: desc, Baseline: baseline}
-		for _, q := range g.Queue {
-			m := simulate.ExternalMetric(simulate.MetricQueueDepth, autoscalingv2.AverageValueMetricType, q)
-			f.Points = append(f.Points, Point{Label: "q=" + num(q), Default: q == 5,
-				Autoscaler: simulate.Autoscaler{HPA: hpaOf(name, m), Path: path, Source: builtinSource}})
-		}
-		return f
-	}
+	out := []Family{b.gpuUtil()}
 	out = append(out,
-		queueFamily("keda-queue", "KEDA prometheus trigger on the total queue (AverageValue per pod), useCachedMetrics false (KEDA's default): Prometheus every 15 s, queried at each HPA sync", simulate.PathPrometheus, true),
-		queueFamily("keda-queue-cached", "the same trigger with useCachedMetrics true: the HPA reads the value KEDA polled every 30 s", simulate.PathKEDA, true),
-		queueFamily("queue", "queue-only through the adapter: llm_num_requests_waiting, AverageValue per pod, scraped every 2 s", simulate.PathAdapter, true))
-
-	kv := Family{Name: "kv", Baseline: true, Description: "KV-only through the adapter: llm_kv_cache_usage (pool mean), target Value"}
-	for _, v := range g.KV {
-		m := simulate.ExternalMetric(simulate.MetricKVCacheUsage, autoscalingv2.ValueMetricType, v)
-		kv.Points = append(kv.Points, Point{Label: "kv=" + num(v), Default: v == 0.8,
-			Autoscaler: simulate.Autoscaler{HPA: hpaOf("kv", m), Path: simulate.PathAdapter, Source: builtinSource}})
-	}
-	out = append(out, kv)
-
-	// The adapter's families: each point serves its own policy as
-	// llm_scoreboard, for an HPA with target Value 1.
-	own := func(name, desc string, points []ownPoint) (Family, error) {
-		f := Family{Name: name, Description: desc}
-		for _, p := range points {
-			c, err := policy.NewCatalog(policy.Policy{Name: metricAhead, Kind: policy.KindMean, UnknownSaturation: policy.DefaultUnknownSaturation,
-				HoldLastGood: policy.DefaultHoldLastGood, Terms: p.terms, Peak: p.peak, Minimums: p.minimums})
-			if err != nil {
-				return f, fmt.Errorf("%s %s: %w", name, p.label, err)
-			}
-			m := simulate.ExternalMetric(metricAhead, autoscalingv2.ValueMetricType, 1)
-			f.Points = append(f.Points, Point{Label: p.label, Default: p.def,
-				Autoscaler: simulate.Autoscaler{HPA: hpaOf(name, m), Path: simulate.PathAdapter, Source: simulate.CatalogSource(c)}})
-		}
-		return f, nil
-	}
-	fused := func(q, kv float64) []policy.Term {
-		return policy.SetPoints{QueueDepth: q, KVCacheUsage: kv}.Terms()
-	}
-	var sat []ownPoint
-	sat = append(sat, ownPoint{label: "q=5,kv=0.8", def: true, terms: fused(5, 0.8)})
-	for _, v := range g.SaturationKV {
-		sat = append(sat, ownPoint{label: fmt.Sprintf("q=%s,kv=%s", num(g.SaturationQueue), num(v)), terms: fused(g.SaturationQueue, v)})
-	}
-	demand := func(r float64) []policy.Term {
-		return append(fused(g.SaturationQueue, g.DemandKV), policy.Term{Kind: policy.TermDemandRate, SetPoint: r, Window: g.DemandWindow})
-	}
-	var dem, ahead []ownPoint
-	for _, r := range g.DemandRate {
-		dem = append(dem, ownPoint{label: "rate=" + num(r), terms: demand(r)})
-		peak := g.Peak
-		ahead = append(ahead, ownPoint{label: "rate=" + num(r), terms: demand(r), peak: &peak})
-	}
-	var floors []ownPoint
-	for _, k := range g.Floors {
-		floors = append(floors, ownPoint{label: "min=" + num(k), terms: fused(g.SaturationQueue, g.DemandKV),
-			minimums: []policy.ScheduledMinimum{{Schedule: "0 0 * * *", Duration: 24 * time.Hour, Demand: k}}})
-	}
+		b.queue("keda-queue", "KEDA prometheus trigger on the total queue (AverageValue per pod), useCachedMetrics false (KEDA's default): Prometheus every 15 s, queried at each HPA sync", simulate.PathPrometheus),
+		b.queue("keda-queue-cached", "the same trigger with useCachedMetrics true: the HPA reads the value KEDA polled every 30 s", simulate.PathKEDA),
+		b.queue("queue", "queue-only through the adapter: llm_num_requests_waiting, AverageValue per pod, scraped every 2 s", simulate.PathAdapter),
+		b.kv())
 	for _, spec := range []struct {
 		name, desc string
 		points     []ownPoint
 	}{
-		{"saturation", "the fused score llm_saturation (mean of max(queue/q, KV/kv)), Value 1, through the adapter", sat},
-		{"saturation+rate", fmt.Sprintf("the fused score with a demandRate term (arrivals over %s / requests per second per replica), Value 1", g.DemandWindow), dem},
-		{"saturation+rate+peak", fmt.Sprintf("the same with the demand held at its peak over %s (half-life %s) × %s", g.Peak.Window, g.Peak.HalfLife, num(1+g.Peak.Headroom)), ahead},
-		{"saturation+minimum", "the fused score with a scheduled minimum of demand open over the whole slice (a known daily peak)", floors},
+		{"saturation", "the fused score llm_saturation (mean of max(queue/q, KV/kv)), Value 1, through the adapter", b.saturationPoints()},
+		{"saturation+rate", fmt.Sprintf("the fused score with a demandRate term (arrivals over %s / requests per second per replica), Value 1", g.DemandWindow), b.demandPoints(nil)},
+		{"saturation+rate+peak", fmt.Sprintf("the same with the demand held at its peak over %s (half-life %s) × %s", g.Peak.Window, g.Peak.HalfLife, num(1+g.Peak.Headroom)), b.demandPoints(&g.Peak)},
+		{"saturation+minimum", "the fused score with a scheduled minimum of demand open over the whole slice (a known daily peak)", b.minimumPoints()},
 	} {
-		f, err := own(spec.name, spec.desc, spec.points)
+		f, err := b.own(spec.name, spec.desc, spec.points)
 		if err != nil {
 			return nil, err
 		}
@@ -176,6 +104,136 @@ func Families(g Grid) ([]Family, error) {
 	return out, nil
 }
 
+// familyBuilder makes the families of a grid: every HPA gets the grid's
+// minReplicas and behavior, and the baselines' metrics come from the built-in
+// catalog at the adapter's default set points.
+type familyBuilder struct {
+	g        Grid
+	behavior *autoscalingv2.HorizontalPodAutoscalerBehavior
+	builtin  func() simulate.MetricSource
+}
+
+// newFamilyBuilder returns the builder of g's families (behavior
+// simulate.RecommendedBehavior when g sets none). Errors: the built-in
+// catalog's.
+func newFamilyBuilder(g Grid) (*familyBuilder, error) {
+	behavior := g.Behavior
+	if behavior == nil {
+		behavior = simulate.RecommendedBehavior()
+	}
+	builtin, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
+	if err != nil {
+		return nil, err
+	}
+	return &familyBuilder{g: g, behavior: behavior, builtin: simulate.CatalogSource(builtin)}, nil
+}
+
+// hpa returns the HPA named name on metric m, with the grid's minReplicas
+// and a copy of its behavior.
+func (b *familyBuilder) hpa(name string, m autoscalingv2.MetricSpec) *autoscalingv2.HorizontalPodAutoscaler {
+	return simulate.NewHPA(name, b.g.MinReplicas, b.behavior.DeepCopy(), m)
+}
+
+// gpuUtil returns gpu-util: the HPA on GPU utilization at each of the grid's
+// targets (80 % the default point).
+func (b *familyBuilder) gpuUtil() Family {
+	f := Family{Name: "gpu-util", Baseline: true,
+		Description: "HPA on GPU utilization (Resource nvidia.com/gpu, averageUtilization; NVML's busy fraction via Prometheus every 15 s)"}
+	for _, u := range b.g.GPUUtilization {
+		f.Points = append(f.Points, Point{Label: fmt.Sprintf("%d%%", u), Default: u == 80,
+			Autoscaler: simulate.Autoscaler{HPA: b.hpa("gpu-util", simulate.GPUUtilizationMetric(u)), Path: simulate.PathPrometheus, Source: b.builtin}})
+	}
+	return f
+}
+
+// queue returns a queue-only baseline: the HPA on the waiting requests per pod
+// (AverageValue) at each of the grid's queue targets (5 the default point),
+// its metric reaching the HPA on path.
+func (b *familyBuilder) queue(name, desc string, path simulate.MetricsPath) Family {
+	f := Family{Name: name, Description: desc, Baseline: true}
+	for _, q := range b.g.Queue {
+		m := simulate.ExternalMetric(simulate.MetricQueueDepth, autoscalingv2.AverageValueMetricType, q)
+		f.Points = append(f.Points, Point{Label: "q=" + num(q), Default: q == 5,
+			Autoscaler: simulate.Autoscaler{HPA: b.hpa(name, m), Path: path, Source: b.builtin}})
+	}
+	return f
+}
+
+// kv returns kv: the HPA on the pool's mean KV-cache usage (Value) at each of
+// the grid's KV targets (0.8 the default point).
+func (b *familyBuilder) kv() Family {
+	f := Family{Name: "kv", Baseline: true, Description: "KV-only through the adapter: llm_kv_cache_usage (pool mean), target Value"}
+	for _, v := range b.g.KV {
+		m := simulate.ExternalMetric(simulate.MetricKVCacheUsage, autoscalingv2.ValueMetricType, v)
+		f.Points = append(f.Points, Point{Label: "kv=" + num(v), Default: v == 0.8,
+			Autoscaler: simulate.Autoscaler{HPA: b.hpa("kv", m), Path: simulate.PathAdapter, Source: b.builtin}})
+	}
+	return f
+}
+
+// own returns one of the adapter's families: each point serves its own
+// policy as llm_scoreboard, for an HPA with target Value 1. Errors: a point
+// whose policy is invalid.
+func (b *familyBuilder) own(name, desc string, points []ownPoint) (Family, error) {
+	f := Family{Name: name, Description: desc}
+	for _, p := range points {
+		c, err := policy.NewCatalog(policy.Policy{Name: metricAhead, Kind: policy.KindMean, UnknownSaturation: policy.DefaultUnknownSaturation,
+			HoldLastGood: policy.DefaultHoldLastGood, Terms: p.terms, Peak: p.peak, Minimums: p.minimums})
+		if err != nil {
+			return f, fmt.Errorf("%s %s: %w", name, p.label, err)
+		}
+		m := simulate.ExternalMetric(metricAhead, autoscalingv2.ValueMetricType, 1)
+		f.Points = append(f.Points, Point{Label: p.label, Default: p.def,
+			Autoscaler: simulate.Autoscaler{HPA: b.hpa(name, m), Path: simulate.PathAdapter, Source: simulate.CatalogSource(c)}})
+	}
+	return f, nil
+}
+
+// fused returns the terms of the fused score at queue set point q and KV set
+// point kv.
+func fused(q, kv float64) []policy.Term {
+	return policy.SetPoints{QueueDepth: q, KVCacheUsage: kv}.Terms()
+}
+
+// saturationPoints are saturation's points: the adapter's defaults (5, 0.8),
+// the default point, then the grid's KV set points at its queue set point.
+func (b *familyBuilder) saturationPoints() []ownPoint {
+	pts := []ownPoint{{label: "q=5,kv=0.8", def: true, terms: fused(5, 0.8)}}
+	for _, v := range b.g.SaturationKV {
+		pts = append(pts, ownPoint{label: fmt.Sprintf("q=%s,kv=%s", num(b.g.SaturationQueue), num(v)), terms: fused(b.g.SaturationQueue, v)})
+	}
+	return pts
+}
+
+// demandPoints are the points of the families with a demand-rate term, one
+// per rate of the grid, holding the demand's peak when peak is set.
+func (b *familyBuilder) demandPoints(peak *policy.PeakHold) []ownPoint {
+	var pts []ownPoint
+	for _, r := range b.g.DemandRate {
+		terms := append(fused(b.g.SaturationQueue, b.g.DemandKV), policy.Term{Kind: policy.TermDemandRate, SetPoint: r, Window: b.g.DemandWindow})
+		p := ownPoint{label: "rate=" + num(r), terms: terms}
+		if peak != nil {
+			held := *peak
+			p.peak = &held
+		}
+		pts = append(pts, p)
+	}
+	return pts
+}
+
+// minimumPoints are saturation+minimum's points: the fused score with a
+// scheduled minimum of each of the grid's floors, open over the whole day.
+func (b *familyBuilder) minimumPoints() []ownPoint {
+	var pts []ownPoint
+	for _, k := range b.g.Floors {
+		pts = append(pts, ownPoint{label: "min=" + num(k), terms: fused(b.g.SaturationQueue, b.g.DemandKV),
+			minimums: []policy.ScheduledMinimum{{Schedule: "0 0 * * *", Duration: 24 * time.Hour, Demand: k}}})
+	}
+	return pts
+}
+
+// ownPoint is a point of one of the adapter's families: its label, whether it
+// is the family's default, and the policy it serves.
 type ownPoint struct {
 	label    string
 	def      bool
@@ -184,8 +242,10 @@ type ownPoint struct {
 	minimums []policy.ScheduledMinimum
 }
 
+// num formats v for a label, rounded to three decimals.
 func num(v float64) string { return strconv.FormatFloat(round3(v), 'f', -1, 64) }
 
+// round3 rounds v (>= 0) to three decimals, halves up.
 func round3(v float64) float64 {
 	r := float64(int64(v*1000+0.5)) / 1000
 	return r

@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -131,118 +132,163 @@ func runOracle(cfg Config, w Workload, attainable []bool) (*oracleResult, error)
 // arrived at.
 func within(first, arrived, slo time.Duration) bool { return first != unset && first-arrived <= slo }
 
-// greedySchedule is step 1 of the oracle.
+// greedySchedule is step 1 of the oracle: interval by interval, from the fleet
+// state the previous interval's choice left, the fewest Ready replicas in
+// [MinReplicas, maxR] that keep the interval's misses within allowed[k]
+// (searched from the previous interval's count, see intervalSearch). It
+// returns the schedule, the intervals where even maxR missed the target, and
+// the misses found unachievable.
 func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) (sched []int, infeasible, unachievable int, err error) {
-	L := cfg.OracleInterval
 	K := len(allowed)
 	state := newFleet(cfg.Engine, ColdStart{}, epoch(), w.Requests, nopRecorder{}, w.Duration)
 	state.abandonAfter = cfg.AbandonAfter
 	sched = make([]int, K)
 	prev := cfg.MinReplicas
 	for k := range K {
-		lo, hi := bounds[k], bounds[k+1]
-		end := time.Duration(k+1) * L
-		type trial struct {
-			misses int
-			next   *fleet
-		}
-		trials := map[int]trial{}
-		limit := allowed[k]
-		var evalErr error
-		misses := func(r int) int {
-			if t, ok := trials[r]; ok {
-				return t.misses
-			}
-			rec := newWindowRecorder(lo, hi)
-			c := state.clone(rec)
-			if err := c.setReady(r); err != nil {
-				evalErr = err
-				return 0
-			}
-			c.advance(end)
-			next := c.clone(nopRecorder{})
-			c.stop = c.next
-			c.advance(end + cfg.TTFTSLO)
-			m := 0
-			for i := lo; i < hi; i++ {
-				if attainable[i] && !within(rec.first[i-lo], w.Requests[i].At, cfg.TTFTSLO) {
-					m++
-				}
-			}
-			trials[r] = trial{m, next}
-			return m
-		}
-		try := func(r int) bool { return misses(r) <= limit }
+		s := &intervalSearch{cfg: cfg, w: w, attainable: attainable, state: state,
+			lo: bounds[k], hi: bounds[k+1], end: time.Duration(k+1) * cfg.OracleInterval,
+			limit: allowed[k], trials: map[int]intervalTrial{}}
 		r := min(max(prev, cfg.MinReplicas), maxR)
-		if try(r) {
-			// Down in doubling strides while it passes, then bisect.
-			good, bad, stride := r, -1, 1
-			for good > cfg.MinReplicas {
-				cand := max(good-stride, cfg.MinReplicas)
-				if !try(cand) {
-					bad = cand
-					break
-				}
-				good, stride = cand, stride*2
-			}
-			for bad >= 0 && good-bad > 1 {
-				mid := (good + bad) / 2
-				if try(mid) {
-					good = mid
-				} else {
-					bad = mid
-				}
-			}
-			r = good
+		if s.passes(r) {
+			r = s.searchDown(r)
 		} else {
-			// Up in doubling strides until it passes. Misses that adding as
-			// many replicas again does not remove are not the fleet's to fix
-			// (requests that cannot meet the SLO whatever the replicas: they
-			// arrived behind work no new pod can take): the oracle counts them
-			// as unachievable and never chases them to the replica cap.
-			bad, stride := r, 1
-			good, last := -1, misses(r)
-			for {
-				cand := min(bad+stride, maxR)
-				m := misses(cand)
-				if m <= limit {
-					good = cand
-					break
-				}
-				if cand >= 2*r && m >= last {
-					unachievable += m - limit
-					limit, good = m, cand
-					break
-				}
-				bad, last = cand, m
-				if cand == maxR {
-					break
-				}
-				stride *= 2
-			}
-			if good < 0 {
+			var found bool
+			if r, found = s.searchUp(r, maxR); !found {
 				infeasible++
-				r = maxR
-			} else {
-				for good-bad > 1 {
-					mid := (good + bad) / 2
-					if try(mid) {
-						good = mid
-					} else {
-						bad = mid
-					}
-				}
-				r = good
 			}
 		}
-		if evalErr != nil {
-			return nil, 0, 0, evalErr
+		if s.err != nil {
+			return nil, 0, 0, s.err
 		}
+		unachievable += s.unachievable
 		sched[k] = r
-		state = trials[r].next
+		state = s.trials[r].next
 		prev = r
 	}
 	return sched, infeasible, unachievable, nil
+}
+
+// intervalSearch is the search for one interval's replica count: the fleet at
+// the interval's start, the interval's requests [lo, hi) ending at end, the
+// misses allowed (limit) and the candidates tried so far.
+type intervalSearch struct {
+	cfg        Config
+	w          Workload
+	attainable []bool
+	state      *fleet
+	lo, hi     int
+	end        time.Duration
+	limit      int
+	trials     map[int]intervalTrial
+	// unachievable counts the misses the upward search gave up on.
+	unachievable int
+	// err is the first error making a candidate's pods Ready.
+	err error
+}
+
+// intervalTrial is one candidate's outcome: its misses and the fleet state at
+// the interval's end.
+type intervalTrial struct {
+	misses int
+	next   *fleet
+}
+
+// misses returns the interval's attainable requests that miss the TTFT SLO
+// with r Ready replicas: a clone of the fleet made r Ready replays the
+// interval, then runs one TTFT SLO past its end without further arrivals to
+// see the last first tokens. Each r is replayed once. On an error it records
+// it in s.err and returns 0.
+func (s *intervalSearch) misses(r int) int {
+	if t, ok := s.trials[r]; ok {
+		return t.misses
+	}
+	rec := newWindowRecorder(s.lo, s.hi)
+	c := s.state.clone(rec)
+	if err := c.setReady(r); err != nil {
+		s.err = err
+		return 0
+	}
+	c.advance(s.end)
+	next := c.clone(nopRecorder{})
+	c.stop = c.next
+	c.advance(s.end + s.cfg.TTFTSLO)
+	m := 0
+	for i := s.lo; i < s.hi; i++ {
+		if s.attainable[i] && !within(rec.first[i-s.lo], s.w.Requests[i].At, s.cfg.TTFTSLO) {
+			m++
+		}
+	}
+	s.trials[r] = intervalTrial{m, next}
+	return m
+}
+
+// passes reports whether r replicas keep the interval's misses within limit.
+func (s *intervalSearch) passes(r int) bool { return s.misses(r) <= s.limit }
+
+// searchDown returns the fewest replicas that pass, from r that passes: down
+// in doubling strides while it passes (not below MinReplicas), then bisecting.
+func (s *intervalSearch) searchDown(r int) int {
+	good, bad, stride := r, -1, 1
+	for good > s.cfg.MinReplicas {
+		cand := max(good-stride, s.cfg.MinReplicas)
+		if !s.passes(cand) {
+			bad = cand
+			break
+		}
+		good, stride = cand, stride*2
+	}
+	if bad < 0 {
+		return good
+	}
+	return s.bisect(good, bad)
+}
+
+// searchUp returns the fewest replicas that pass, from r that does not: up in
+// doubling strides until it passes, then bisecting. Misses that adding as many
+// replicas again does not remove are not the fleet's to fix (requests that
+// cannot meet the SLO whatever the replicas: they arrived behind work no new
+// pod can take): the search counts them as unachievable, raises the limit to
+// them and never chases them to the replica cap. found is false, and the
+// result maxR, when even maxR does not pass.
+func (s *intervalSearch) searchUp(r, maxR int) (replicas int, found bool) {
+	bad, stride := r, 1
+	good, last := -1, s.misses(r)
+	for {
+		cand := min(bad+stride, maxR)
+		m := s.misses(cand)
+		if m <= s.limit {
+			good = cand
+			break
+		}
+		if cand >= 2*r && m >= last {
+			s.unachievable += m - s.limit
+			s.limit, good = m, cand
+			break
+		}
+		bad, last = cand, m
+		if cand == maxR {
+			break
+		}
+		stride *= 2
+	}
+	if good < 0 {
+		return maxR, false
+	}
+	return s.bisect(good, bad), true
+}
+
+// bisect returns the fewest replicas that pass between bad (fails) and good
+// (passes).
+func (s *intervalSearch) bisect(good, bad int) int {
+	for good-bad > 1 {
+		mid := (good + bad) / 2
+		if s.passes(mid) {
+			good = mid
+		} else {
+			bad = mid
+		}
+	}
+	return good
 }
 
 // setReady makes exactly r pods Ready at once: new pods are Ready immediately,
@@ -312,15 +358,7 @@ func scheduleEvents(s []int, L time.Duration, cs ColdStart) []scheduleEvent {
 			ev = append(ev, scheduleEvent{at: b, drain: -d})
 		}
 	}
-	slices.SortStableFunc(ev, func(a, b scheduleEvent) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(ev, func(a, b scheduleEvent) int { return cmp.Compare(a.at, b.at) })
 	return ev
 }
 

@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -78,15 +79,7 @@ func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 		return Workload{}, err
 	}
 	rows := slices.Clone(tr.Requests)
-	slices.SortStableFunc(rows, func(a, b trace.Request) int {
-		switch {
-		case a.Offset < b.Offset:
-			return -1
-		case a.Offset > b.Offset:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(rows, func(a, b trace.Request) int { return cmp.Compare(a.Offset, b.Offset) })
 	end := time.Duration(math.MaxInt64)
 	if o.Length > 0 {
 		end = o.Start + o.Length
@@ -115,15 +108,7 @@ func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 	if len(w.Requests) == 0 {
 		return Workload{}, fmt.Errorf("no request in the trace window [%v, %v) of a trace lasting %v", o.Start, end, tr.Duration())
 	}
-	slices.SortStableFunc(w.Requests, func(a, b Request) int {
-		switch {
-		case a.At < b.At:
-			return -1
-		case a.At > b.At:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(w.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
 	w.Duration = w.Requests[len(w.Requests)-1].At
 	if o.Length > 0 {
 		w.Duration = max(w.Duration, scale(o.Length))

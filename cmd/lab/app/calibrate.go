@@ -169,13 +169,7 @@ func (o *CalibrateOptions) Run(ctx context.Context, out, progress io.Writer) err
 	if err != nil {
 		return err
 	}
-	if err := rep.WriteTable(out); err != nil {
-		return err
-	}
-	if err := writeFile(o.JSON, rep.WriteJSON); err != nil {
-		return err
-	}
-	return writeFile(o.ProfileOut, rep.WriteProfile)
+	return writeReport(out, rep, o.JSON, o.ProfileOut, rep.WriteProfile)
 }
 
 // NewCalibrateCommand returns `lab calibrate`; it stops when ctx is done.

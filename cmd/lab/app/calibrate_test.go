@@ -1,10 +1,7 @@
 package app
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,25 +10,12 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture/emulated"
 	"github.com/saturation-adapter/saturation-adapter/lab/calibrate"
 	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
 	emulatorserver "github.com/saturation-adapter/saturation-adapter/lab/emulator/server"
 	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 )
-
-// runCalibrate runs `lab calibrate` with args through the root command,
-// as a user does, and returns its standard output and error.
-func runCalibrate(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	ctx := context.Background()
-	cmd := NewCommand(ctx)
-	var out, errOut bytes.Buffer
-	cmd.SetArgs(append([]string{"calibrate"}, args...))
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
-}
 
 // calibrationEngine is the emulated engine TestCalibrateRecoversEmulatorCapacity
 // measures: a batch of at most 8 requests and steps of tens of milliseconds, long
@@ -81,24 +65,17 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 		t.Skip("a 40 s real-time load test")
 	}
 	engine := calibrationEngine()
-	srv, err := emulatorserver.New(emulatorserver.Config{
+	_, url := emulated.Serve(t, emulatorserver.Config{
 		Engine: engine, Engines: 1, ModelName: "calibration-model", MetricNames: emulator.NamesV1,
 		CharsPerToken: 4, Fault: emulatorserver.FaultNone, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	srv.Start(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { cancel(); hs.Close() })
 
 	const prompt, output = 200, 20
 	want := capacity(engine, prompt, output)
 	dir := t.TempDir()
 	jsonPath, profilePath := filepath.Join(dir, "calibration.json"), filepath.Join(dir, "profile.yaml")
 	// Steps of 0.5 requests/s (8 % of the capacity) from 64 % to 128 % of it.
-	table, progress, err := runCalibrate(t, "--url", hs.URL, "--rates", "4,4.5,5,5.5,6,6.5,7,7.5,8", "--step-length", "5s",
+	table, progress, err := runRoot("calibrate", "--url", url, "--rates", "4,4.5,5,5.5,6,6.5,7,7.5,8", "--step-length", "5s",
 		"--warmup-requests", "5", "--prompt-tokens", "200", "--output-tokens", "20", "--ttft-slo", "1s",
 		"--metrics-interval", "250ms", "--progress-interval", "2s", "--json", jsonPath, "--profile-out", profilePath)
 	if err != nil {
@@ -147,7 +124,7 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 
 // TestCalibrateFlagErrors: bad flags are reported together, each with its value.
 func TestCalibrateFlagErrors(t *testing.T) {
-	_, _, err := runCalibrate(t, "--rates", "4,2", "--steps", "3", "--ttft-quantile", "1.5", "--arrivals", "bursty",
+	_, _, err := runRoot("calibrate", "--rates", "4,2", "--steps", "3", "--ttft-quantile", "1.5", "--arrivals", "bursty",
 		"--headroom", "0", "--max-requests", "5", "--warmup-requests", "10")
 	for _, want := range []string{"--url is required", "--rates excludes --steps", "rates must increase: 2 follows 4",
 		"TTFT quantile must be in (0, 1], got 1.5", `arrivals "bursty"`, "headroom must be in (0, 1], got 0",
@@ -156,11 +133,11 @@ func TestCalibrateFlagErrors(t *testing.T) {
 			t.Errorf("error = %v, want it to contain %q", err, want)
 		}
 	}
-	_, _, err = runCalibrate(t, "--url", "http://127.0.0.1:1", "--trace", "testdata/none.csv")
+	_, _, err = runRoot("calibrate", "--url", "http://127.0.0.1:1", "--trace", "testdata/none.csv")
 	if err == nil || !strings.Contains(err.Error(), "--trace") || !strings.Contains(err.Error(), "none.csv") {
 		t.Errorf("error = %v, want the missing trace named", err)
 	}
-	_, _, err = runCalibrate(t, "--url", "ftp://127.0.0.1:1")
+	_, _, err = runRoot("calibrate", "--url", "ftp://127.0.0.1:1")
 	if err == nil || !strings.Contains(err.Error(), "want an http or https URL") {
 		t.Errorf("error = %v, want the URL's scheme rejected", err)
 	}

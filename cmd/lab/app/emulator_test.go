@@ -6,21 +6,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
 	"github.com/saturation-adapter/saturation-adapter/internal/testfixture/emulated"
-	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
 )
-
-// fastEngine steps in about a millisecond so that serving tests finish quickly
-// on the real clock.
-func fastEngine() emulator.Config {
-	c := emulator.DefaultConfig()
-	c.MaxModelLen = 8192
-	c.StepTime = emulator.StepTimeModel{Base: time.Millisecond, PerSeq: 10 * time.Microsecond, PerPrefillToken: time.Microsecond}
-	return c
-}
 
 func TestEmulatorOptionsValidate(t *testing.T) {
 	tests := []struct {
@@ -60,7 +49,7 @@ func TestEmulatorOptionsValidate(t *testing.T) {
 func TestEmulatorOptionsRunServesOnLoopback(t *testing.T) {
 	o := NewEmulatorOptions()
 	o.BindAddress, o.Port = "127.0.0.1", 0
-	o.Engine = fastEngine()
+	o.Engine = emulated.FastEngine()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- o.Run(ctx) }()
@@ -94,7 +83,7 @@ func TestEmulatorHelpExamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, base := emulated.StartEmulator(t, fastEngine())
+			srv, base := emulated.StartEmulator(t, emulated.FastEngine())
 			resp, err := http.Post(base+u.RequestURI(), "", nil)
 			if err != nil {
 				t.Fatal(err)

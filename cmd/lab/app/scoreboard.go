@@ -158,13 +158,7 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(progress, "done in %.0fs\n", time.Since(start).Seconds())
-	if err := res.WriteTable(out); err != nil {
-		return err
-	}
-	if err := writeFile(o.JSON, res.WriteJSON); err != nil {
-		return err
-	}
-	return writeFile(o.SVG, res.WriteSVG)
+	return writeReport(out, res, o.JSON, o.SVG, res.WriteSVG)
 }
 
 // NewScoreboardCommand returns `lab scoreboard`.

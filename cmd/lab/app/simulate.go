@@ -270,13 +270,7 @@ func (o *SimulateOptions) Run(out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := rep.WriteTable(out); err != nil {
-		return err
-	}
-	if err := writeFile(o.JSON, rep.WriteJSON); err != nil {
-		return err
-	}
-	return writeFile(o.SVG, rep.WriteSVG)
+	return writeReport(out, rep, o.JSON, o.SVG, rep.WriteSVG)
 }
 
 // NewSimulateCommand returns `lab simulate`.
@@ -318,6 +312,25 @@ seeds, tuned on one slice and scored on another) use lab scoreboard.`),
 	}
 	help.Set(cmd, o.Flags())
 	return cmd
+}
+
+// report is what a lab command prints and writes: a table for the terminal
+// and the whole report as JSON.
+type report interface {
+	WriteTable(io.Writer) error
+	WriteJSON(io.Writer) error
+}
+
+// writeReport writes r's table to out, then r's JSON to jsonPath and extra to
+// extraPath (each skipped when its path is empty; see writeFile).
+func writeReport(out io.Writer, r report, jsonPath, extraPath string, extra func(io.Writer) error) error {
+	if err := r.WriteTable(out); err != nil {
+		return err
+	}
+	if err := writeFile(jsonPath, r.WriteJSON); err != nil {
+		return err
+	}
+	return writeFile(extraPath, extra)
 }
 
 // writeFile writes a report to path with fn; an empty path writes nothing.

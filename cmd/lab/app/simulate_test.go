@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,19 +11,6 @@ import (
 
 const azureConvTrace = "../../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv"
 
-// runSimulate runs `lab simulate` with args as a user does (through the root
-// command) and returns its standard output and error.
-func runSimulate(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	cmd := NewCommand(context.Background())
-	var out, errOut bytes.Buffer
-	cmd.SetArgs(append([]string{"simulate"}, args...))
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
-}
-
 // TestSimulateCommand replays three minutes of the Azure conversation trace at
 // twice its rate under every built-in policy and the README's HPA, twice: the
 // table has a line per policy, the JSON and SVG are written, and the same seed
@@ -33,7 +19,7 @@ func TestSimulateCommand(t *testing.T) {
 	dir := t.TempDir()
 	run := func(name string) (string, []byte) {
 		jsonPath := filepath.Join(dir, name+".json")
-		out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--start", "20m", "--length", "3m", "--rate-scale", "2",
+		out, progress, err := runRoot("simulate", "--trace", azureConvTrace, "--start", "20m", "--length", "3m", "--rate-scale", "2",
 			"--cold-start", "60s", "--hpa", "testdata/hpa-demand.yaml", "--seed", "5",
 			"--json", jsonPath, "--svg", filepath.Join(dir, name+".svg"))
 		if err != nil {
@@ -95,7 +81,7 @@ func TestSimulateCommand(t *testing.T) {
 }
 
 func TestSimulateFlagErrors(t *testing.T) {
-	_, _, err := runSimulate(t, "--autoscalers", "kv,fastest", "--hpa-metrics-path", "carrier-pigeon", "--rate-scale", "0",
+	_, _, err := runRoot("simulate", "--autoscalers", "kv,fastest", "--hpa-metrics-path", "carrier-pigeon", "--rate-scale", "0",
 		"--queue-depth-set-point", "0", "--gpu-utilization-target", "0")
 	for _, want := range []string{"--trace is required", `unknown autoscaler "fastest"`, `--hpa-metrics-path="carrier-pigeon"`,
 		"rate scale must be in (0, 1000], got 0", "--queue-depth-set-point=0", "--gpu-utilization-target=0"} {
@@ -103,11 +89,11 @@ func TestSimulateFlagErrors(t *testing.T) {
 			t.Errorf("error = %v, want it to contain %q", err, want)
 		}
 	}
-	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--hpa", "testdata/malformed.prom")
+	_, _, err = runRoot("simulate", "--trace", azureConvTrace, "--length", "1m", "--hpa", "testdata/malformed.prom")
 	if err == nil || !strings.Contains(err.Error(), "testdata/malformed.prom") {
 		t.Errorf("error = %v, want one naming the bad --hpa file", err)
 	}
-	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--profile", "testdata/none.yaml")
+	_, _, err = runRoot("simulate", "--trace", azureConvTrace, "--profile", "testdata/none.yaml")
 	if err == nil || !strings.Contains(err.Error(), "reading engine profile") {
 		t.Errorf("error = %v, want the missing profile named", err)
 	}
@@ -120,7 +106,7 @@ func TestSimulateProfileAndEngineFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonPath := filepath.Join(t.TempDir(), "r.json")
-	if _, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--profile", profile,
+	if _, progress, err := runRoot("simulate", "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--profile", profile,
 		"--step-time-base", "7ms", "--json", jsonPath); err != nil {
 		t.Fatalf("simulate: %v\n%s", err, progress)
 	}
@@ -170,7 +156,7 @@ func TestSimulateUserHPAs(t *testing.T) {
 	gpu := write("gpu", "  - type: Resource\n    resource:\n      name: nvidia.com/gpu\n      target: {type: Utilization, averageUtilization: 70}\n")
 	waiting := write("waiting", "  - type: External\n    external:\n      metric: {name: llm_num_requests_waiting}\n"+
 		"      target: {type: AverageValue, averageValue: \"5\"}\n")
-	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--time-scale", "0.5", "--autoscalers", "",
+	out, progress, err := runRoot("simulate", "--trace", azureConvTrace, "--length", "1m", "--time-scale", "0.5", "--autoscalers", "",
 		"--hpa", kvPods, "--hpa", gpu, "--hpa", waiting)
 	if err != nil {
 		t.Fatalf("simulate: %v\n%s", err, progress)
@@ -190,11 +176,11 @@ func TestSimulateUserHPAs(t *testing.T) {
 		t.Errorf("footer %q, want the minute replayed over 30s", footer)
 	}
 
-	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--hpa", write("demand-pods", pods("llm_demand_replicas")))
+	_, _, err = runRoot("simulate", "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--hpa", write("demand-pods", pods("llm_demand_replicas")))
 	if err == nil || !strings.Contains(err.Error(), `Pods metric "llm_demand_replicas" is not one the simulated adapter serves per pod`) {
 		t.Errorf("error = %v, want Pods llm_demand_replicas rejected", err)
 	}
-	_, _, err = runSimulate(t, "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--hpa", kvPods, "--hpa-metrics-path", "keda")
+	_, _, err = runRoot("simulate", "--trace", azureConvTrace, "--length", "1m", "--autoscalers", "", "--hpa", kvPods, "--hpa-metrics-path", "keda")
 	if err == nil || !strings.Contains(err.Error(), "Pods metrics are simulated on the adapter path only") {
 		t.Errorf("error = %v, want Pods metrics off the adapter path rejected", err)
 	}
@@ -204,7 +190,7 @@ func TestSimulateUserHPAs(t *testing.T) {
 // --drain-limit ends counts as a miss, and a quantile that falls on it reads
 // "never" (the README's Columns paragraph).
 func TestSimulateNeverServed(t *testing.T) {
-	out, progress, err := runSimulate(t, "--trace", azureConvTrace, "--length", "20s", "--autoscalers", "", "--drain-limit", "1ms")
+	out, progress, err := runRoot("simulate", "--trace", azureConvTrace, "--length", "20s", "--autoscalers", "", "--drain-limit", "1ms")
 	if err != nil {
 		t.Fatalf("simulate: %v\n%s", err, progress)
 	}

@@ -37,10 +37,17 @@ func FastEngine() emulator.Config {
 // the server and its base URL (no trailing slash).
 func StartEmulator(t testing.TB, engine emulator.Config) (*emulatorserver.Server, string) {
 	t.Helper()
-	srv, err := emulatorserver.New(emulatorserver.Config{
+	return Serve(t, emulatorserver.Config{
 		Engine: engine, Engines: 1, ModelName: "test-model", MetricNames: emulator.NamesV1,
 		CharsPerToken: 4, Fault: emulatorserver.FaultNone, EnableAdmin: true, ShutdownTimeout: time.Second, Clock: clock.RealClock{},
 	})
+}
+
+// Serve serves the emulator of cfg over httptest until the test ends. It
+// returns the server and its base URL (no trailing slash).
+func Serve(t testing.TB, cfg emulatorserver.Config) (*emulatorserver.Server, string) {
+	t.Helper()
+	srv, err := emulatorserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

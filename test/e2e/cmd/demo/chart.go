@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/chart"
 )
 
 // chartSpec says what the timeline chart shows beyond the fixed panels.
@@ -100,65 +102,94 @@ func writeChart(path string, spec chartSpec, start time.Time, points []point) er
 	return os.WriteFile(path, []byte(svg), 0o644)
 }
 
-// chart geometry, in SVG pixels.
+// chart geometry, in SVG pixels: every panel spans the same plot width.
 const chartW, chartLeft, chartRight, panelH, panelGap, chartTop = 900.0, 70.0, 20.0, 120.0, 45.0, 95.0
 
-// canvas maps the timeline's seconds to x.
-type canvas struct {
-	b     strings.Builder
-	start time.Time
-	tmax  float64
-}
+// plotW is the width of every panel's plot area.
+const plotW = chartW - chartLeft - chartRight
 
-func (c *canvas) xs(sec float64) float64 {
-	return chartLeft + (chartW-chartLeft-chartRight)*math.Min(math.Max(sec, 0), c.tmax)/c.tmax
-}
-
-func (c *canvas) x(p point) float64 { return c.xs(p.T.Sub(c.start).Seconds()) }
-
+// renderChart draws the timeline with lab/chart: the phases shaded behind the
+// panels, one panel per entry of panels(spec) against the seconds since start,
+// and the time axis under the last one.
 func renderChart(spec chartSpec, start time.Time, points []point) (string, error) {
 	if len(points) == 0 {
 		return "", fmt.Errorf("no samples to chart")
 	}
-	c := &canvas{start: start, tmax: points[len(points)-1].T.Sub(start).Seconds()}
-	if c.tmax <= 0 {
-		c.tmax = 1
+	tmax := points[len(points)-1].T.Sub(start).Seconds()
+	if tmax <= 0 {
+		tmax = 1
 	}
+	timeAxis := chart.Axis{Max: tmax, Ticks: 6, Format: func(sec float64) string { return fmt.Sprintf("%.0fs", sec) }}
 	ps := panels(spec)
 	h := chartTop + float64(len(ps))*(panelH+panelGap) + 10
-	fmt.Fprintf(&c.b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", chartW, h)
-	fmt.Fprintf(&c.b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="25" font-size="16" font-weight="bold">%s</text>`+"\n", chartLeft, esc(spec.title))
-	c.phases(spec.phases, h)
+	var b strings.Builder
+	c := chart.New(&b, chartW, h, spec.title)
+	drawPhases(c, spec.phases, timeAxis, h)
 	for pi, p := range ps {
-		c.panel(p, chartTop+float64(pi)*(panelH+panelGap), points)
-	}
-	// The time axis under the last panel.
-	yAxis := chartTop + float64(len(ps))*(panelH+panelGap) - panelGap + 15
-	for k := 0; k <= 6; k++ {
-		sec := c.tmax * float64(k) / 6
-		fmt.Fprintf(&c.b, `<text x="%.1f" y="%.0f" text-anchor="middle">%.0fs</text>`+"\n", c.xs(sec), yAxis, sec)
-	}
-	c.b.WriteString("</svg>\n")
-	return c.b.String(), nil
-}
-
-// phases shades the phases across every panel and names them once at the top, one
-// row per phase so that a short phase's name never runs into the next one's.
-func (c *canvas) phases(phases []phase, h float64) {
-	for _, ph := range phases {
-		if x0, x1 := c.xs(ph.from.Seconds()), c.xs(ph.to.Seconds()); ph.shade {
-			fmt.Fprintf(&c.b, `<rect class="phase" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fdf1dc"/>`+"\n", x0, chartTop-55, x1-x0, h-chartTop+55)
+		pan := drawPanel(c, p, chartTop+float64(pi)*(panelH+panelGap), timeAxis, start, points)
+		if pi == len(ps)-1 {
+			pan.XTicks()
 		}
 	}
-	for i, ph := range phases {
-		fmt.Fprintf(&c.b, `<text class="phase-name" x="%.1f" y="%.0f" fill="#8a6d3b">%s</text>`+"\n", c.xs(ph.from.Seconds())+4, chartTop-43+13*float64(i%2), esc(ph.name))
+	if err := c.Close(); err != nil {
+		return "", err
 	}
+	return b.String(), nil
 }
 
-// panel draws one panel at y0: its frame and grid, the reference line, the
-// clipping note, and its series.
-func (c *canvas) panel(p panel, y0 float64, points []point) {
-	ymax, peak := p.ymax, math.NaN()
+// drawPhases shades the phases across every panel and names them once at the
+// top, one row per phase so that a short phase's name never runs into the
+// next one's.
+func drawPhases(c *chart.Canvas, phases []phase, timeAxis chart.Axis, h float64) {
+	x := func(d time.Duration) float64 { return chartLeft + plotW*timeAxis.Frac(d.Seconds()) }
+	for _, ph := range phases {
+		if ph.shade {
+			c.Group("phase", ph.name)
+			c.Rect(x(ph.from), chartTop-55, x(ph.to)-x(ph.from), h-chartTop+55, "#fdf1dc")
+			c.EndGroup()
+		}
+	}
+	c.Group("phase-name", "")
+	for i, ph := range phases {
+		c.ColorText(x(ph.from)+4, chartTop-43+13*float64(i%2), "start", ph.name, "#8a6d3b")
+	}
+	c.EndGroup()
+}
+
+// drawPanel draws panel p at y0 and returns it: its frame, grid and y axis
+// (see yMax), the reference line, the clipping note, and each series that has
+// a value, with its legend entry.
+func drawPanel(c *chart.Canvas, p panel, y0 float64, timeAxis chart.Axis, start time.Time, points []point) *chart.Panel {
+	ymax, peak := p.yMax(points)
+	pan := c.Panel(chartLeft, y0, plotW, panelH, p.title, timeAxis, chart.Axis{Max: ymax}, nil)
+	if !math.IsNaN(p.ref) {
+		c.Group("ref", p.refTxt)
+		pan.HLine(p.ref, p.refTxt, "#555")
+		c.EndGroup()
+	}
+	if p.clip && peak > ymax {
+		c.Group("clipped", "")
+		c.ColorText(chartLeft+plotW-4, y0+14, "end", fmt.Sprintf("axis cut at %s to keep %g readable; peak %s", chart.Trim(ymax), p.ref, chart.Trim(peak)), "#2ca02c")
+		c.EndGroup()
+	}
+	for _, se := range p.series {
+		xs, ys := se.values(start, points)
+		if len(xs) == 0 {
+			continue
+		}
+		c.Group("series", se.name)
+		pan.Line(xs, ys, chart.Style{Color: se.color, Step: se.step, Width: 2})
+		c.EndGroup()
+		pan.Legend(se.name, se.color)
+	}
+	return pan
+}
+
+// yMax returns the top of p's y axis and the highest value of its series
+// (NaN when none has a value): p.ymax when set (raised to the peak unless
+// the panel clips), else the peak or the reference line, rounded up.
+func (p panel) yMax(points []point) (ymax, peak float64) {
+	ymax, peak = p.ymax, math.NaN()
 	for _, pt := range points {
 		for _, se := range p.series {
 			if v := se.v(pt); !math.IsNaN(v) && (math.IsNaN(peak) || v > peak) {
@@ -171,73 +202,20 @@ func (c *canvas) panel(p panel, y0 float64, points []point) {
 		if !math.IsNaN(p.ref) && (math.IsNaN(ymax) || p.ref > ymax) {
 			ymax = p.ref
 		}
-		ymax = niceCeil(ymax)
+		ymax = chart.NiceCeil(ymax)
 	} else if !p.clip && peak > ymax {
-		ymax = niceCeil(peak)
+		ymax = chart.NiceCeil(peak)
 	}
-	y := func(v float64) float64 { return y0 + panelH - panelH*math.Min(v, ymax)/ymax }
-	fmt.Fprintf(&c.b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", chartLeft, y0-8, esc(p.title))
-	fmt.Fprintf(&c.b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", chartLeft, y0, chartW-chartLeft-chartRight, panelH)
-	for k := 0; k <= 4; k++ {
-		v := ymax * float64(k) / 4
-		fmt.Fprintf(&c.b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n",
-			chartLeft, chartW-chartRight, y(v), y(v), chartLeft-5, y(v)+4, trim(v))
-	}
-	if !math.IsNaN(p.ref) {
-		fmt.Fprintf(&c.b, `<line class="ref" x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 4"/><text x="%.0f" y="%.1f" fill="#555">%s</text>`+"\n",
-			chartLeft, chartW-chartRight, y(p.ref), y(p.ref), chartLeft+4, y(p.ref)-3, esc(p.refTxt))
-	}
-	if p.clip && peak > ymax {
-		fmt.Fprintf(&c.b, `<text class="clipped" x="%.0f" y="%.1f" text-anchor="end" fill="#2ca02c">axis cut at %s to keep %g readable; peak %s</text>`+"\n",
-			chartW-chartRight-4, y0+14, trim(ymax), p.ref, trim(peak))
-	}
-	for si, se := range p.series {
-		c.series(se, si, y0, y, points)
-	}
+	return ymax, peak
 }
 
-// series draws one series (skipped when it has no value) and its legend entry.
-func (c *canvas) series(se series, si int, y0 float64, y func(float64) float64, points []point) {
-	var pts []string
-	prevY := math.NaN()
+// values returns the series' points that have a value: seconds since start
+// and the value.
+func (se series) values(start time.Time, points []point) (xs, ys []float64) {
 	for _, pt := range points {
-		v := se.v(pt)
-		if math.IsNaN(v) {
-			continue
-		}
-		if se.step && !math.IsNaN(prevY) {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", c.x(pt), prevY))
-		}
-		prevY = y(v)
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", c.x(pt), prevY))
-	}
-	if len(pts) == 0 {
-		return
-	}
-	fmt.Fprintf(&c.b, `<polyline class="series" data-name="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", esc(se.name), se.color, strings.Join(pts, " "))
-	fmt.Fprintf(&c.b, `<rect x="%.0f" y="%.0f" width="12" height="3" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
-		chartW-chartRight-230+float64(si)*120, y0-12, se.color, chartW-chartRight-214+float64(si)*120, y0-8, esc(se.name))
-}
-
-func niceCeil(v float64) float64 {
-	if v <= 0 || math.IsNaN(v) {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if m*p >= v {
-			return m * p
+		if v := se.v(pt); !math.IsNaN(v) {
+			xs, ys = append(xs, pt.T.Sub(start).Seconds()), append(ys, v)
 		}
 	}
-	return 10 * p
-}
-
-func trim(v float64) string {
-	s := fmt.Sprintf("%.2f", v)
-	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	return s
-}
-
-func esc(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+	return xs, ys
 }
