@@ -166,34 +166,7 @@ holding requests that --policy does not count is warned about.`,
 		},
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var errs []error
-			errs = append(errs, scoring.Validate()...)
-			errs = append(errs, prom.ValidateLabels()...)
-			if eo.Interval <= 0 {
-				errs = append(errs, fmt.Errorf("--interval=%s: must be > 0", eo.Interval))
-			}
-			if eo.Output != "json" && eo.Output != "table" {
-				errs = append(errs, fmt.Errorf("-o=%q: must be json or table", eo.Output))
-			}
-			if len(errs) > 0 {
-				return utilerrors.NewAggregate(errs)
-			}
-			var ex Explanation
-			var err error
-			if len(eo.PrometheusResponses) > 0 {
-				ex, err = ExplainPrometheus(eo.PrometheusResponses, scoring, prom, eo, cmd.InOrStdin())
-			} else {
-				ex, err = Explain(args, scoring, eo, cmd.InOrStdin())
-			}
-			if err != nil {
-				return err
-			}
-			if eo.Output == "table" {
-				return writeExplainTable(cmd.OutOrStdout(), ex)
-			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(ex)
+			return explainRun(cmd, args, &scoring, prom, eo)
 		},
 	}
 	var fss cliflag.NamedFlagSets
@@ -209,6 +182,40 @@ holding requests that --policy does not count is warned about.`,
 	scoring.AddFlags(fss.FlagSet("saturation (as the server's)"))
 	help.Set(cmd, fss)
 	return cmd
+}
+
+// explainRun validates explain's flags (every bad one at once), evaluates the
+// PODs or the saved Prometheus answers, and writes the explanation as a table or
+// as indented JSON.
+func explainRun(cmd *cobra.Command, args []string, scoring *ScoringOptions, prom PrometheusOptions, eo ExplainOptions) error {
+	var errs []error
+	errs = append(errs, scoring.Validate()...)
+	errs = append(errs, prom.ValidateLabels()...)
+	if eo.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("--interval=%s: must be > 0", eo.Interval))
+	}
+	if eo.Output != "json" && eo.Output != "table" {
+		errs = append(errs, fmt.Errorf("-o=%q: must be json or table", eo.Output))
+	}
+	if len(errs) > 0 {
+		return utilerrors.NewAggregate(errs)
+	}
+	var ex Explanation
+	var err error
+	if len(eo.PrometheusResponses) > 0 {
+		ex, err = ExplainPrometheus(eo.PrometheusResponses, *scoring, prom, eo, cmd.InOrStdin())
+	} else {
+		ex, err = Explain(args, *scoring, eo, cmd.InOrStdin())
+	}
+	if err != nil {
+		return err
+	}
+	if eo.Output == "table" {
+		return writeExplainTable(cmd.OutOrStdout(), ex)
+	}
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(ex)
 }
 
 // explainEpoch is the time of a pod's first scrape when its samples carry no

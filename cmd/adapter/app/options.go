@@ -439,7 +439,24 @@ func (o *Options) Complete() {
 // Validate returns every invalid option at once, each naming its flag and value.
 func (o *Options) Validate() error {
 	var errs []error
-	s := o.Scrape
+	errs = append(errs, o.Scrape.validate()...)
+	errs = append(errs, o.validateSource()...)
+	errs = append(errs, o.Scrape.validateTLS()...)
+	errs = append(errs, o.validateSelection()...)
+	errs = append(errs, o.Scoring.Validate()...)
+	errs = append(errs, o.Identity.Validate()...)
+	// Before Config: its ApplyTo points --tls-cert-file at the self-signed pair
+	// it writes into --cert-dir, which this check would then reject.
+	errs = append(errs, o.ManagedTLS.Validate(o.Identity, o.Server.SecureServing.ServerCert.CertKey.CertFile)...)
+	errs = append(errs, o.Server.Validate()...)
+	// Validate only: applying the logging configuration is Run's, once per process.
+	errs = append(errs, logsapi.Validate(o.Logs, nil, field.NewPath("logging")).ToAggregate())
+	return utilerrors.NewAggregate(errs)
+}
+
+// validate returns one error per bad scrape flag (limits, port, path, scheme).
+func (s ScrapeOptions) validate() []error {
+	var errs []error
 	if s.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("--scrape-interval=%s: must be > 0", s.Interval))
 	}
@@ -473,6 +490,31 @@ func (o *Options) Validate() error {
 	if s.Scheme != "http" && s.Scheme != "https" {
 		errs = append(errs, fmt.Errorf("--scrape-scheme=%q: must be http or https", s.Scheme))
 	}
+	return errs
+}
+
+// validateTLS checks the https scrape flags: a CA file that can verify, and not
+// both a CA file and no verification.
+func (s ScrapeOptions) validateTLS() []error {
+	var errs []error
+	if s.CAFile != "" {
+		// Fail at start-up on a CA file that cannot verify anything, rather than on
+		// the first https scrape.
+		if _, err := certutil.NewPool(s.CAFile); err != nil {
+			errs = append(errs, fmt.Errorf("--scrape-ca-file=%s: %w", s.CAFile, err))
+		}
+	}
+	if s.InsecureSkipVerify && s.CAFile != "" {
+		errs = append(errs, fmt.Errorf("--scrape-insecure-skip-verify and --scrape-ca-file=%s: choose one", s.CAFile))
+	}
+	return errs
+}
+
+// validateSource checks --source and the flags of the source chosen, with
+// --max-sample-age against the interval that source refreshes at.
+func (o *Options) validateSource() []error {
+	var errs []error
+	s := o.Scrape
 	switch o.Source {
 	case SourceDirect:
 		if s.MaxSampleAge < s.Interval {
@@ -486,16 +528,12 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--source=%q: must be %s or %s", o.Source, SourceDirect, SourcePrometheus))
 	}
-	if s.CAFile != "" {
-		// Fail at start-up on a CA file that cannot verify anything, rather than on
-		// the first https scrape.
-		if _, err := certutil.NewPool(s.CAFile); err != nil {
-			errs = append(errs, fmt.Errorf("--scrape-ca-file=%s: %w", s.CAFile, err))
-		}
-	}
-	if s.InsecureSkipVerify && s.CAFile != "" {
-		errs = append(errs, fmt.Errorf("--scrape-insecure-skip-verify and --scrape-ca-file=%s: choose one", s.CAFile))
-	}
+	return errs
+}
+
+// validateSelection checks the pod-selection and Kubernetes client flags.
+func (o *Options) validateSelection() []error {
+	var errs []error
 	if o.StartupGrace < 0 {
 		errs = append(errs, fmt.Errorf("--startup-grace=%s: must be >= 0", o.StartupGrace))
 	}
@@ -517,13 +555,5 @@ func (o *Options) Validate() error {
 			break
 		}
 	}
-	errs = append(errs, o.Scoring.Validate()...)
-	errs = append(errs, o.Identity.Validate()...)
-	// Before Config: its ApplyTo points --tls-cert-file at the self-signed pair
-	// it writes into --cert-dir, which this check would then reject.
-	errs = append(errs, o.ManagedTLS.Validate(o.Identity, o.Server.SecureServing.ServerCert.CertKey.CertFile)...)
-	errs = append(errs, o.Server.Validate()...)
-	// Validate only: applying the logging configuration is Run's, once per process.
-	errs = append(errs, logsapi.Validate(o.Logs, nil, field.NewPath("logging")).ToAggregate())
-	return utilerrors.NewAggregate(errs)
+	return errs
 }
