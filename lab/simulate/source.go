@@ -167,6 +167,10 @@ func (s *adapterSource) External(metric string, fresh []int, unknown int) (float
 		return 0, errors.New("no pod is Running and Ready")
 	case pool.Known == 0:
 		return 0, fmt.Errorf("%d Ready pods, none has fresh data", pool.Pods)
+	case pool.Value == nil && p.Kind == policy.KindSignal && pool.Fresh+pool.Held < pool.Pods:
+		// As the provider answers (issue 20): a raw signal is unknown while a pod has
+		// neither fresh data nor a held value.
+		return 0, fmt.Errorf("%d of the %d Ready pods have no fresh data: %s is unknown until they report", pool.Pods-pool.Fresh-pool.Held, pool.Pods, metric)
 	case pool.Value == nil:
 		return 0, fmt.Errorf("none of the %d pods with fresh data exposes %s", pool.Known, metric)
 	}

@@ -55,7 +55,9 @@ func TestAdapterSourceOnRenderedMetrics(t *testing.T) {
 		{metric: MetricDemandReplicas, fresh: []int{0, 1}, want: 12.0 / 5},
 		{metric: MetricSaturation, fresh: []int{0, 1}, unknown: 1, want: (12.0/5 + 1) / 3},
 		{metric: MetricDemandReplicas, fresh: []int{1}, unknown: 2, want: 2},
-		{metric: MetricQueueDepth, fresh: []int{1}, unknown: 1, want: 0},
+		// Issue 20: a raw signal with a pod that never reported has no value (it
+		// counted the pod at the other's 0, and an HPA went 4 → 1).
+		{metric: MetricQueueDepth, fresh: []int{1}, unknown: 1, wantErr: "1 of the 2 Ready pods have no fresh data"},
 		{metric: MetricSaturation, unknown: 2, wantErr: "none has fresh data"},
 		{metric: MetricSaturation, wantErr: "no pod is Running and Ready"},
 		{metric: "llm_made_up", fresh: []int{0}, wantErr: "unknown metric"},
