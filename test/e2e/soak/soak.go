@@ -321,7 +321,7 @@ func (d *driver) warmUp(ctx context.Context) error {
 				continue
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s adapter: pool %s never answered: %v\n%s", t.name, PoolName(p), err, t.proc.Tail(3000))
+				return fmt.Errorf("%s adapter: pool %s never answered: %w\n%s", t.name, PoolName(p), err, t.proc.Tail(3000))
 			}
 			if !waitCtx(ctx, 500*time.Millisecond) {
 				return ctx.Err()
