@@ -418,7 +418,9 @@ func (s *Source) refreshChan(namespace string, g *generation) <-chan singlefligh
 	})
 }
 
-func refreshKey(namespace string, g *generation) string { return strconv.FormatUint(g.id, 10) + "/" + namespace }
+func refreshKey(namespace string, g *generation) string {
+	return strconv.FormatUint(g.id, 10) + "/" + namespace
+}
 
 // refresh fetches the namespace's answer and makes it the one served: a good
 // answer replaces the previous one; a failed one is kept beside it (the
