@@ -313,6 +313,9 @@ func (t *tally) add(p *Policy, pt *part, sign int) {
 			t.known += sign
 			t.n += sign
 			t.sum.add(pt.value, sign)
+			if sign > 0 && (t.oldest.IsZero() || pt.at.Before(t.oldest)) {
+				t.oldest = pt.at
+			}
 		}
 		if pt.dark {
 			t.dark += sign
