@@ -320,6 +320,47 @@ func (s *Source) Histories(ctx context.Context, namespace string, members []pods
 	}, nil
 }
 
+// Serve makes sure the namespace has an answer to serve at the clock's time,
+// as Histories does: nil, or the error Histories would return.
+func (s *Source) Serve(ctx context.Context, namespace string) error {
+	_, err := s.answer(ctx, namespace, s.clock.Now())
+	return err
+}
+
+// Lookup returns a member's history in the namespace's newest answer (or its
+// last one, when its series vanished), as Histories' function does, without
+// I/O.
+func (s *Source) Lookup(m *podselect.Member) (*history.History, string) {
+	s.mu.Lock()
+	var e *entry
+	if sp := s.spaces[m.Pod.Namespace]; sp != nil {
+		e = sp.good
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return nil, "no answer from Prometheus yet"
+	}
+	now := s.clock.Now()
+	b := e.get(m.Pod)
+	if b.h != nil {
+		s.remember(m.UID, b.h)
+		s.observeAge(now, b.h)
+		return b.h, ""
+	}
+	why := why(b.err, e.gen.plan.seriesRange)
+	if h := s.recall(m.UID); h != nil {
+		s.observeAge(now, h)
+		return h, why
+	}
+	return nil, why
+}
+
+// Watch tells fn, with the namespace and no pod, after each refresh that
+// replaced a namespace's answer: any of its pods' histories may have changed.
+func (s *Source) Watch(fn func(namespace string, uid types.UID)) {
+	s.OnRefresh(func(namespace string) { fn(namespace, "") })
+}
+
 // OnRefresh registers fn, called with the namespace after each refresh that
 // replaced its answer (in the refresh's goroutine): what Histories returns
 // for its pods may have changed.

@@ -31,6 +31,9 @@ func (c cachedReadings) Latest(uid types.UID) (*scrape.Result, bool) {
 }
 func (c cachedReadings) Scrape(context.Context, []scrape.Target) {}
 
+// OnStore: the results never change.
+func (c cachedReadings) OnStore(func(types.NamespacedName, types.UID)) {}
+
 // BenchmarkGetExternalMetric1000Pods answers one llm_saturation request over a
 // 1,000-pod selector from cached readings of the real vLLM V1 dump, through the
 // informer cache's lister. Target (issue 2): ≤ 100 µs.
@@ -151,12 +154,16 @@ func benchRequest(b *testing.B, n int, extra *policy.Policy, metric string) func
 	info := cmprovider.ExternalMetricInfo{Metric: metric}
 	want := strconv.Itoa(n)
 	return func() {
+		before := p.fromAggs.Load()
 		list, err := p.GetExternalMetric(ctx, "llm", sel, info)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if got := list.Items[0].MetricLabels["pods"]; got != want {
 			b.Fatalf("pods = %s, want %s", got, want)
+		}
+		if p.fromAggs.Load() == before {
+			b.Fatal("the answer was folded, not read from the pool's aggregate")
 		}
 	}
 }
