@@ -69,8 +69,8 @@ test-unit: tools
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
 # runs each for FUZZTIME_TEST; `make fuzz FUZZTIME=10m` longer. A failing input is saved
 # under the package's testdata/fuzz and replayed by every later `go test`.
-FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzExtractSequence ./pkg/signals:FuzzGateway ./pkg/policy:FuzzPool \
-	./pkg/signals:FuzzHistogramSince ./pkg/signals:FuzzSplitSeries ./pkg/provider:FuzzMilliQuantity ./pkg/config:FuzzParse \
+FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzExtractSequence ./pkg/signals:FuzzGateway ./pkg/policy:FuzzPool ./pkg/policy:FuzzAggregate \
+	./pkg/signals:FuzzHistogramSince ./pkg/signals:FuzzSplitSeries ./pkg/provider:FuzzMilliQuantity ./pkg/provider:FuzzProviderAggregates ./pkg/config:FuzzParse \
 	./pkg/prometheus:FuzzDecode ./pkg/prometheus:FuzzDecodeStream
 FUZZTIME_TEST ?= 3s
 FUZZTIME ?= 2m

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -114,28 +115,62 @@ type PoolBuilder struct {
 	now    time.Time
 	maxAge time.Duration
 
-	pods, fresh, known, held int
-	states                   map[EngineState]int
-	sum                      float64
-	// KindSignal: the known pods' sum and count, the held values of the
-	// others (-1: none), resolved in Pool against the known mean, and the
-	// pods with neither a fresh reading nor a held value (then the pool has
-	// no value).
-	n        int
+	t tally
+	// obs is the pooled observations of each latency term (index: the
+	// policy's terms); unknowns, for KindSignal, the held value of each pod
+	// without a fresh signal (-1: none), resolved in Pool against the known
+	// mean.
+	obs      []*signals.Histogram
 	unknowns []float64
-	dark     int
-	// Pooled observations of the latency terms, and whether any known pod had
-	// requests in flight; per term, whether a known pod's window was
-	// consistent (usable) and whether one was inconsistent (dropped).
-	obs    []*signals.Histogram
-	usable []bool
-	broken []bool
-	busy   bool
-	oldest time.Time
-	gw     *float64
 	// poolOnly skips what only a per-pod answer needs (each pod's own latency).
 	poolOnly bool
-	starting int
+	// scratch receives a pod's window histograms.
+	scratch []*signals.Histogram
+}
+
+// tally is what a pool's value is computed from, but for the latency terms'
+// pooled observations and KindSignal's pods without a fresh signal: a
+// PoolBuilder adds to it pod by pod, an Aggregate adds and removes.
+type tally struct {
+	pods, fresh, known, held int
+	states                   map[EngineState]int
+	// sum is the exact sum of the pods' parts (KindSignal: of the known
+	// pods' signals): the same float64 in any order, and after removals.
+	sum exactSum
+	// KindSignal: the known pods with the signal, and the pods with neither
+	// a fresh reading nor a held value (then the pool has no value).
+	n, dark int
+	// busy: some known pod had requests in flight. usable and broken, per
+	// term, when a known pod's window was consistent (usable) or
+	// inconsistent (dropped); nil before the first known pod.
+	busy           bool
+	usable, broken []bool
+	oldest         time.Time
+	gw             *float64
+	starting       int
+}
+
+// part is one pod's part in a pool under a policy, evaluated at one time.
+type part struct {
+	fresh, known, held, busy bool
+	state                    EngineState
+	// value is what the pod adds to the sum: its contribution (KindMean,
+	// KindDemand) or its signal when known (KindSignal).
+	value float64
+	// at is the time of the reading behind a known pod.
+	at time.Time
+	// KindSignal: unknown reports a pod without a fresh signal, counted in
+	// Pool against the known pods' mean at heldValue (-1: none); dark, one
+	// neither fresh nor held.
+	unknown   bool
+	heldValue float64
+	dark      bool
+	// usable and broken: bit i for term i, a latency term whose window was
+	// consistent, or inconsistent, in a known pod.
+	usable, broken uint64
+	// until is the last instant the part holds: past it the pod's reading
+	// turns stale, or its hold ends (zero: it never changes by time alone).
+	until time.Time
 }
 
 // PoolOnly says that the caller needs the pool's value only, not each pod's
@@ -157,51 +192,22 @@ func (p *Policy) NewPool(now time.Time, maxAge time.Duration) PoolBuilder {
 // successfully) and why says why its newest scrape failed, if it did. It returns
 // the pod's own part.
 func (b *PoolBuilder) Add(h *history.History, why string) PodValue {
-	b.pods++
 	p := b.policy
-	if p.Kind == KindSignal {
-		return b.addSignal(h, why)
+	if p.hasLatency() && b.scratch == nil {
+		b.scratch = make([]*signals.Histogram, len(p.Terms))
 	}
-	ev := p.evalSaturation(h, why, b.now, b.maxAge, nil, !b.poolOnly)
-	if ev.fresh {
-		b.fresh++
+	pt, v := p.evalPart(h, why, b.now, b.maxAge, !b.poolOnly, b.scratch)
+	b.t.add(p, &pt, 1)
+	if pt.unknown {
+		b.unknowns = append(b.unknowns, pt.heldValue)
 	}
-	v := PodValue{Known: ev.known, Present: ev.known, Value: ev.sat, Time: ev.at, State: ev.state, Held: ev.held, Why: ev.why}
-	b.sum += ev.part
-	if ev.held {
-		b.held++
-	}
-	if ev.state != StateOK {
-		if b.states == nil {
-			b.states = map[EngineState]int{}
-		}
-		b.states[ev.state]++
-	}
-	if !ev.known {
-		return v
-	}
-	b.known++
-	if b.oldest.IsZero() || ev.at.Before(b.oldest) {
-		b.oldest = ev.at
-	}
-	b.busy = b.busy || ev.busy
-	for i, t := range p.Terms {
-		hk, ok := t.Kind.histo()
-		if !ok {
-			continue
-		}
+	if pt.known && b.scratch != nil {
 		if b.obs == nil {
 			b.obs = make([]*signals.Histogram, len(p.Terms))
-			b.usable, b.broken = make([]bool, len(p.Terms)), make([]bool, len(p.Terms))
 		}
-		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
-		if w.Inconsistent[hk] {
-			b.broken[i] = true
-			continue
-		}
-		b.usable[i] = true
-		if d := w.Histograms[hk]; d != nil {
+		for i, d := range b.scratch {
 			switch {
+			case d == nil:
 			case b.obs[i] == nil:
 				b.obs[i] = d.Clone()
 			case !b.obs[i].AddInPlace(d):
@@ -212,39 +218,138 @@ func (b *PoolBuilder) Add(h *history.History, why string) PodValue {
 	return v
 }
 
-func (b *PoolBuilder) addSignal(h *history.History, why string) PodValue {
-	p := b.policy
-	r, ok := fresh(h, b.now, b.maxAge)
+// hasLatency reports whether a saturation policy has a latency term.
+func (p *Policy) hasLatency() bool {
+	if p.Kind == KindSignal {
+		return false
+	}
+	for _, t := range p.Terms {
+		if t.Kind.IsLatency() {
+			return true
+		}
+	}
+	return false
+}
+
+// evalPart evaluates one pod at now: its part in the pool and its PodValue.
+// hists, when not nil (one per term), receives a known pod's window
+// histogram of each latency term (nil for none or an inconsistent window).
+func (p *Policy) evalPart(h *history.History, why string, now time.Time, maxAge time.Duration, ownLatency bool, hists []*signals.Histogram) (part, PodValue) {
+	var pt part
+	if r := h.Latest(); r != nil {
+		switch at := r.At(); {
+		case now.Sub(at) <= maxAge:
+			pt.until = at.Add(maxAge)
+		case p.HoldLastGood > 0 && now.Sub(at) <= p.HoldLastGood:
+			pt.until = at.Add(p.HoldLastGood)
+		}
+	}
+	if p.Kind == KindSignal {
+		v := p.evalSignal(h, why, now, maxAge, &pt)
+		return pt, v
+	}
+	ev := p.evalSaturation(h, why, now, maxAge, nil, ownLatency)
+	pt.fresh, pt.known, pt.held, pt.busy, pt.state, pt.value, pt.at = ev.fresh, ev.known, ev.held, ev.busy, ev.state, ev.part, ev.at
+	v := PodValue{Known: ev.known, Present: ev.known, Value: ev.sat, Time: ev.at, State: ev.state, Held: ev.held, Why: ev.why}
+	if !ev.known || hists == nil {
+		return pt, v
+	}
+	for i, t := range p.Terms {
+		hists[i] = nil
+		hk, ok := t.Kind.histo()
+		if !ok {
+			continue
+		}
+		w := h.Window(history.WindowKey{Window: t.Window, Model: p.Model})
+		if w.Inconsistent[hk] {
+			pt.broken |= 1 << i
+			continue
+		}
+		pt.usable |= 1 << i
+		hists[i] = w.Histograms[hk]
+	}
+	return pt, v
+}
+
+// evalSignal evaluates one pod under a KindSignal policy into pt.
+func (p *Policy) evalSignal(h *history.History, why string, now time.Time, maxAge time.Duration, pt *part) PodValue {
+	pt.state = StateOK
+	r, ok := fresh(h, now, maxAge)
 	if ok {
-		b.fresh++
+		pt.fresh = true
 		if s, has := p.signalValue(r); has {
-			b.known++
-			b.n++
-			b.sum += s
-			if b.oldest.IsZero() || r.At().Before(b.oldest) {
-				b.oldest = r.At()
-			}
+			pt.known, pt.value, pt.at = true, s, r.At()
 			return PodValue{Known: true, Present: true, Value: s, Time: r.At(), State: StateOK}
 		}
-		b.unknowns = append(b.unknowns, -1)
+		pt.unknown, pt.heldValue = true, -1
 		return PodValue{State: StateOK, Why: "does not expose this signal" + firstWarnings(r.Warnings)}
 	}
 	held := -1.0
 	v := PodValue{State: StateOK, Why: why}
-	if r != nil && p.HoldLastGood > 0 && b.now.Sub(r.At()) <= p.HoldLastGood {
+	if r != nil && p.HoldLastGood > 0 && now.Sub(r.At()) <= p.HoldLastGood {
 		if s, has := p.signalValue(r); has {
-			held, v.Held = s, true
-			b.held++
+			held, v.Held, pt.held = s, true, true
 		}
 	}
 	if v.Why == "" {
 		v.Why = "no fresh reading"
 	}
-	if held < 0 {
-		b.dark++
-	}
-	b.unknowns = append(b.unknowns, held)
+	pt.unknown, pt.heldValue, pt.dark = true, held, held < 0
 	return v
+}
+
+// add adds a pod's part to the tally (sign 1) or removes it (sign -1). The
+// oldest time is the caller's (a minimum cannot be taken back).
+func (t *tally) add(p *Policy, pt *part, sign int) {
+	t.pods += sign
+	if pt.fresh {
+		t.fresh += sign
+	}
+	if pt.held {
+		t.held += sign
+	}
+	if p.Kind == KindSignal {
+		if pt.known {
+			t.known += sign
+			t.n += sign
+			t.sum.add(pt.value, sign)
+			if sign > 0 && (t.oldest.IsZero() || pt.at.Before(t.oldest)) {
+				t.oldest = pt.at
+			}
+		}
+		if pt.dark {
+			t.dark += sign
+		}
+		return
+	}
+	t.sum.add(pt.value, sign)
+	if pt.state != StateOK {
+		if t.states == nil {
+			t.states = map[EngineState]int{}
+		}
+		if t.states[pt.state] += sign; t.states[pt.state] == 0 {
+			delete(t.states, pt.state)
+		}
+		if len(t.states) == 0 {
+			t.states = nil
+		}
+	}
+	if pt.known {
+		t.known += sign
+		if sign > 0 {
+			if t.oldest.IsZero() || pt.at.Before(t.oldest) {
+				t.oldest = pt.at
+			}
+			t.busy = t.busy || pt.busy
+			if t.usable == nil && p.hasLatency() {
+				t.usable, t.broken = make([]bool, len(p.Terms)), make([]bool, len(p.Terms))
+			}
+			for i := range t.usable {
+				t.usable[i] = t.usable[i] || pt.usable&(1<<i) != 0
+				t.broken[i] = t.broken[i] || pt.broken&(1<<i) != 0
+			}
+		}
+	}
 }
 
 // MinWakeDemand is the least demand a pool of zero pods is served while its
@@ -265,7 +370,7 @@ const MinWakeDemand = 0.001
 // Ready pods, hazard NC-08).
 func (b *PoolBuilder) AddStarting(n int) {
 	if n > 0 {
-		b.starting += n
+		b.t.starting += n
 	}
 }
 
@@ -273,19 +378,26 @@ func (b *PoolBuilder) AddStarting(n int) {
 // demand; see PoolBuilder. queue must be finite and >= 0.
 func (b *PoolBuilder) AddGateway(queue float64) {
 	q := queue
-	b.gw = &q
+	b.t.gw = &q
 }
 
 // Pool returns the aggregate of the pods added so far.
 func (b *PoolBuilder) Pool() Pool {
-	out := b.pool()
-	if b.starting == 0 || b.policy.Kind != KindDemand {
+	return b.policy.poolOf(&b.t, b.obs, b.unknowns)
+}
+
+// poolOf computes the pool from a tally, the latency terms' pooled
+// observations (nil: none) and, for KindSignal, the held values of the pods
+// without a fresh signal.
+func (p *Policy) poolOf(t *tally, obs []*signals.Histogram, unknowns []float64) Pool {
+	out := p.pool(t, obs, unknowns)
+	if t.starting == 0 || p.Kind != KindDemand {
 		return out
 	}
-	out.Starting = b.starting
-	floor := float64(b.pods + b.starting)
+	out.Starting = t.starting
+	floor := float64(t.pods + t.starting)
 	kind := "scale-up"
-	if b.pods == 0 {
+	if t.pods == 0 {
 		kind = "scale-from-zero"
 	}
 	switch {
@@ -293,87 +405,93 @@ func (b *PoolBuilder) Pool() Pool {
 		v := floor
 		out.Value = &v
 		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting, so the demand served is at least %d (the pods counted and starting) until they are Ready or older than the start-up grace",
-			kind, b.starting, b.pods+b.starting)
+			kind, t.starting, t.pods+t.starting)
 	case out.Value != nil:
-		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting; the demand (%.4g) keeps them", kind, b.starting, *out.Value)
+		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting; the demand (%.4g) keeps them", kind, t.starting, *out.Value)
 	default:
-		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting; no value (the HPA holds, deleting none)", kind, b.starting)
+		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting; no value (the HPA holds, deleting none)", kind, t.starting)
 	}
 	return out
 }
 
-func (b *PoolBuilder) pool() Pool {
-	p := b.policy
-	out := Pool{Pods: b.pods, Fresh: b.fresh, Known: b.known, Held: b.held, States: b.states, Oldest: b.oldest, Gateway: b.gw}
+func (p *Policy) pool(t *tally, obs []*signals.Histogram, unknowns []float64) Pool {
+	out := Pool{Pods: t.pods, Fresh: t.fresh, Known: t.known, Held: t.held, Oldest: t.oldest, Gateway: t.gw}
+	if len(t.states) > 0 {
+		out.States = maps.Clone(t.states)
+	}
+	sum := t.sum.Value()
 	if p.Kind == KindSignal {
-		if b.n == 0 || b.dark > 0 {
+		if t.n == 0 || t.dark > 0 {
 			return out // see PoolBuilder: a dark pod leaves a raw signal unknown
 		}
-		mean := b.sum / float64(b.n)
-		v := b.sum
-		for _, u := range b.unknowns {
-			v += math.Max(u, mean)
+		mean := sum / float64(t.n)
+		acc := t.sum.Clone()
+		for _, u := range unknowns {
+			acc.Add(math.Max(u, mean))
 		}
+		v := acc.Value()
 		if p.Signal.FoldsByMean() {
-			v /= float64(b.pods)
+			v /= float64(t.pods)
 		}
 		out.Value = &v
 		return out
 	}
 	gwDemand := 0.0
-	if b.gw != nil && p.Gateway != nil && p.Gateway.QueueSetPoint > 0 {
-		gwDemand = *b.gw / p.Gateway.QueueSetPoint
+	if t.gw != nil && p.Gateway != nil && p.Gateway.QueueSetPoint > 0 {
+		gwDemand = *t.gw / p.Gateway.QueueSetPoint
 	}
-	if b.known == 0 {
+	if t.known == 0 {
 		switch {
-		case b.pods == 0 && b.gw != nil:
+		case t.pods == 0 && t.gw != nil:
 			// Scale from zero: any held request is worth at least MinWakeDemand,
 			// so that ceil(value / target) at zero replicas is at least 1.
-			if *b.gw > 0 {
+			if *t.gw > 0 {
 				gwDemand = max(gwDemand, MinWakeDemand)
 			}
 			out.Value = &gwDemand
-		case b.pods > 0 && gwDemand > 0:
+		case t.pods > 0 && gwDemand > 0:
 			// No pod known, but the gateway holds requests: evidence of demand
 			// the pods' silence cannot cancel. Each unknown pod counts as it is
 			// counted (UnknownSaturation, or its held last good value).
-			v := b.sum + gwDemand
+			v := sum + gwDemand
 			if p.Kind == KindMean {
-				v /= float64(b.pods)
+				v /= float64(t.pods)
 			}
 			out.Value = &v
 		}
 		return out
 	}
-	demand := b.sum
+	demand := sum
 	latency := 0.0
-	for i, t := range p.Terms {
-		if !t.Kind.IsLatency() {
+	for i, term := range p.Terms {
+		if !term.Kind.IsLatency() {
 			continue
 		}
-		var obs *signals.Histogram
-		if b.obs != nil {
-			if b.broken[i] && !b.usable[i] {
+		var o *signals.Histogram
+		if t.usable != nil {
+			if t.broken[i] && !t.usable[i] {
 				continue // every pod's window is inconsistent: the term drops
 			}
-			obs = b.obs[i]
+			if obs != nil {
+				o = obs[i]
+			}
 		}
-		lv, note, ok := latencyValue(&p.Terms[i], obs, b.busy, true)
+		lv, note, ok := latencyValue(&p.Terms[i], o, t.busy, true)
 		if !ok {
 			continue
 		}
-		ratio := lv / t.SetPoint
+		ratio := lv / term.SetPoint
 		capped := false
-		if t.MaxRatio > 0 && ratio > t.MaxRatio {
-			ratio, capped = t.MaxRatio, true
+		if term.MaxRatio > 0 && ratio > term.MaxRatio {
+			ratio, capped = term.MaxRatio, true
 		}
-		out.Latency = append(out.Latency, TermValue{Term: t.Kind, Value: lv, SetPoint: t.SetPoint, Ratio: ratio, Capped: capped, Note: note})
+		out.Latency = append(out.Latency, TermValue{Term: term.Kind, Value: lv, SetPoint: term.SetPoint, Ratio: ratio, Capped: capped, Note: note})
 		latency = math.Max(latency, ratio)
 	}
-	demand = math.Max(demand, latency*float64(b.pods)) + gwDemand
+	demand = math.Max(demand, latency*float64(t.pods)) + gwDemand
 	v := demand
 	if p.Kind == KindMean {
-		v = demand / float64(b.pods)
+		v = demand / float64(t.pods)
 	}
 	out.Value = &v
 	return out

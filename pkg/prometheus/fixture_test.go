@@ -325,3 +325,11 @@ func (f *fixture) value(t testing.TB, ns, metric, selector string) string {
 	}
 	return r.list.Items[0].Value.String()
 }
+
+// step advances the fake clock by d and runs a cache period's refresh (what
+// Source.Run does on its tick), waiting for it to end.
+func (f *fixture) step(d time.Duration) {
+	f.clock.Step(d)
+	f.source.refreshAll(f.clock.Now())
+	f.source.refreshing.Wait()
+}

@@ -70,8 +70,15 @@ func TestLoad200HPAs(t *testing.T) {
 		ages     []time.Duration
 		failures []string
 	)
+	var tick time.Time
 	for now := start; now.Before(start.Add(length)); now = now.Add(step) {
 		f.clock.SetTime(now)
+		if now.Sub(tick) >= DefaultCachePeriod {
+			// Source.Run's tick: the namespaces asked about are refreshed.
+			f.source.refreshAll(now)
+			f.source.refreshing.Wait()
+			tick = now
+		}
 		var due []int
 		for i := range hpas {
 			phase := time.Duration(i) * poll / hpas

@@ -7,11 +7,15 @@
 // Per namespace and cache period it runs one range query of the engine series
 // (the families signals.Extractor reads, by name, restricted to the namespace
 // and Queries.Matchers; an overridden family in a query of its own) and one
-// query per window length of the counters' and histogram buckets' increase().
-// Every HPA and request of the namespace shares that answer; concurrent
-// misses collapse into one round trip. Series are joined to the pods the
-// provider asks about by (namespace, pod) label; the pods themselves come from
-// the informer, exactly as in direct mode.
+// query per window length of the counters' and histogram buckets' increase(),
+// and builds every pod's history from the answer. Requests are served from
+// memory: the newest answer, while a refresh runs in the background
+// (stale-while-revalidate), as long as it is not older than the max age; only
+// the first request of a namespace waits for Prometheus. Namespaces are
+// refreshed on the cache period (Run) while requests ask about them, never
+// per request. Series are joined to the pods the provider asks about by
+// (namespace, pod) label; the pods themselves come from the informer, exactly
+// as in direct mode.
 package prometheus
 
 import (
@@ -19,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +78,10 @@ const (
 	// read: beyond it Prometheus (or something before it) forged its time,
 	// which would keep a frozen value fresh forever.
 	maxClockSkew = time.Minute
+	// DefaultIdleTimeout is how long a namespace is refreshed after its last
+	// request: 10 minutes, the adapter's --selector-idle-timeout default, far
+	// above an HPA's 15 s sync period.
+	DefaultIdleTimeout = 10 * time.Minute
 )
 
 // Options configure a Source.
@@ -95,6 +104,10 @@ type Options struct {
 	MaxAge time.Duration
 	// StateWindow is the span engine states are judged over.
 	StateWindow time.Duration
+	// IdleTimeout is how long a namespace nobody asks about is still
+	// refreshed (DefaultIdleTimeout when 0); then its answer is let go and
+	// the next request waits for a new one.
+	IdleTimeout time.Duration
 	// Extract bounds what one pod's series may hold (MaxSeries, MaxEngines).
 	Extract signals.ExtractOptions
 	// MaxHeldBytes bounds the bytes of the series held from every answer at
@@ -121,15 +134,29 @@ type Source struct {
 	gen   atomic.Pointer[generation]
 	gens  atomic.Uint64
 	group singleflight.Group
+	// refreshing counts the refreshes in flight (tests wait for them).
+	refreshing sync.WaitGroup
 
-	mu    sync.Mutex
-	cache map[string]*entry // by namespace
+	mu     sync.Mutex
+	spaces map[string]*space // by namespace
+	// inflight holds the keys of the background refreshes running.
+	inflight map[string]bool
 
 	// memory holds each pod's last history built from series, by UID, so that
 	// a pod whose series vanish keeps its last good reading (stale, then held
-	// as in direct mode) rather than becoming a pod never seen.
-	memMu  sync.Mutex
-	memory map[types.UID]*history.History
+	// as in direct mode) rather than becoming a pod never seen. Written once
+	// per pod and refresh, read by every request: *history.History values.
+	memory sync.Map
+
+	hookMu sync.Mutex
+	hooks  []func(namespace string)
+}
+
+// space is what the source keeps of one namespace: its newest good answer,
+// the newest failed one when it is newer, and when a request last asked.
+type space struct {
+	good, failed *entry
+	lastAsked    time.Time
 }
 
 // generation is what one catalog and Queries make: the plan and how answers
@@ -142,22 +169,17 @@ type generation struct {
 	retain time.Duration
 }
 
-// entry is one namespace's answer.
+// entry is one namespace's answer: every pod's history, built when the
+// answer arrived, read-only afterwards.
 type entry struct {
 	gen *generation
-	// build is the generation's, evaluated at the fetch's time.
-	build buildOptions
-	at    time.Time
-	err   error
-	pods  map[types.NamespacedName]*podData
-
-	// count is Options.Count.
-	count func(*signals.Reading)
-	// bytes is what the entry's series were charged (Source.held).
-	bytes atomic.Int64
-
-	mu    sync.Mutex
+	at  time.Time
+	err error
+	// built holds each pod's history (or why it has none) by pod.
 	built map[types.NamespacedName]builtPod
+	// bytes is what the entry's series were charged (Source.held) while
+	// they were held.
+	bytes atomic.Int64
 }
 
 type builtPod struct {
@@ -177,7 +199,10 @@ func New(opts Options, client *Client, catalog *policy.Catalog, q Queries, clk c
 	if opts.MaxHeldBytes <= 0 {
 		opts.MaxHeldBytes = heldAnswersFactor * DefaultMaxResponseBytes
 	}
-	s := &Source{opts: opts, client: client, clock: clk, metrics: metrics, cache: map[string]*entry{}, memory: map[types.UID]*history.History{}}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	s := &Source{opts: opts, client: client, clock: clk, metrics: metrics, spaces: map[string]*space{}, inflight: map[string]bool{}}
 	if err := s.SetCatalog(catalog, q); err != nil {
 		return nil, err
 	}
@@ -260,23 +285,26 @@ func (s *Source) newGeneration(catalog *policy.Catalog, q Queries) (*generation,
 	return &generation{id: s.gens.Add(1), plan: p, build: newBuildOptions(e, hopts, keys, s.opts.ScrapeInterval), retain: retain}, nil
 }
 
-// Histories returns how to read the history of each member of one namespace:
-// the namespace's answer from Prometheus, fetched once per cache period and
-// shared by every request. A member without series has no history and says
-// why; one whose series vanished keeps its last history, whose newest reading
-// then ages (stale, then held at its last good value, as in direct mode).
-// The error, when Prometheus does not answer (down, slow, erroring, a bad
-// answer), says why in at most a few hundred bytes; the request then fails and
-// the HPA holds.
+// Histories returns how to read the history of each member of one namespace
+// from memory: the namespace's newest answer from Prometheus, refreshed in
+// the background once per cache period and shared by every request. Only the
+// first request of a namespace (or the first after a configuration change
+// or an idle timeout) waits for Prometheus. A member without series has no
+// history and says why; one whose series vanished keeps its last history,
+// whose newest reading then ages (stale, then held at its last good value,
+// as in direct mode). The error, when there is no answer younger than the
+// max age (Prometheus down, slow, erroring, a bad answer), says why in at
+// most a few hundred bytes; the request then fails and the HPA holds: an
+// answer too old is never served silently.
 func (s *Source) Histories(ctx context.Context, namespace string, members []podselect.Member) (func(*podselect.Member) (*history.History, string), error) {
 	if !slices.ContainsFunc(members, func(m podselect.Member) bool { return m.Counted }) {
 		return func(*podselect.Member) (*history.History, string) { return nil, "not Ready" }, nil
 	}
-	e, err := s.entry(ctx, namespace)
+	now := s.clock.Now()
+	e, err := s.answer(ctx, namespace, now)
 	if err != nil {
 		return nil, err
 	}
-	now := s.clock.Now()
 	return func(m *podselect.Member) (*history.History, string) {
 		b := e.get(m.Pod)
 		if b.h != nil {
@@ -293,98 +321,283 @@ func (s *Source) Histories(ctx context.Context, namespace string, members []pods
 	}, nil
 }
 
+// Serve makes sure the namespace has an answer to serve at the clock's time,
+// as Histories does: nil, or the error Histories would return.
+func (s *Source) Serve(ctx context.Context, namespace string) error {
+	_, err := s.answer(ctx, namespace, s.clock.Now())
+	return err
+}
+
+// Lookup returns a member's history in the namespace's newest answer (or its
+// last one, when its series vanished), as Histories' function does, without
+// I/O.
+func (s *Source) Lookup(m *podselect.Member) (*history.History, string) {
+	s.mu.Lock()
+	var e *entry
+	if sp := s.spaces[m.Pod.Namespace]; sp != nil {
+		e = sp.good
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return nil, "no answer from Prometheus yet"
+	}
+	now := s.clock.Now()
+	b := e.get(m.Pod)
+	if b.h != nil {
+		s.remember(m.UID, b.h)
+		s.observeAge(now, b.h)
+		return b.h, ""
+	}
+	why := why(b.err, e.gen.plan.seriesRange)
+	if h := s.recall(m.UID); h != nil {
+		s.observeAge(now, h)
+		return h, why
+	}
+	return nil, why
+}
+
+// Watch tells fn, with the namespace and no pod, after each refresh that
+// replaced a namespace's answer: any of its pods' histories may have changed.
+func (s *Source) Watch(fn func(namespace string, uid types.UID)) {
+	s.OnRefresh(func(namespace string) { fn(namespace, "") })
+}
+
+// OnRefresh registers fn, called with the namespace after each refresh that
+// replaced its answer (in the refresh's goroutine): what Histories returns
+// for its pods may have changed.
+func (s *Source) OnRefresh(fn func(namespace string)) {
+	s.hookMu.Lock()
+	s.hooks = append(s.hooks, fn)
+	s.hookMu.Unlock()
+}
+
+// maxAnswerAge is the oldest answer served: the max age (an answer older
+// than that holds only stale samples), at least the cache period plus the
+// timeout (what one refresh may take).
+func (s *Source) maxAnswerAge() time.Duration {
+	return max(s.opts.MaxAge, s.opts.CachePeriod+s.opts.Timeout)
+}
+
+// answer returns the namespace's answer to serve at now, recording that it
+// was asked: the newest good answer of the current generation, starting a
+// background refresh when it is older than the cache period; an error when it
+// is older than the max age. Without one it waits (within ctx) for a refresh,
+// unless one failed within the cache period: a Prometheus that is down is
+// asked once per period, not once per request.
+func (s *Source) answer(ctx context.Context, namespace string, now time.Time) (*entry, error) {
+	g := s.gen.Load()
+	s.mu.Lock()
+	sp := s.spaces[namespace]
+	if sp == nil {
+		sp = &space{}
+		s.spaces[namespace] = sp
+	}
+	if now.After(sp.lastAsked) {
+		sp.lastAsked = now
+	}
+	good, failed := sp.good, sp.failed
+	s.mu.Unlock()
+	recentFailure := failed != nil && failed.gen == g && now.Sub(failed.at) < s.opts.CachePeriod
+	if good != nil && good.gen == g {
+		age := now.Sub(good.at)
+		if age >= s.opts.CachePeriod && !recentFailure {
+			s.refreshAsync(namespace, g)
+		}
+		if age <= s.maxAnswerAge() {
+			return good, nil
+		}
+		msg := fmt.Sprintf("the newest answer from Prometheus at %s for namespace %q is %s old, older than the max age %s",
+			Redact(s.opts.URL), namespace, age.Round(time.Millisecond), s.maxAnswerAge())
+		if failed != nil && failed.gen == g {
+			msg += "; the last refresh failed: " + failed.err.Error()
+		} else {
+			msg += "; a refresh is running"
+		}
+		return nil, errors.New(excerpt.String(msg, 700))
+	}
+	if recentFailure {
+		return nil, failed.err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for Prometheus: %w", ctx.Err())
+	case r := <-s.refreshChan(namespace, g):
+		e := r.Val.(*entry)
+		if e.err != nil {
+			return nil, e.err
+		}
+		return e, nil
+	}
+}
+
+// refreshAsync starts a refresh of the namespace unless one runs.
+func (s *Source) refreshAsync(namespace string, g *generation) {
+	key := refreshKey(namespace, g)
+	s.mu.Lock()
+	if s.inflight[key] {
+		s.mu.Unlock()
+		return
+	}
+	s.inflight[key] = true
+	s.refreshing.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.refreshing.Done()
+		s.group.Do(key, func() (any, error) { return s.refresh(namespace, g), nil }) //nolint:errcheck // the entry carries its error
+		s.mu.Lock()
+		delete(s.inflight, key)
+		s.mu.Unlock()
+	}()
+}
+
+// refreshChan joins the namespace's refresh in flight, or starts one, and
+// returns the channel its entry comes on.
+func (s *Source) refreshChan(namespace string, g *generation) <-chan singleflight.Result {
+	return s.group.DoChan(refreshKey(namespace, g), func() (any, error) {
+		s.refreshing.Add(1)
+		defer s.refreshing.Done()
+		return s.refresh(namespace, g), nil
+	})
+}
+
+func refreshKey(namespace string, g *generation) string {
+	return strconv.FormatUint(g.id, 10) + "/" + namespace
+}
+
+// refresh fetches the namespace's answer and makes it the one served: a good
+// answer replaces the previous one; a failed one is kept beside it (the
+// previous answer is still served while it is young enough). The hooks then
+// hear about the namespace.
+func (s *Source) refresh(namespace string, g *generation) *entry {
+	e := s.fetch(namespace, g)
+	s.mu.Lock()
+	sp := s.spaces[namespace]
+	if sp == nil {
+		sp = &space{lastAsked: e.at}
+		s.spaces[namespace] = sp
+	}
+	if e.err == nil {
+		if sp.good != nil {
+			s.release(sp.good)
+		}
+		sp.good, sp.failed = e, nil
+	} else {
+		sp.failed = e
+	}
+	s.mu.Unlock()
+	if e.err == nil {
+		s.hookMu.Lock()
+		hooks := s.hooks
+		s.hookMu.Unlock()
+		for _, fn := range hooks {
+			fn(namespace)
+		}
+	}
+	return e
+}
+
+// Run refreshes, once per cache period, the answer of every namespace a
+// request asked about within the idle timeout, in the background, and lets go
+// of the others, until ctx ends. Without it the source still serves: a
+// request that finds its answer older than the cache period starts the
+// refresh.
+func (s *Source) Run(ctx context.Context) {
+	var tick <-chan time.Time
+	if c, ok := s.clock.(clock.WithTicker); ok {
+		t := c.NewTicker(s.opts.CachePeriod)
+		defer t.Stop()
+		tick = t.C()
+	} else {
+		t := time.NewTicker(s.opts.CachePeriod)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			s.refreshAll(s.clock.Now())
+		}
+	}
+}
+
+// refreshAll starts a refresh of each namespace asked about within the idle
+// timeout whose answer is older than half the cache period (ticks and
+// refreshes do not align to the nanosecond), and lets go of the others.
+func (s *Source) refreshAll(now time.Time) {
+	g := s.gen.Load()
+	var due []string
+	s.mu.Lock()
+	for ns, sp := range s.spaces {
+		if now.Sub(sp.lastAsked) > s.opts.IdleTimeout {
+			if sp.good != nil {
+				s.release(sp.good)
+			}
+			delete(s.spaces, ns)
+			continue
+		}
+		if sp.good == nil || sp.good.gen != g || now.Sub(sp.good.at) >= s.opts.CachePeriod/2 {
+			due = append(due, ns)
+		}
+	}
+	s.mu.Unlock()
+	for _, ns := range due {
+		s.refreshAsync(ns, g)
+	}
+}
+
 func (s *Source) observeAge(now time.Time, h *history.History) {
 	if r := h.Latest(); r != nil {
 		s.metrics.DataAge.Observe(max(0, now.Sub(r.At()).Seconds()))
 	}
 }
 
+// remember keeps h as the pod's last history; a request stores it once per
+// answer (the next ones find it there).
 func (s *Source) remember(uid types.UID, h *history.History) {
-	s.memMu.Lock()
-	s.memory[uid] = h
-	s.memMu.Unlock()
+	if old, ok := s.memory.Load(uid); ok && old.(*history.History) == h {
+		return
+	}
+	s.memory.Store(uid, h)
 }
 
 func (s *Source) recall(uid types.UID) *history.History {
-	s.memMu.Lock()
-	defer s.memMu.Unlock()
-	return s.memory[uid]
+	if h, ok := s.memory.Load(uid); ok {
+		return h.(*history.History)
+	}
+	return nil
 }
 
 // forget drops remembered histories older than retain (the longest hold of
 // the catalog plus the max age): nothing would count them any more.
 func (s *Source) forget(now time.Time, retain time.Duration) {
-	s.memMu.Lock()
-	defer s.memMu.Unlock()
-	for uid, h := range s.memory {
-		if r := h.Latest(); r == nil || now.Sub(r.At()) > retain {
-			delete(s.memory, uid)
+	s.memory.Range(func(uid, h any) bool {
+		if r := h.(*history.History).Latest(); r == nil || now.Sub(r.At()) > retain {
+			s.memory.Delete(uid)
 		}
-	}
+		return true
+	})
 }
 
-// get returns a pod's history, built on first use.
+// get returns a pod's history: built with the answer, or errNoSeries for a
+// pod without series in it.
 func (e *entry) get(pod types.NamespacedName) builtPod {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if b, ok := e.built[pod]; ok {
 		return b
 	}
-	h, err := build(e.pods[pod], e.build)
-	if r := h.Latest(); r != nil {
-		if e.count != nil {
-			e.count(r)
-		}
-		if len(r.Warnings) > 0 {
-			klog.V(2).InfoS("Prometheus series of a pod unusable as read", "pod", pod, "warnings", r.Warnings)
-		}
-	}
-	b := builtPod{h: h, err: err}
-	e.built[pod] = b
-	return b
-}
-
-// entry returns the namespace's answer: the cached one while it is younger
-// than the cache period, else a new one, fetched once however many requests
-// wait for it. A failed fetch is cached too, so that a Prometheus that is down
-// is asked once per cache period, not once per request.
-func (s *Source) entry(ctx context.Context, namespace string) (*entry, error) {
-	g := s.gen.Load()
-	now := s.clock.Now()
-	s.mu.Lock()
-	e, ok := s.cache[namespace]
-	s.mu.Unlock()
-	if ok && e.gen == g && now.Sub(e.at) < s.opts.CachePeriod {
-		return e, e.err
-	}
-	ch := s.group.DoChan(fmt.Sprintf("%d/%s", g.id, namespace), func() (any, error) {
-		e := s.fetch(namespace, g)
-		s.mu.Lock()
-		if old, ok := s.cache[namespace]; ok {
-			s.release(old)
-		}
-		s.cache[namespace] = e
-		s.mu.Unlock()
-		return e, nil
-	})
-	select {
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for Prometheus: %w", ctx.Err())
-	case r := <-ch:
-		e := r.Val.(*entry)
-		return e, e.err
-	}
+	return builtPod{err: errNoSeries}
 }
 
 // fetch runs the namespace's queries concurrently, within the timeout and
-// whatever the requests waiting on it do (they share the answer). Answers of
-// other namespaces older than the cache period are let go first: they would
-// only be fetched again.
+// whatever the requests waiting on it do (they share the answer), and builds
+// every pod's history from the answer. The series are let go (and their
+// charge released) once built.
 func (s *Source) fetch(namespace string, g *generation) *entry {
 	start := s.clock.Now()
-	s.evict(start)
-	e := &entry{gen: g, build: g.build, at: start, pods: map[types.NamespacedName]*podData{}, built: map[types.NamespacedName]builtPod{}, count: s.opts.Count}
-	e.build.now = start
+	e := &entry{gen: g, at: start}
+	bo := g.build
+	bo.now = start
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
 	qs := g.plan.queries(namespace)
@@ -403,18 +616,31 @@ func (s *Source) fetch(namespace string, g *generation) *entry {
 		}()
 	}
 	wg.Wait()
+	defer s.release(e)
+	pods := map[types.NamespacedName]*podData{}
 	for i, q := range qs {
 		if err := results[i].err; err != nil {
 			e.err = fmt.Errorf("querying Prometheus at %s (%s query for namespace %q): %s", Redact(s.opts.URL), q.kind, namespace, excerpt.String(err.Error(), 400))
-			s.release(e)
-			e.pods = nil
 			return e
 		}
 		if n := results[i].skipped; n > 0 {
 			klog.V(4).InfoS("Prometheus series of another namespace, without a pod label, of a family not read or past a pod's series bound ignored",
 				"namespace", namespace, "query", q.kind, "series", n, "namespaceLabel", g.plan.labels.Namespace, "podLabel", g.plan.labels.Pod)
 		}
-		byPod(e.pods, results[i].ss, g.plan.labels, namespace, q.family, q.window)
+		byPod(pods, results[i].ss, g.plan.labels, namespace, q.family, q.window)
+	}
+	e.built = make(map[types.NamespacedName]builtPod, len(pods))
+	for pod, d := range pods {
+		h, err := build(d, bo)
+		if r := h.Latest(); r != nil {
+			if s.opts.Count != nil {
+				s.opts.Count(r)
+			}
+			if len(r.Warnings) > 0 {
+				klog.V(2).InfoS("Prometheus series of a pod unusable as read", "pod", pod, "warnings", r.Warnings)
+			}
+		}
+		e.built[pod] = builtPod{h: h, err: err}
 	}
 	s.forget(start, g.retain)
 	return e
@@ -481,16 +707,3 @@ func (s *Source) query(ctx context.Context, q query, ts time.Time, namespace str
 
 // release gives back what an entry's series were charged.
 func (s *Source) release(e *entry) { s.held.Add(-e.bytes.Swap(0)) }
-
-// evict lets go of the cached answers older than the cache period: they are
-// fetched again before any request reads them.
-func (s *Source) evict(now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ns, e := range s.cache {
-		if now.Sub(e.at) >= s.opts.CachePeriod {
-			delete(s.cache, ns)
-			s.release(e)
-		}
-	}
-}

@@ -74,7 +74,9 @@ func TestPrometheusFailures(t *testing.T) {
 }
 
 // Every request of a namespace within a cache period shares one answer, and
-// a failure too: a Prometheus that is down is asked once per period.
+// a failure too: a Prometheus that is down is asked once per period. A request
+// that finds the answer older than the period is served it while a refresh
+// runs in the background; one older than the max age is an error.
 func TestCachePeriod(t *testing.T) {
 	prom := newFakeProm(t, ok(nil))
 	f := newFixture(t, prom, fixtureOptions{}, pod{name: "a", labels: map[string]string{"app": "x"}}, pod{ns: "other", name: "a", labels: map[string]string{"app": "x"}})
@@ -91,15 +93,24 @@ func TestCachePeriod(t *testing.T) {
 	}
 	f.clock.Step(DefaultCachePeriod)
 	f.get(t, "llm", policy.MetricSaturation, "app=x")
+	f.source.refreshing.Wait()
 	if got := prom.count(); got["series"] != 3 {
 		t.Errorf("queries %v after the period, want a new one", got)
 	}
 	prom.set(func(string) (int, string) { return 503, "down" })
-	f.clock.Step(DefaultCachePeriod)
-	for range 3 {
-		if r := f.get(t, "llm", policy.MetricSaturation, "app=x"); r.code != http.StatusServiceUnavailable {
+	f.clock.Step(46 * time.Second) // past the max age (45 s)
+	for i := range 3 {
+		r := f.get(t, "llm", policy.MetricSaturation, "app=x")
+		if r.code != http.StatusServiceUnavailable {
 			t.Fatalf("HTTP %d, want 503 while Prometheus fails", r.code)
 		}
+		if !strings.Contains(r.status.Message, "is 46s old, older than the max age 45s") {
+			t.Errorf("message %q does not give the answer's age", r.status.Message)
+		}
+		if i > 0 && !strings.Contains(r.status.Message, "the last refresh failed: querying Prometheus at "+prom.srv.URL) {
+			t.Errorf("message %q does not name the failed refresh", r.status.Message)
+		}
+		f.source.refreshing.Wait()
 	}
 	if got := prom.count(); got["series"] != 4 {
 		t.Errorf("queries %v after 3 requests to a failing Prometheus, want one more", got)
@@ -133,7 +144,7 @@ func TestStaleAndHeld(t *testing.T) {
 	// Both pods' series vanish: each counts at its last good value (2), and,
 	// nothing being fresh, the answer is an error naming the age.
 	prom.set(ok(nil))
-	f.clock.Step(31 * time.Second)
+	f.step(31 * time.Second)
 	r = f.get(t, "llm", policy.MetricSaturation, "app=x")
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "stale: its samples are timestamped 36s before now") ||
 		!strings.Contains(r.status.Message, "no engine series in Prometheus for this pod") {

@@ -36,7 +36,7 @@ func TestStaleDuplicateJobDropped(t *testing.T) {
 	// Both jobs live, at the same time, disagreeing: their maximum, counted.
 	both := stream(vllm("vllm:num_requests_waiting", "a", "job", "llm/vllm-old"), t0.Add(-15*time.Second), 200, t0, 200)
 	prom.set(ok(map[string]string{"series": matrix(t, live, both, kv)}))
-	f.clock.Step(DefaultCachePeriod)
+	f.step(DefaultCachePeriod)
 	if got := f.value(t, "llm", policy.MetricQueueDepth, "app=x"); got != "200" {
 		t.Errorf("equally new disagreeing duplicates: %s, want their maximum 200", got)
 	}
@@ -70,7 +70,7 @@ func TestGatewayInvalidThroughPrometheus(t *testing.T) {
 	}
 	for _, tc := range []struct{ value, reason string }{{"NaN", "nan"}, {"-3", "negative"}, {"1e300", "above_range"}, {"+Inf", "inf"}} {
 		prom.set(ok(map[string]string{"series": matrix(t, append(engine(), gateway(tc.value)...)...)}))
-		f.clock.Step(DefaultCachePeriod)
+		f.step(DefaultCachePeriod)
 		r := f.get(t, "llm", "gw-demand", "app=vllm")
 		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.status.Message, "rejected ("+tc.reason+")") {
 			t.Errorf("gateway queue %s through Prometheus: HTTP %d %q, want 503 naming the rejection", tc.value, r.code, r.status.Message)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,14 +100,24 @@ type Provider struct {
 	// per namespace, selector and metric.
 	stateMu sync.Mutex
 	states  map[string]*policy.PoolState
+
+	// aggs are the pools kept as aggregates when the readings are Watched;
+	// fromAggs counts the answers read from them (tests check the path).
+	aggs     *aggregates
+	fromAggs atomic.Int64
 }
 
 var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 
 // New returns a Provider serving the policies of the catalog in force.
 func New(opts Options, catalogs Catalogs, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
-	return &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics, warned: map[string]struct{}{},
+	p := &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics, warned: map[string]struct{}{},
 		states: map[string]*policy.PoolState{}}
+	if w, ok := readings.(Watched); ok {
+		p.aggs = newAggregates()
+		p.watch(w)
+	}
+	return p
 }
 
 // poolState returns the state the policy keeps for the pool of namespace and
@@ -177,10 +188,22 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 			return nil, err
 		}
 	}
-	a, err := p.evaluate(ctx, catalog, pol, where, namespace, members, nil, true, gw)
-	if err != nil {
-		p.fail(pol.Name, err)
-		return nil, err
+	var a answer
+	aggregated := false
+	if w, ok := p.readings.(Watched); ok && gw == nil && pol.Gateway == nil {
+		if a, aggregated, err = p.fromAggregate(ctx, w, catalog, pol, where, namespace, metricSelector, members); err != nil {
+			p.fail(pol.Name, err)
+			return nil, err
+		}
+		if aggregated {
+			p.fromAggs.Add(1)
+		}
+	}
+	if !aggregated {
+		if a, err = p.evaluate(ctx, catalog, pol, where, namespace, members, nil, true, gw); err != nil {
+			p.fail(pol.Name, err)
+			return nil, err
+		}
 	}
 	if pol.HasAhead() {
 		now := p.clock.Now()

@@ -31,13 +31,43 @@ type ScrapeStore interface {
 	Scrape(ctx context.Context, targets []scrape.Target)
 }
 
+// StoreWatcher is a ScrapeStore that says when it stores a result
+// (scrape.Scraper.OnStore).
+type StoreWatcher interface {
+	OnStore(fn func(pod types.NamespacedName, uid types.UID))
+}
+
 // Scraped returns the Readings of direct mode: each pod's result in s, by UID
 // (a re-created pod never inherits its predecessor's readings), after
 // scraping on the spot, within coldScrapeTimeout, the counted members never
 // scraped (the first request for a selector nobody asked about before); 0
-// disables that.
+// disables that. When s is a StoreWatcher the Readings are Watched: the
+// provider keeps its pools as aggregates, updated as results are stored.
 func Scraped(s ScrapeStore, coldScrapeTimeout time.Duration) Readings {
-	return scraped{store: s, coldTimeout: coldScrapeTimeout}
+	sc := scraped{store: s, coldTimeout: coldScrapeTimeout}
+	if w, ok := s.(StoreWatcher); ok {
+		return watchedScraped{scraped: sc, w: w}
+	}
+	return sc
+}
+
+// watchedScraped is scraped over a store that says when it stores.
+type watchedScraped struct {
+	scraped
+	w StoreWatcher
+}
+
+var _ Watched = watchedScraped{}
+
+// Serve has nothing to wait for: the results are in memory.
+func (watchedScraped) Serve(context.Context, string) error { return nil }
+
+// Lookup returns a member's newest result, as Histories' function does.
+func (s watchedScraped) Lookup(m *podselect.Member) (*history.History, string) { return s.history(m) }
+
+// Watch tells fn about every result stored.
+func (s watchedScraped) Watch(fn func(namespace string, uid types.UID)) {
+	s.w.OnStore(func(pod types.NamespacedName, uid types.UID) { fn(pod.Namespace, uid) })
 }
 
 type scraped struct {

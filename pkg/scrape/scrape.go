@@ -113,6 +113,10 @@ type Scraper struct {
 	// scrapeFn is ScrapeOne; tests of the schedule replace it.
 	scrapeFn func(context.Context, Target) *Result
 
+	// stored holds the functions told about each result stored (OnStore).
+	storedMu sync.Mutex
+	stored   atomic.Pointer[[]func(pod types.NamespacedName, uid types.UID)]
+
 	mu      sync.RWMutex
 	results map[types.UID]*Result
 	// base is the context scrapes run with: Run's, else Background.
@@ -168,6 +172,20 @@ func NewHTTPClient(tlsConfig promconfig.TLSConfig) (*http.Client, error) {
 // userAgent is the User-Agent of every scrape.
 const userAgent = "saturation-adapter"
 
+// OnStore registers fn, called after each result is stored (a scrape that
+// succeeded or failed), with the pod, from the scrape's goroutine: fn must
+// not block.
+func (s *Scraper) OnStore(fn func(pod types.NamespacedName, uid types.UID)) {
+	s.storedMu.Lock()
+	defer s.storedMu.Unlock()
+	var fns []func(types.NamespacedName, types.UID)
+	if old := s.stored.Load(); old != nil {
+		fns = append(fns, *old...)
+	}
+	fns = append(fns, fn)
+	s.stored.Store(&fns)
+}
+
 // Latest returns the stored result for a pod. Results are immutable once
 // stored (a scrape stores a new one), so the pointer may be kept and read freely.
 func (s *Scraper) Latest(uid types.UID) (*Result, bool) {
@@ -214,6 +232,11 @@ func (s *Scraper) ScrapeOne(ctx context.Context, t Target) *Result {
 	}
 	s.results[t.UID] = r
 	s.mu.Unlock()
+	if fns := s.stored.Load(); fns != nil {
+		for _, fn := range *fns {
+			fn(t.Pod, t.UID)
+		}
+	}
 
 	if err != nil {
 		s.metrics.observe(OutcomeError, now.Sub(start).Seconds())

@@ -105,8 +105,10 @@ func TestAssembledServerPrometheus(t *testing.T) {
 	prom.mu.Lock()
 	prom.down = true
 	prom.mu.Unlock()
+	// The last answer is served while it is younger than the max age (3
+	// scrape intervals, 15 s), then the failure is the answer.
 	var msg string
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		code, body := a.get(t, "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?labelSelector=app%3Dvllm")
 		msg = string(body)
 		return code == http.StatusServiceUnavailable, nil

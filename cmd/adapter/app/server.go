@@ -122,6 +122,7 @@ type Server struct {
 	informers *podselect.Informers
 	pools     *podselect.Selection
 	scraper   *scrape.Scraper     // nil with --source=prometheus
+	source    *promsource.Source  // nil in direct mode
 	checker   *apiservice.Checker // nil when the adapter does not know its Service
 	catalogs  *config.Loader
 	events    record.EventBroadcaster
@@ -175,15 +176,20 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	var (
 		scraper  *scrape.Scraper
+		source   *promsource.Source
 		readings provider.Readings
 	)
 	if c.Source == SourcePrometheus {
 		// One validation path: rejected and duplicate series read from
 		// Prometheus are counted on the scrape path's self-metrics.
 		c.PrometheusSource.Count = scrapeMetrics.Count
-		if readings, err = c.prometheusSource(catalogs, reg); err != nil {
+		if c.PrometheusSource.IdleTimeout <= 0 {
+			c.PrometheusSource.IdleTimeout = c.Select.IdleTimeout
+		}
+		if source, err = c.prometheusSource(catalogs, reg); err != nil {
 			return nil, err
 		}
+		readings = source
 	} else {
 		httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
 		if err != nil {
@@ -222,7 +228,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
-	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, checker: checker, catalogs: catalogs, events: events, config: c, synced: make(chan struct{})}
+	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, source: source, checker: checker, catalogs: catalogs, events: events, config: c, synced: make(chan struct{})}
 
 	// /metrics serves the API server's own metrics (request latencies, Go and
 	// process collectors, from component-base's registry) beside the adapter's.
@@ -297,6 +303,7 @@ func (s *Server) startPipeline(ctx genericapiserver.PostStartHookContext) error 
 		if s.scraper == nil {
 			klog.InfoS("Informer caches synced; reading the engines' series from Prometheus", "url", promsource.Redact(s.config.PrometheusClient.URL),
 				"cachePeriod", s.config.PrometheusSource.CachePeriod, "namespaces", s.config.Namespaces)
+			s.source.Run(ctx)
 			return
 		}
 		klog.InfoS("Informer caches synced; scraping", "interval", s.config.ScrapeInterval, "namespaces", s.config.Namespaces)
