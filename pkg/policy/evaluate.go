@@ -377,11 +377,7 @@ func (p *Policy) podTerms(h *history.History, r *signals.Reading, unable []strin
 			}
 			continue
 		}
-		ratio := v / t.SetPoint
-		capped := false
-		if t.MaxRatio > 0 && ratio > t.MaxRatio {
-			ratio, capped = t.MaxRatio, true
-		}
+		ratio, capped := t.ratio(v)
 		if terms != nil {
 			*terms = append(*terms, TermValue{Term: t.Kind, Value: v, SetPoint: t.SetPoint, Ratio: ratio, Capped: capped, Note: note})
 		}

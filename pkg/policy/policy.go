@@ -174,6 +174,17 @@ func fieldErr(field string, value any, format string, args ...any) *FieldError {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
+// ratio is the term's ratio for value v: v / SetPoint, capped at MaxRatio
+// when the term has a cap (capped then says so). A pod's terms and a pool's
+// pooled latency terms are capped by this one rule.
+func (t *Term) ratio(v float64) (ratio float64, capped bool) {
+	ratio = v / t.SetPoint
+	if t.MaxRatio > 0 && ratio > t.MaxRatio {
+		return t.MaxRatio, true
+	}
+	return ratio, false
+}
+
 // Validate returns the first invalid field of the term (field names are
 // relative to the term), or nil.
 func (t Term) Validate() *FieldError {

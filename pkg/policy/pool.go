@@ -480,11 +480,7 @@ func (p *Policy) pool(t *tally, obs []*signals.Histogram, unknowns []float64) Po
 		if !ok {
 			continue
 		}
-		ratio := lv / term.SetPoint
-		capped := false
-		if term.MaxRatio > 0 && ratio > term.MaxRatio {
-			ratio, capped = term.MaxRatio, true
-		}
+		ratio, capped := term.ratio(lv)
 		out.Latency = append(out.Latency, TermValue{Term: term.Kind, Value: lv, SetPoint: term.SetPoint, Ratio: ratio, Capped: capped, Note: note})
 		latency = math.Max(latency, ratio)
 	}
