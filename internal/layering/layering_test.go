@@ -25,7 +25,7 @@ var (
 	// The policy file is the users' catalog: the server serves it, the lab
 	// replays it. It validates label selectors, so it is beside the core, not in it.
 	policyFile = []string{"pkg/config"}
-	server     = []string{"pkg/scrape", "pkg/podselect", "pkg/prometheus", "pkg/provider",
+	server     = []string{"pkg/hpaindex", "pkg/scrape", "pkg/podselect", "pkg/prometheus", "pkg/provider",
 		"pkg/advisor", "pkg/apiservice", "pkg/servingcert"}
 	lab = []string{"lab/trace", "lab/hpa", "lab/chart", "lab/emulator", "lab/emulator/server", "lab/simulate", "lab/calibrate", "lab/scoreboard"}
 )
@@ -48,12 +48,16 @@ var allowed = map[string][]string{
 	"pkg/servingcert": {"pkg/apiservice"},
 	"pkg/config":      core,
 	"pkg/scrape":      {"pkg/signals", "pkg/history", "internal/excerpt"},
-	"pkg/podselect":   {"pkg/scrape", "pkg/signals", "pkg/history", "internal/excerpt"},
+	// The one index of HPAs (what they ask of External metrics), from the
+	// informer's events; it knows nothing of the adapter's metrics.
+	"pkg/hpaindex":  {},
+	"pkg/podselect": {"pkg/hpaindex", "pkg/scrape", "pkg/signals", "pkg/history", "internal/excerpt"},
 	// A source beside pkg/scrape: it reads Prometheus, never the provider.
-	"pkg/prometheus": join(core, []string{"pkg/podselect", "pkg/scrape", "internal/excerpt"}),
-	"pkg/provider":   join(core, []string{"pkg/podselect", "pkg/scrape", "internal/excerpt"}),
-	// Watches HPAs beside the provider; it reads policies, never the provider.
-	"pkg/advisor": core,
+	"pkg/prometheus": join(core, []string{"pkg/hpaindex", "pkg/podselect", "pkg/scrape", "internal/excerpt"}),
+	"pkg/provider":   join(core, []string{"pkg/hpaindex", "pkg/podselect", "pkg/scrape", "internal/excerpt"}),
+	// Watches HPAs beside the provider; it reads policies and the HPA index,
+	// never the provider.
+	"pkg/advisor": join(core, []string{"pkg/hpaindex"}),
 
 	// The drain binary's package: the engine's own /metrics, read as signals.
 	"pkg/drain": {"pkg/signals", "internal/excerpt"},

@@ -16,9 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -26,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
+	"github.com/saturation-adapter/saturation-adapter/pkg/hpaindex"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
@@ -84,30 +83,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// hpaInfo is what the advisor keeps of one HPA.
-type hpaInfo struct {
-	obj     *autoscalingv2.HorizontalPodAutoscaler // for Events
-	min     int32
-	current int32
-	metrics []hpaMetric
-	// others reports metrics that are not External metrics of ours (they may wake it).
-	others bool
-}
-
-type hpaMetric struct {
-	name     string // lower-case
-	selector string // canonical
-	value    bool   // target type Value
-}
-
 // Advisor watches HPAs and the adapter's answers. Safe for concurrent use.
 type Advisor struct {
 	recorder record.EventRecorder
 	catalogs Catalogs
 	metrics  *Metrics
 
+	// hpas is the adapter's index of HPAs (shared with the pod selection).
+	hpas *hpaindex.Index
+
 	mu     sync.Mutex
-	hpas   map[types.NamespacedName]*hpaInfo
 	active map[types.NamespacedName]map[Reason]bool
 	// inflight holds the HPAs told that a scale-up (from zero) is in flight
 	// (policy.Pool.InFlight), until it is over.
@@ -124,81 +109,56 @@ type Advisor struct {
 const unmatchedTTL = 10 * time.Minute
 
 // New returns an Advisor recording Events with recorder (nil: no Events, log and
-// metric only).
-func New(recorder record.EventRecorder, catalogs Catalogs, metrics *Metrics) *Advisor {
-	return &Advisor{recorder: recorder, catalogs: catalogs, metrics: metrics,
-		hpas: map[types.NamespacedName]*hpaInfo{}, active: map[types.NamespacedName]map[Reason]bool{}, warned: map[string]bool{},
-		unmatched: map[string]time.Time{}, inflight: map[types.NamespacedName]bool{}}
-}
-
-// HPAHandler returns the event handler that keeps the advisor's view of the HPAs
-// and checks each one as it is added or changed.
-func (a *Advisor) HPAHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { a.upsert(obj) },
-		UpdateFunc: func(_, obj any) { a.upsert(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
-			if !ok {
-				return
-			}
-			key := types.NamespacedName{Namespace: h.Namespace, Name: h.Name}
-			a.mu.Lock()
-			delete(a.hpas, key)
-			delete(a.active, key)
-			a.mu.Unlock()
-			a.metrics.Warnings.DeletePartialMatch(prometheus.Labels{"namespace": h.Namespace, "hpa": h.Name})
-		},
+// metric only) about the HPAs of hpas (nil: an index of its own; register
+// HPAHandler).
+func New(recorder record.EventRecorder, catalogs Catalogs, metrics *Metrics, hpas *hpaindex.Index) *Advisor {
+	if hpas == nil {
+		hpas = hpaindex.New()
 	}
+	a := &Advisor{recorder: recorder, catalogs: catalogs, metrics: metrics, hpas: hpas,
+		active: map[types.NamespacedName]map[Reason]bool{}, warned: map[string]bool{},
+		unmatched: map[string]time.Time{}, inflight: map[types.NamespacedName]bool{}}
+	hpas.Subscribe(a.hpaChanged)
+	return a
 }
 
-func (a *Advisor) upsert(obj any) {
-	h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
-	if !ok {
+// HPAHandler returns the event handler that keeps the advisor's index of HPAs;
+// the adapter registers its shared index's handler itself.
+func (a *Advisor) HPAHandler() cache.ResourceEventHandler { return a.hpas.Handler() }
+
+// hpaChanged checks an HPA as it is added or changed, and forgets its warnings
+// when it is deleted.
+func (a *Advisor) hpaChanged(old, cur *hpaindex.HPA) {
+	if cur == nil {
+		a.mu.Lock()
+		delete(a.active, old.Key)
+		delete(a.inflight, old.Key)
+		a.mu.Unlock()
+		a.metrics.Warnings.DeletePartialMatch(prometheus.Labels{"namespace": old.Key.Namespace, "hpa": old.Key.Name})
 		return
 	}
-	catalog := a.catalogs.Catalog()
-	info := &hpaInfo{obj: h, min: 1, current: h.Status.CurrentReplicas}
-	if h.Spec.MinReplicas != nil {
-		info.min = *h.Spec.MinReplicas
-	}
-	for _, m := range h.Spec.Metrics {
-		if m.Type != autoscalingv2.ExternalMetricSourceType || m.External == nil || catalog.Lookup(m.External.Metric.Name) == nil {
-			info.others = true
-			continue
-		}
-		sel := labels.Everything().String()
-		if s := m.External.Metric.Selector; s != nil {
-			parsed, err := metaSelector(s)
-			if err != nil {
-				continue
-			}
-			sel = parsed
-		}
-		info.metrics = append(info.metrics, hpaMetric{name: strings.ToLower(m.External.Metric.Name), selector: sel,
-			value: m.External.Target.Type == autoscalingv2.ValueMetricType})
-	}
-	key := types.NamespacedName{Namespace: h.Namespace, Name: h.Name}
-	a.mu.Lock()
-	a.hpas[key] = info
-	a.mu.Unlock()
-	a.checkZero(key, info, catalog)
+	a.checkZero(cur, a.catalogs.Catalog())
 }
 
-// checkZero warns about minReplicas 0 when no metric of the HPA can wake it.
-func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *policy.Catalog) {
-	bad := info.min == 0 && !info.others && len(info.metrics) > 0
+// checkZero warns about minReplicas 0 when no metric of the HPA can wake it:
+// every metric is one of the adapter's and none has a gateway input.
+func (a *Advisor) checkZero(h *hpaindex.HPA, catalog *policy.Catalog) {
+	others := h.NonExternal
 	var names []string
-	for _, m := range info.metrics {
-		names = append(names, m.name)
-		if p := catalog.Lookup(m.name); p != nil && p.Gateway != nil {
-			bad = false
+	gateway := false
+	for _, m := range h.External {
+		p := catalog.Lookup(m.Name)
+		if p == nil {
+			others = true
+			continue
+		}
+		names = append(names, m.Name)
+		if p.Gateway != nil {
+			gateway = true
 		}
 	}
-	a.set(key, info, ReasonNoZeroCapableInput, bad, fmt.Sprintf(
+	bad := h.MinReplicas == 0 && !others && len(names) > 0 && !gateway
+	a.set(h, ReasonNoZeroCapableInput, bad, fmt.Sprintf(
 		"minReplicas is 0 but %s is computed from the pods only: at zero pods there is nothing to read and this HPA never scales up again. "+
 			"Scale from zero needs a metric with a gateway input (a policy with gateway: in the adapter's --config; docs/scale-to-zero.md)",
 		strings.Join(names, ", ")))
@@ -208,37 +168,20 @@ func (a *Advisor) checkZero(key types.NamespacedName, info *hpaInfo, catalog *po
 // (namespace, metric, selector) with a Value target, demand with no Ready pod is a
 // warning (the HPA computes 0 replicas from it while it has replicas).
 func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, pool policy.Pool) {
-	metric, sel := strings.ToLower(metric), selector.String()
 	bad := pool.Pods == 0 && pool.Value != nil && *pool.Value > 0
-	a.mu.Lock()
-	var hits []types.NamespacedName
-	for key, info := range a.hpas {
-		if key.Namespace != namespace {
-			continue
-		}
-		for _, m := range info.metrics {
-			if m.name != metric || m.selector != sel {
-				continue
-			}
-			a.inFlight(key, info, pool.InFlight)
-			if m.value {
-				hits = append(hits, key)
-			}
-		}
+	value := 0.0
+	if pool.Value != nil {
+		value = *pool.Value
 	}
-	a.mu.Unlock()
-	for _, key := range hits {
+	metric = strings.ToLower(metric)
+	for _, h := range a.hpas.For(namespace, metric, selector.String()) {
 		a.mu.Lock()
-		info := a.hpas[key]
+		a.inFlight(h, pool.InFlight)
 		a.mu.Unlock()
-		if info == nil {
+		if !slices.ContainsFunc(h.External, func(m hpaindex.Metric) bool { return m.Name == metric && m.Key == selector.String() && m.Value }) {
 			continue
 		}
-		value := 0.0
-		if pool.Value != nil {
-			value = *pool.Value
-		}
-		a.set(key, info, ReasonValueTargetNoReadyPods, bad && info.current > 0, fmt.Sprintf(
+		a.set(h, ReasonValueTargetNoReadyPods, bad && h.CurrentReplicas > 0, fmt.Sprintf(
 			"%s has demand %.3g but no Ready pod: with target type Value the HPA multiplies by Ready pods and computes 0 replicas. "+
 				"Use a demand policy (e.g. llm_demand_replicas) with target type AverageValue \"1\"", metric, value))
 	}
@@ -252,22 +195,23 @@ const ReasonScaleUpInFlight = "ScaleUpInFlight"
 
 // inFlight records an HPA's scale-up in flight (msg, "" when none); a.mu is
 // held.
-func (a *Advisor) inFlight(key types.NamespacedName, info *hpaInfo, msg string) {
+func (a *Advisor) inFlight(h *hpaindex.HPA, msg string) {
 	switch {
 	case msg == "":
-		delete(a.inflight, key)
-	case !a.inflight[key]:
-		a.inflight[key] = true
-		klog.V(2).InfoS("Scale-up in flight", "hpa", klog.KObj(info.obj), "message", msg)
+		delete(a.inflight, h.Key)
+	case !a.inflight[h.Key]:
+		a.inflight[h.Key] = true
+		klog.V(2).InfoS("Scale-up in flight", "hpa", klog.KObj(h.Object), "message", msg)
 		if a.recorder != nil {
-			a.recorder.Event(info.obj, corev1.EventTypeNormal, ReasonScaleUpInFlight, msg)
+			a.recorder.Event(h.Object, corev1.EventTypeNormal, ReasonScaleUpInFlight, msg)
 		}
 	}
 }
 
 // set records a warning's transitions: an Event and a log line when it starts, the
 // gauge while it holds.
-func (a *Advisor) set(key types.NamespacedName, info *hpaInfo, r Reason, on bool, msg string) {
+func (a *Advisor) set(h *hpaindex.HPA, r Reason, on bool, msg string) {
+	key := h.Key
 	a.mu.Lock()
 	was := a.active[key][r]
 	if on {
@@ -288,9 +232,9 @@ func (a *Advisor) set(key types.NamespacedName, info *hpaInfo, r Reason, on bool
 	if was {
 		return
 	}
-	klog.InfoS("Warning: HorizontalPodAutoscaler cannot do what it is set up for", "hpa", klog.KObj(info.obj), "reason", r, "message", msg)
+	klog.InfoS("Warning: HorizontalPodAutoscaler cannot do what it is set up for", "hpa", klog.KObj(h.Object), "reason", r, "message", msg)
 	if a.recorder != nil {
-		a.recorder.Event(info.obj, corev1.EventTypeWarning, string(r), msg)
+		a.recorder.Event(h.Object, corev1.EventTypeWarning, string(r), msg)
 	}
 }
 
@@ -377,14 +321,4 @@ func describe(l map[string]string) string {
 		parts = append(parts, k+"="+excerpt.String(l[k], 64))
 	}
 	return strings.Join(parts, ",")
-}
-
-// metaSelector returns the canonical form of an HPA metric's selector, as the
-// request the HPA sends carries it.
-func metaSelector(s *metav1.LabelSelector) (string, error) {
-	sel, err := metav1.LabelSelectorAsSelector(s)
-	if err != nil {
-		return "", err
-	}
-	return sel.String(), nil
 }

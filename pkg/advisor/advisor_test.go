@@ -61,7 +61,7 @@ func newAdvisor(t *testing.T) (*Advisor, *record.FakeRecorder, *Metrics) {
 		t.Fatal(err)
 	}
 	rec := record.NewFakeRecorder(10)
-	return New(rec, staticCatalog{catalog(t)}, m), rec, m
+	return New(rec, staticCatalog{catalog(t)}, m, nil), rec, m
 }
 
 func events(rec *record.FakeRecorder) []string {

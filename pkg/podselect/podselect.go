@@ -13,16 +13,13 @@ import (
 	"hash/fnv"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
+	"github.com/saturation-adapter/saturation-adapter/pkg/hpaindex"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 )
 
@@ -70,9 +68,9 @@ type Options struct {
 	// none): an HPA with such a metric puts them in the scrape set too, at the
 	// override's port and path.
 	Gateway func(metric string) *Gateway
-	// OnHPADeleted, if set, is called with each HorizontalPodAutoscaler that is
-	// deleted, e.g. to delete the self-metric series labelled with it.
-	OnHPADeleted func(hpa types.NamespacedName)
+	// HPAs is the adapter's index of HorizontalPodAutoscalers, shared with
+	// the advisor; nil: the Selection makes its own (register HPAHandler).
+	HPAs *hpaindex.Index
 	// MaxRequestSelectors bounds the selectors remembered from requests alone
 	// (not any HPA's External metric selector: a person's kubectl, an HPA of
 	// type Pods); past it the least recently asked is forgotten first. 0 means
@@ -130,11 +128,10 @@ type Selection struct {
 	lru       *list.List
 	lastSweep time.Time
 
+	// hpas is the index of HPAs, kept from informer events so that neither
+	// the scrape set nor a request lists HPAs.
+	hpas  *hpaindex.Index
 	hpaMu sync.RWMutex
-	// hpas indexes the External metrics of every HPA by namespace and HPA name,
-	// kept from informer events so that neither the scrape set nor a request
-	// lists HPAs.
-	hpas map[string]map[string][]hpaMetric
 	// hpaKeys counts, per interest key, the HPA metrics on a served metric with
 	// that namespace and selector: such a selector is in the scrape set anyway.
 	hpaKeys map[string]int
@@ -226,26 +223,27 @@ type Gateway struct {
 	Override  Override
 }
 
-type hpaMetric struct {
-	metric   string // lower-case
-	selector labels.Selector
-	key      string // canonical selector
-}
-
-// New returns a Selection over the pods of pods. Register HPAHandler with the
-// informers before they start so that HPAs declare interest.
+// New returns a Selection over the pods of pods. Register the HPA index's
+// handler (HPAHandler) with the informers before they start so that HPAs
+// declare interest.
 func New(opts Options, pods PodLister, clk clock.PassiveClock) *Selection {
 	if opts.MaxRequestSelectors <= 0 {
 		opts.MaxRequestSelectors = DefaultMaxRequestSelectors
 	}
-	return &Selection{
+	hpas := opts.HPAs
+	if hpas == nil {
+		hpas = hpaindex.New()
+	}
+	s := &Selection{
 		opts: opts, pods: pods, clock: clk,
 		asked:   map[string]*list.Element{},
 		lru:     list.New(),
-		hpas:    map[string]map[string][]hpaMetric{},
+		hpas:    hpas,
 		hpaKeys: map[string]int{},
 		members: map[string]memberList{},
 	}
+	hpas.Subscribe(s.hpaChanged)
+	return s
 }
 
 // interestKey keys request state by (namespace, canonical selector), so two
@@ -441,28 +439,26 @@ func (s *Selection) interests() []interest {
 		out = append(out, *in)
 	}
 	s.mu.Unlock()
-	s.hpaMu.RLock()
-	defer s.hpaMu.RUnlock()
-	for ns, byName := range s.hpas {
-		for _, metrics := range byName {
-			for _, m := range metrics {
-				if !s.opts.Serves(m.metric) {
-					continue
+	s.hpas.Range(func(h *hpaindex.HPA) bool {
+		ns := h.Key.Namespace
+		for _, m := range h.External {
+			if !s.opts.Serves(m.Name) {
+				continue
+			}
+			out = append(out, interest{namespace: ns, selector: m.Selector})
+			if s.opts.Gateway == nil {
+				continue
+			}
+			if g := s.opts.Gateway(m.Name); g != nil {
+				gns := g.Namespace
+				if gns == "" {
+					gns = ns
 				}
-				out = append(out, interest{namespace: ns, selector: m.selector})
-				if s.opts.Gateway == nil {
-					continue
-				}
-				if g := s.opts.Gateway(m.metric); g != nil {
-					gns := g.Namespace
-					if gns == "" {
-						gns = ns
-					}
-					out = append(out, interest{namespace: gns, selector: g.Selector, override: g.Override})
-				}
+				out = append(out, interest{namespace: gns, selector: g.Selector, override: g.Override})
 			}
 		}
-	}
+		return true
+	})
 	return out
 }
 
@@ -470,104 +466,43 @@ func (s *Selection) interests() []interest {
 // metric named metric (case-insensitively) whose selector equals selector: the
 // HPAs a request for (namespace, metric, selector) answers.
 func (s *Selection) HPAsFor(namespace, metric string, selector labels.Selector) []string {
-	s.hpaMu.RLock()
-	defer s.hpaMu.RUnlock()
-	byName := s.hpas[namespace]
-	if len(byName) == 0 {
+	hpas := s.hpas.For(namespace, metric, selector.String())
+	if len(hpas) == 0 {
 		return nil
 	}
-	metric = strings.ToLower(metric)
-	key := selector.String()
-	var out []string
-	for name, metrics := range byName {
-		for _, m := range metrics {
-			if m.metric == metric && m.key == key {
-				out = append(out, name)
-				break
-			}
-		}
+	out := make([]string, len(hpas))
+	for i, h := range hpas {
+		out[i] = h.Key.Name
 	}
-	slices.Sort(out)
 	return out
 }
 
 // HPAHandler returns the event handler that keeps the Selection's index of
-// HorizontalPodAutoscalers; see Informers.AddHPAHandler.
-func (s *Selection) HPAHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.indexHPA(obj) },
-		UpdateFunc: func(_, obj any) { s.indexHPA(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
-			if !ok {
-				return
-			}
-			s.hpaMu.Lock()
-			s.setHPAMetricsLocked(h.Namespace, h.Name, nil)
-			s.hpaMu.Unlock()
-			if s.opts.OnHPADeleted != nil {
-				s.opts.OnHPADeleted(types.NamespacedName{Namespace: h.Namespace, Name: h.Name})
-			}
-		},
-	}
-}
+// HorizontalPodAutoscalers (Options.HPAs); see Informers.AddHPAHandler.
+// Register it once per index: the adapter registers its index's handler
+// itself.
+func (s *Selection) HPAHandler() cache.ResourceEventHandler { return s.hpas.Handler() }
 
-// indexHPA records the External metrics of one HPA, with their parsed
-// selectors; an invalid selector is logged and left out.
-func (s *Selection) indexHPA(obj any) {
-	h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
-	if !ok {
-		return
-	}
-	var metrics []hpaMetric
-	for _, m := range h.Spec.Metrics {
-		if m.Type != autoscalingv2.ExternalMetricSourceType || m.External == nil {
-			continue
-		}
-		sel := labels.Everything()
-		if m.External.Metric.Selector != nil {
-			parsed, err := metav1.LabelSelectorAsSelector(m.External.Metric.Selector)
-			if err != nil {
-				klog.V(2).InfoS("HPA metric selector is invalid", "hpa", klog.KObj(h), "metric", m.External.Metric.Name, "err", err)
-				continue
-			}
-			sel = parsed
-		}
-		metrics = append(metrics, hpaMetric{metric: strings.ToLower(m.External.Metric.Name), selector: sel, key: sel.String()})
-	}
+// hpaChanged keeps hpaKeys in step with the index: the HPA metrics on a served
+// metric, counted per (namespace, selector).
+func (s *Selection) hpaChanged(old, cur *hpaindex.HPA) {
 	s.hpaMu.Lock()
 	defer s.hpaMu.Unlock()
-	s.setHPAMetricsLocked(h.Namespace, h.Name, metrics)
-}
-
-// setHPAMetricsLocked replaces the indexed External metrics of one HPA (none:
-// the HPA is gone or has none) and keeps hpaKeys in step.
-func (s *Selection) setHPAMetricsLocked(namespace, name string, metrics []hpaMetric) {
-	for _, m := range s.hpas[namespace][name] {
-		if s.opts.Serves(m.metric) {
-			k := namespace + "\x00" + m.key
-			if s.hpaKeys[k]--; s.hpaKeys[k] <= 0 {
-				delete(s.hpaKeys, k)
+	if old != nil {
+		for _, m := range old.External {
+			if s.opts.Serves(m.Name) {
+				k := old.Key.Namespace + "\x00" + m.Key
+				if s.hpaKeys[k]--; s.hpaKeys[k] <= 0 {
+					delete(s.hpaKeys, k)
+				}
 			}
 		}
 	}
-	if len(metrics) == 0 {
-		delete(s.hpas[namespace], name)
-		if len(s.hpas[namespace]) == 0 {
-			delete(s.hpas, namespace)
-		}
-		return
-	}
-	if s.hpas[namespace] == nil {
-		s.hpas[namespace] = map[string][]hpaMetric{}
-	}
-	s.hpas[namespace][name] = metrics
-	for _, m := range metrics {
-		if s.opts.Serves(m.metric) {
-			s.hpaKeys[namespace+"\x00"+m.key]++
+	if cur != nil {
+		for _, m := range cur.External {
+			if s.opts.Serves(m.Name) {
+				s.hpaKeys[cur.Key.Namespace+"\x00"+m.Key]++
+			}
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/saturation-adapter/saturation-adapter/pkg/hpaindex"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
 )
@@ -551,15 +552,22 @@ func TestWatchedNamespaces(t *testing.T) {
 }
 
 // HPAsFor finds the HPAs a request answers by namespace, metric (any case) and
-// canonical selector; a deleted HPA is reported once so that its self-metric
-// series can go.
+// canonical selector; a deleted HPA is reported once to the index's
+// subscribers so that its self-metric series can go.
 func TestHPAsForAndDeletion(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		deleted []types.NamespacedName
 	)
 	opts := defaultOptions
-	opts.OnHPADeleted = func(h types.NamespacedName) { mu.Lock(); deleted = append(deleted, h); mu.Unlock() }
+	opts.HPAs = hpaindex.New()
+	opts.HPAs.Subscribe(func(old, cur *hpaindex.HPA) {
+		if cur == nil {
+			mu.Lock()
+			deleted = append(deleted, old.Key)
+			mu.Unlock()
+		}
+	})
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "vllm", "tier": "prod"}}
 	client, _, d := start(t, opts, newClock(), nil,
 		hpa("llm", "a", external("LLM_Saturation", sel)),
@@ -592,7 +600,7 @@ func TestHPAsForAndDeletion(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []types.NamespacedName{{Namespace: "llm", Name: "b"}}; !slices.Equal(deleted, want) {
-		t.Errorf("OnHPADeleted got %v, want %v", deleted, want)
+		t.Errorf("deletions seen by a subscriber of the index: %v, want %v", deleted, want)
 	}
 }
 

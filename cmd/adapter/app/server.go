@@ -32,6 +32,7 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/apiservice"
 	"github.com/saturation-adapter/saturation-adapter/pkg/config"
 	"github.com/saturation-adapter/saturation-adapter/pkg/history"
+	"github.com/saturation-adapter/saturation-adapter/pkg/hpaindex"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	promsource "github.com/saturation-adapter/saturation-adapter/pkg/prometheus"
@@ -157,21 +158,26 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One index of HPAs: the pod selection and the advisor read it, and a
+	// deleted HPA's self-metric series go with it.
+	hpas := hpaindex.New()
+	hpas.Subscribe(func(old, cur *hpaindex.HPA) {
+		if cur == nil {
+			providerMetrics.ForgetHPA(old.Key)
+		}
+	})
 	sel := c.Select
-	sel.OnHPADeleted = providerMetrics.ForgetHPA
+	sel.HPAs = hpas
 	sel.Serves = func(m string) bool { return catalogs.Catalog().Lookup(m) != nil }
 	sel.Gateway = func(m string) *podselect.Gateway { return gatewayOf(catalogs.Catalog().Lookup(m)) }
 	pools := podselect.New(sel, inf.Pods(), c.Clock)
-	if err := inf.AddHPAHandler(pools.HPAHandler()); err != nil {
-		return nil, err
-	}
 	advisorMetrics, err := advisor.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	events := record.NewBroadcaster(record.WithContext(context.Background()))
-	adv := advisor.New(events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: Name}), catalogs, advisorMetrics)
-	if err := inf.AddHPAHandler(adv.HPAHandler()); err != nil {
+	adv := advisor.New(events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: Name}), catalogs, advisorMetrics, hpas)
+	if err := inf.AddHPAHandler(hpas.Handler()); err != nil {
 		return nil, err
 	}
 	var (
