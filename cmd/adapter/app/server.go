@@ -180,49 +180,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := inf.AddHPAHandler(hpas.Handler()); err != nil {
 		return nil, err
 	}
-	var (
-		scraper  *scrape.Scraper
-		source   *promsource.Source
-		readings provider.Readings
-	)
-	if c.Source == SourcePrometheus {
-		// One validation path: rejected and duplicate series read from
-		// Prometheus are counted on the scrape path's self-metrics.
-		c.PrometheusSource.Count = scrapeMetrics.Count
-		if c.PrometheusSource.IdleTimeout <= 0 {
-			c.PrometheusSource.IdleTimeout = c.Select.IdleTimeout
-		}
-		if source, err = c.prometheusSource(catalogs, reg); err != nil {
-			return nil, err
-		}
-		readings = source
-	} else {
-		httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
-		if err != nil {
-			return nil, err
-		}
-		scraper = scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
-		catalogs.OnChange(func(cat *policy.Catalog) { scraper.SetReader(c.reader(cat)) })
-		readings = provider.Scraped(scraper, c.ColdScrapeTimeout)
+	scraper, source, readings, err := c.readings(catalogs, reg, scrapeMetrics)
+	if err != nil {
+		return nil, err
 	}
 	popts := c.Provider
 	popts.Advice = adv
 	prov := provider.New(popts, catalogs, pools, readings, c.Clock, providerMetrics)
-
-	if c.ManagedTLS != nil {
-		// The generic server runs it (RunOnce before listening, then Run): it is
-		// a dynamiccertificates.ControllerRunner.
-		cert, err := servingcert.New(*c.ManagedTLS, c.Client, apiservice.NewPublisher(c.Dynamic, c.APIServices, c.Self), c.Clock)
-		if err != nil {
-			return nil, err
-		}
-		c.Generic.SecureServing.Cert = cert
-	}
-	var checker *apiservice.Checker
-	if c.Self.Namespace != "" && c.Dynamic != nil {
-		if checker, err = apiservice.NewChecker(c.Dynamic, c.APIServices, c.Self, c.Clock, reg); err != nil {
-			return nil, err
-		}
+	checker, err := c.apiServices(reg)
+	if err != nil {
+		return nil, err
 	}
 
 	// Long selectors are refused before the chain: see withSelectorLimit.
@@ -235,7 +202,59 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("building the API server: %w", err)
 	}
 	s := &Server{generic: cm.GenericAPIServer, informers: inf, pools: pools, scraper: scraper, source: source, checker: checker, catalogs: catalogs, events: events, config: c, synced: make(chan struct{})}
+	if err := s.install(reg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
+// readings builds where the provider's readings come from: Prometheus with
+// --source=prometheus (source), the scraper otherwise (scraper).
+func (c CompletedConfig) readings(catalogs *config.Loader, reg *prometheus.Registry, scrapeMetrics *scrape.Metrics) (*scrape.Scraper, *promsource.Source, provider.Readings, error) {
+	if c.Source == SourcePrometheus {
+		// One validation path: rejected and duplicate series read from
+		// Prometheus are counted on the scrape path's self-metrics.
+		c.PrometheusSource.Count = scrapeMetrics.Count
+		if c.PrometheusSource.IdleTimeout <= 0 {
+			c.PrometheusSource.IdleTimeout = c.Select.IdleTimeout
+		}
+		source, err := c.prometheusSource(catalogs, reg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return nil, source, source, nil
+	}
+	httpClient, err := scrape.NewHTTPClient(c.ScrapeTLS)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	scraper := scrape.New(c.Scrape, httpClient, c.reader(catalogs.Catalog()), c.Clock, scrapeMetrics)
+	catalogs.OnChange(func(cat *policy.Catalog) { scraper.SetReader(c.reader(cat)) })
+	return scraper, nil, provider.Scraped(scraper, c.ColdScrapeTimeout), nil
+}
+
+// apiServices sets up the self-managed serving certificate (--tls-managed-secret)
+// and returns the APIService ownership checker (nil outside a pod).
+func (c CompletedConfig) apiServices(reg *prometheus.Registry) (*apiservice.Checker, error) {
+	if c.ManagedTLS != nil {
+		// The generic server runs it (RunOnce before listening, then Run): it is
+		// a dynamiccertificates.ControllerRunner.
+		cert, err := servingcert.New(*c.ManagedTLS, c.Client, apiservice.NewPublisher(c.Dynamic, c.APIServices, c.Self), c.Clock)
+		if err != nil {
+			return nil, err
+		}
+		c.Generic.SecureServing.Cert = cert
+	}
+	if c.Self.Namespace == "" || c.Dynamic == nil {
+		return nil, nil
+	}
+	return apiservice.NewChecker(c.Dynamic, c.APIServices, c.Self, c.Clock, reg)
+}
+
+// install adds the adapter's /metrics, readiness checks and post-start hooks
+// to the generic server.
+func (s *Server) install(reg *prometheus.Registry) error {
+	c, checker := s.config, s.checker
 	// /metrics serves the API server's own metrics (request latencies, Go and
 	// process collectors, from component-base's registry) beside the adapter's.
 	// The generic server's own /metrics is off (EnableMetrics false): it would
@@ -245,21 +264,19 @@ func (c CompletedConfig) New() (*Server, error) {
 		prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 
 	if err := s.generic.AddReadyzChecks(healthz.NamedCheck("informer-sync", s.checkSynced),
-		authenticationLoaded(c.Generic.Authentication.RequestHeaderConfig), configCheck{catalogs}); err != nil {
-		return nil, err
+		authenticationLoaded(c.Generic.Authentication.RequestHeaderConfig), configCheck{s.catalogs}); err != nil {
+		return err
 	}
 	if err := s.generic.AddPostStartHook("saturation-adapter-start-pipeline", s.startPipeline); err != nil {
-		return nil, err
+		return err
 	}
-	if checker != nil {
-		if err := s.generic.AddPostStartHook("saturation-adapter-apiservice-check", func(ctx genericapiserver.PostStartHookContext) error {
-			go checker.Run(ctx, apiservice.DefaultCheckInterval)
-			return nil
-		}); err != nil {
-			return nil, err
-		}
+	if checker == nil {
+		return nil
 	}
-	return s, nil
+	return s.generic.AddPostStartHook("saturation-adapter-apiservice-check", func(ctx genericapiserver.PostStartHookContext) error {
+		go checker.Run(ctx, apiservice.DefaultCheckInterval)
+		return nil
+	})
 }
 
 // checkSynced is the readiness check of the pod and HPA caches. Readiness never
