@@ -213,33 +213,12 @@ func fresh(h *history.History, now time.Time, maxAge time.Duration) (*signals.Re
 func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, maxAge time.Duration, report *PodReport, ownLatency bool) podEval {
 	ev := podEval{state: StateOK, part: p.UnknownSaturation, history: h}
 	r, ok := fresh(h, now, maxAge)
-	if r != nil && !ok {
-		age := now.Sub(r.At()).Round(time.Millisecond)
-		ev.why = fmt.Sprintf("stale: last good scrape %s ago (max age %s)", age, maxAge)
-		if !r.SampleTime.IsZero() && r.SampleTime.Before(r.Time) {
-			ev.why = fmt.Sprintf("stale: its samples are timestamped %s before now (max age %s)", age, maxAge)
-		}
-		if why != "" {
-			ev.why += "; " + why
-		}
-	} else if r == nil {
-		ev.why = why
-		if ev.why == "" {
-			ev.why = "not scraped yet"
-		}
-	}
 	if report != nil {
 		report.State = StateOK
 	}
 	if !ok {
-		// Unknown: the unknown-pod saturation, or the last good saturation while
-		// it is higher and not older than HoldLastGood.
-		if r != nil && p.HoldLastGood > 0 && now.Sub(r.At()) <= p.HoldLastGood {
-			if _, last, has := p.podTerms(h, r, nil, nil, false); has && last > ev.part {
-				ev.part, ev.held = last, true
-				ev.why += fmt.Sprintf("; counted at its last good saturation %.3g until %s old", last, p.HoldLastGood)
-			}
-		}
+		ev.why = unknownWhy(r, why, now, maxAge)
+		p.holdLastGood(&ev, h, r, now)
 		if report != nil {
 			report.Counted, report.Why = ev.part, ev.why
 		}
@@ -251,25 +230,9 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 	run, _ := r.Value(signals.Running)
 	ev.busy = q+qd+run > 0
 	// Engine states. Engines that cannot serve are left out of the pod's
-	// terms; the others still count (see below).
-	var stateWhy string
-	var unable []string
-	for i := range r.Engines {
-		e := &r.Engines[i]
-		if p.Model != "" && !signals.SameModel(e.Model, p.Model) {
-			continue
-		}
-		st, reason := p.engineState(h.FactsOf(e.ID), h.StateWindow())
-		if report != nil {
-			report.Engines = append(report.Engines, EngineReport{ID: e.ID, Model: e.Model, State: st, Reason: reason})
-		}
-		if st.cannotServe() {
-			unable = append(unable, e.ID)
-		}
-		if st.severity() > ev.state.severity() {
-			ev.state, stateWhy = st, fmt.Sprintf("engine %q %s: %s", e.ID, st, reason)
-		}
-	}
+	// terms; the others still count (see judge).
+	state, stateWhy, unable := p.engineStates(h, r, report)
+	ev.state = state
 	var terms *[]TermValue
 	if report != nil {
 		report.Fresh, report.State = true, ev.state
@@ -292,6 +255,73 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 			}
 		}
 	}
+	p.judge(&ev, h, r, stateWhy, served, has, own, part)
+	if report != nil {
+		report.Counted, report.Why = ev.part, ev.why
+	}
+	return ev
+}
+
+// unknownWhy says why a pod without a fresh reading (r: its latest, nil when
+// none) has no value; why is the scrape's own error, if any.
+func unknownWhy(r *signals.Reading, why string, now time.Time, maxAge time.Duration) string {
+	if r == nil {
+		if why == "" {
+			return "not scraped yet"
+		}
+		return why
+	}
+	age := now.Sub(r.At()).Round(time.Millisecond)
+	out := fmt.Sprintf("stale: last good scrape %s ago (max age %s)", age, maxAge)
+	if !r.SampleTime.IsZero() && r.SampleTime.Before(r.Time) {
+		out = fmt.Sprintf("stale: its samples are timestamped %s before now (max age %s)", age, maxAge)
+	}
+	if why != "" {
+		out += "; " + why
+	}
+	return out
+}
+
+// holdLastGood counts an unknown pod at its last good saturation while that is
+// higher than the unknown-pod saturation and not older than HoldLastGood.
+func (p *Policy) holdLastGood(ev *podEval, h *history.History, r *signals.Reading, now time.Time) {
+	if r == nil || p.HoldLastGood <= 0 || now.Sub(r.At()) > p.HoldLastGood {
+		return
+	}
+	if _, last, has := p.podTerms(h, r, nil, nil, false); has && last > ev.part {
+		ev.part, ev.held = last, true
+		ev.why += fmt.Sprintf("; counted at its last good saturation %.3g until %s old", last, p.HoldLastGood)
+	}
+}
+
+// engineStates judges the engines of r that serve the policy's model: the
+// pod's worst state and why, and the engines that cannot serve. Each engine
+// is added to report when it is not nil.
+func (p *Policy) engineStates(h *history.History, r *signals.Reading, report *PodReport) (state EngineState, why string, unable []string) {
+	state = StateOK
+	for i := range r.Engines {
+		e := &r.Engines[i]
+		if p.Model != "" && !signals.SameModel(e.Model, p.Model) {
+			continue
+		}
+		st, reason := p.engineState(h.FactsOf(e.ID), h.StateWindow())
+		if report != nil {
+			report.Engines = append(report.Engines, EngineReport{ID: e.ID, Model: e.Model, State: st, Reason: reason})
+		}
+		if st.cannotServe() {
+			unable = append(unable, e.ID)
+		}
+		if st.severity() > state.severity() {
+			state, why = st, fmt.Sprintf("engine %q %s: %s", e.ID, st, reason)
+		}
+	}
+	return state, why, unable
+}
+
+// judge sets what a fresh pod counts from its engines' state and terms: own
+// and part are its terms' saturation (with and without latency terms), has
+// reports a term at all and served one of an engine that can serve.
+func (p *Policy) judge(ev *podEval, h *history.History, r *signals.Reading, stateWhy string, served, has bool, own, part float64) {
 	switch {
 	case ev.state.cannotServe() && !served:
 		ev.why = stateWhy + fmt.Sprintf("; counts at the unknown-pod saturation %g", p.UnknownSaturation)
@@ -324,10 +354,6 @@ func (p *Policy) evalSaturation(h *history.History, why string, now time.Time, m
 			ev.why = stateWhy + fmt.Sprintf("; counts at least %.3g", clip)
 		}
 	}
-	if report != nil {
-		report.Counted, report.Why = ev.part, ev.why
-	}
-	return ev
 }
 
 // lostDemand returns (finished + rejected) / finished over the last
