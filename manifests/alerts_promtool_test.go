@@ -71,11 +71,40 @@ tests:
     - exp_labels: {severity: critical, namespace: taken, job: saturation-adapter, apiservice: v1beta1.external.metrics.k8s.io}
 `
 
+// scrapeErrorsTest is a `promtool test rules` file for SaturationAdapterScrapeErrors over
+// two adapters (the namespace label) that each scrape 10 times a minute and fail every
+// scrape: one because llama.cpp routers do not have the model its URLs name loaded
+// (model_not_loaded, pods that do not serve the model: no fault), the other because the
+// engines refuse connections. Only the second fires, once its ratio has held for 10m.
+const scrapeErrorsTest = `rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+- interval: 1m
+  input_series:
+  - series: 'saturation_adapter_scrape_duration_seconds_count{namespace="router",job="saturation-adapter",outcome="error"}'
+    values: '0+10x30'
+  - series: 'saturation_adapter_scrape_errors_total{namespace="router",job="saturation-adapter",reason="model_not_loaded"}'
+    values: '0+10x30'
+  - series: 'saturation_adapter_scrape_duration_seconds_count{namespace="refused",job="saturation-adapter",outcome="error"}'
+    values: '0+10x30'
+  - series: 'saturation_adapter_scrape_errors_total{namespace="refused",job="saturation-adapter",reason="connect"}'
+    values: '0+10x30'
+  alert_rule_test:
+  - eval_time: 5m
+    alertname: SaturationAdapterScrapeErrors
+    exp_alerts: []
+  - eval_time: 20m
+    alertname: SaturationAdapterScrapeErrors
+    exp_alerts:
+    - exp_labels: {severity: warning, namespace: refused, job: saturation-adapter}
+`
+
 // TestAlertsWithPromtool runs Prometheus's promtool on the rules the monitoring install
 // and the chart (prometheusRule.enabled, default thresholds) ship: `check rules` on
 // them as they are, and `test rules` with notOwnedTest, so the ownership alert fires
 // when the APIService stays taken and never on one blip or while a replica still sees
-// it routed to the adapter. The test's rule file drops the annotations: promtool
+// it routed to the adapter, and with scrapeErrorsTest, so the scrape-error alert never
+// fires on llama.cpp routers that do not have a model loaded. The test's rule file drops the annotations: promtool
 // compares them too, and their templates are checked by `check rules`.
 func TestAlertsWithPromtool(t *testing.T) {
 	tool := promtool(t)
@@ -108,12 +137,14 @@ func TestAlertsWithPromtool(t *testing.T) {
 				}
 			}
 			write("rules.yaml", map[string]any{"groups": groups})
-			test := filepath.Join(dir, "test.yaml")
-			if err := os.WriteFile(test, []byte(notOwnedTest), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := run(tool, "test", "rules", test); err != nil {
-				t.Errorf("promtool test rules: %v\n%s", err, out)
+			for file, text := range map[string]string{"owned.yaml": notOwnedTest, "scrape.yaml": scrapeErrorsTest} {
+				test := filepath.Join(dir, file)
+				if err := os.WriteFile(test, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if out, err := run(tool, "test", "rules", test); err != nil {
+					t.Errorf("promtool test rules %s: %v\n%s", file, err, out)
+				}
 			}
 		})
 	}

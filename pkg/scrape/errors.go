@@ -3,11 +3,13 @@ package scrape
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 
@@ -50,6 +52,44 @@ func (e *Error) stored() *Error { return &Error{Reason: e.Reason, Detail: e.Deta
 // see, cause the full error for the log.
 func newError(reason ErrorReason, detail string, cause error) *Error {
 	return &Error{Reason: reason, Detail: excerpt.String(detail, MaxErrorDetailBytes), cause: cause}
+}
+
+// maxStatusBodyBytes bounds what is read of an answer other than 200 OK, to
+// tell llama.cpp's "model is not loaded" from other errors.
+const maxStatusBodyBytes = 4 << 10
+
+// notLoadedMessage is the error message of llama.cpp's router for a request
+// naming a model that is not running when autoload is off
+// (router_validate_model in tools/server/server-models.cpp, ggml-org/llama.cpp
+// at 00dd0816: HTTP 400, {"error": {"code": 400, "message": "model is not
+// loaded", "type": "invalid_request_error"}}).
+const notLoadedMessage = "model is not loaded"
+
+// notLoadedError returns the Error of a llama.cpp router answering that the
+// model the URL names is not loaded (body: at most maxStatusBodyBytes of the
+// answer), nil for any other answer. Only a URL with autoload=false can get
+// that answer from the adapter's scrapes (podselect adds it whenever the query
+// names a model).
+func notLoadedError(resp *http.Response, body []byte, rawURL string) *Error {
+	if resp.StatusCode != http.StatusBadRequest {
+		return nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || !u.Query().Has("model") {
+		return nil
+	}
+	var answer struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &answer) != nil || answer.Error.Message != notLoadedMessage {
+		return nil
+	}
+	model := u.Query().Get("model")
+	return newError(ReasonModelNotLoaded,
+		fmt.Sprintf("llama.cpp router: model %q is not loaded, so this pod does not serve it (the adapter never loads a model: autoload=false)", excerpt.String(model, 64)),
+		fmt.Errorf("GET %s: HTTP 400: %s", rawURL, notLoadedMessage))
 }
 
 // statusError is an answer other than 200 OK: its code and the standard text,

@@ -43,6 +43,11 @@ func rawEngine(t *testing.T, response string) string {
 	return "http://" + l.Addr().String() + "/metrics"
 }
 
+// llamaNotLoaded is llama.cpp's router's answer to a request naming a model
+// that is not running when autoload is off (router_validate_model,
+// tools/server/server-models.cpp at ggml-org/llama.cpp 00dd0816).
+const llamaNotLoaded = `{"error":{"code":400,"message":"model is not loaded","type":"invalid_request_error"}}`
+
 // TestScrapeErrorsAreBounded feeds hostile engines to the scraper: what is
 // kept per pod and shown to callers is a short printable detail naming the
 // reason, never the pod's address and never more than MaxErrorDetailBytes,
@@ -73,6 +78,38 @@ func TestScrapeErrorsAreBounded(t *testing.T) {
 			name: "1 MB reason phrase",
 			url: func(t *testing.T) string {
 				return rawEngine(t, "HTTP/1.1 503 "+huge+"\r\nContent-Length: 0\r\n\r\n")
+			},
+			wantReason: scrape.ReasonHTTPStatus, wantDetail: "HTTP 503 Service Unavailable",
+		},
+		{
+			// llama.cpp's router with autoload=false (the adapter's scrapes never
+			// load a model): the pod does not serve the model, which is said as
+			// such and not as an HTTP fault.
+			name: "llama.cpp router: model not loaded",
+			url: func(t *testing.T) string {
+				return newEngine(t, serve(http.StatusBadRequest, []byte(llamaNotLoaded))).srv.URL + "/metrics?model=qwen3-8b&autoload=false"
+			},
+			wantReason: scrape.ReasonModelNotLoaded, wantDetail: `llama.cpp router: model "qwen3-8b" is not loaded, so this pod does not serve it`,
+		},
+		{
+			name: "the same answer to a URL naming no model",
+			url: func(t *testing.T) string {
+				return newEngine(t, serve(http.StatusBadRequest, []byte(llamaNotLoaded))).srv.URL + "/metrics"
+			},
+			wantReason: scrape.ReasonHTTPStatus, wantDetail: "HTTP 400 Bad Request",
+		},
+		{
+			name: "another 400 from a router",
+			url: func(t *testing.T) string {
+				body := strings.Replace(llamaNotLoaded, "model is not loaded", "model 'qwen3-8b' not found", 1)
+				return newEngine(t, serve(http.StatusBadRequest, []byte(body))).srv.URL + "/metrics?model=qwen3-8b&autoload=false"
+			},
+			wantReason: scrape.ReasonHTTPStatus, wantDetail: "HTTP 400 Bad Request",
+		},
+		{
+			name: "the message with another status",
+			url: func(t *testing.T) string {
+				return newEngine(t, serve(http.StatusServiceUnavailable, []byte(llamaNotLoaded))).srv.URL + "/metrics?model=qwen3-8b&autoload=false"
 			},
 			wantReason: scrape.ReasonHTTPStatus, wantDetail: "HTTP 503 Service Unavailable",
 		},

@@ -39,12 +39,17 @@ const (
 	// past --scrape-readings-budget-bytes (it is not stored), or its body
 	// grew past the room --scrape-inflight-bytes left.
 	ReasonOverBudget ErrorReason = "over_budget"
+	// ReasonModelNotLoaded: llama.cpp's router (llama-server in router mode)
+	// answered that the model the scrape URL names is not loaded. The
+	// adapter never loads it (autoload=false): the pod is not serving that
+	// model, which is not a fault of the scrape.
+	ReasonModelNotLoaded ErrorReason = "model_not_loaded"
 )
 
 // ErrorReasons lists every ErrorReason, in documentation order.
 func ErrorReasons() []ErrorReason {
 	return []ErrorReason{ReasonConnect, ReasonTimeout, ReasonHTTPStatus, ReasonBodyTooLarge, ReasonRead, ReasonParse, ReasonNoEngineMetrics, ReasonRequest,
-		ReasonTooManySeries, ReasonTooManyEngines, ReasonOverBudget}
+		ReasonTooManySeries, ReasonTooManyEngines, ReasonOverBudget, ReasonModelNotLoaded}
 }
 
 // Outcome labels saturation_adapter_scrape_duration_seconds.

@@ -298,8 +298,12 @@ func (s *Scraper) fetch(ctx context.Context, t Target, extractor *signals.Extrac
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		// Drain a little so the connection can be reused.
-		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+		// Read a little: it tells llama.cpp's "model is not loaded" apart, and
+		// the connection can be reused.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStatusBodyBytes))
+		if e := notLoadedError(resp, body, url); e != nil {
+			return nil, e
+		}
 		return nil, statusError(resp, url)
 	}
 
