@@ -152,30 +152,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, r := range Reasons() {
 		m.Warnings.WithLabelValues("ns", "h", string(r)).Set(1)
 	}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := metricdocs.FromFamilies(fams, "namespace", "hpa")
-	for name, g := range got {
-		d, ok := documented[name]
-		if !ok {
-			t.Errorf("the metric table lacks %s", name)
-			continue
-		}
-		if d.Type != g.Type || len(d.Labels) != len(g.Labels) {
-			t.Errorf("%s: documented %+v, registry %+v", name, d, g)
-		}
-		for l, vals := range g.Labels {
-			if strings.Join(d.Labels[l], ",") != strings.Join(vals, ",") {
-				t.Errorf("%s label %s: documented %v, registry %v", name, l, d.Labels[l], vals)
-			}
-		}
-	}
+	metricdocs.Check(t, reg, "../../", 2, "namespace", "hpa")
 }
 
 // Scale from zero in flight (issue 19): an HPA on a pool whose demand the

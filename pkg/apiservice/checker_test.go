@@ -227,23 +227,5 @@ func TestMetricsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Check(context.Background()) // missing: sets the gauge to 0
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := metricdocs.FromFamilies(fams, "apiservice")
-	want := map[string]metricdocs.Metric{}
-	for name := range got {
-		want[name] = documented[name]
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
-	}
-	if len(got) != 1 {
-		t.Errorf("gathered %d families, want 1", len(got))
-	}
+	metricdocs.Check(t, reg, "../../", 1, "apiservice")
 }

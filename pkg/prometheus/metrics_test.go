@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/metricdocs"
@@ -28,30 +27,7 @@ func TestMetricsDocumented(t *testing.T) {
 		m.QueryErrors.WithLabelValues(string(r)).Inc()
 	}
 	m.DataAge.Observe(3)
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetHelp() == "" {
-			t.Errorf("%s has no help text", f.GetName())
-		}
-	}
-	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := metricdocs.FromFamilies(fams)
-	want := map[string]metricdocs.Metric{}
-	for name := range got {
-		want[name] = documented[name]
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
-	}
-	if len(got) != 3 {
-		t.Errorf("gathered %d families, want the 3 of the Prometheus source", len(got))
-	}
+	metricdocs.Check(t, reg, "../../", 3)
 }
 
 func TestReasonOf(t *testing.T) {

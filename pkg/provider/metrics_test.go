@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,31 +24,8 @@ func TestMetricsDocumented(t *testing.T) {
 		m.request("llm_saturation", r)
 	}
 	m.served("llm", []string{"vllm"}, "llm_saturation", 1, policy.Pool{Pods: 2, Known: 1})
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetHelp() == "" {
-			t.Errorf("%s has no help text", f.GetName())
-		}
-	}
-	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// namespace, hpa and metric take the operator's names; the rest are fixed.
-	got := metricdocs.FromFamilies(fams, "namespace", "hpa", "metric")
-	want := map[string]metricdocs.Metric{}
-	for name := range got {
-		want[name] = documented[name]
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
-	}
-	if len(got) != 3 {
-		t.Errorf("gathered %d families, want the 3 of the provider", len(got))
-	}
+	metricdocs.Check(t, reg, "../../", 3, "namespace", "hpa", "metric")
 }
 
 // Requests through the real handlers leave this exposition: per-HPA series only

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -36,30 +35,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, o := range signals.DuplicateOutcomes() {
 		m.DuplicateSeries.WithLabelValues(string(o))
 	}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetHelp() == "" {
-			t.Errorf("%s has no help text", f.GetName())
-		}
-	}
-	documented, err := metricdocs.Read("../../" + metricdocs.Doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := metricdocs.FromFamilies(fams)
-	want := map[string]metricdocs.Metric{}
-	for name := range got {
-		want[name] = documented[name]
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("documented metric table and the registry differ (-documented +registry):\n%s", diff)
-	}
-	if len(got) != 7 {
-		t.Errorf("gathered %d families, want the 7 of the scrape path", len(got))
-	}
+	metricdocs.Check(t, reg, "../../", 7)
 }
 
 // TestMetricsExposition is the golden exposition of the scrape path's counters
