@@ -381,7 +381,8 @@ func (s *Source) maxAnswerAge() time.Duration {
 // answer returns the namespace's answer to serve at now, recording that it
 // was asked: the newest good answer of the current generation, starting a
 // background refresh when it is older than the cache period; an error when it
-// is older than the max age. Without one it waits (within ctx) for a refresh,
+// is older than the max age, or when a refresh after it failed (the failure,
+// naming Prometheus; asked again once per cache period). Without one it waits (within ctx) for a refresh,
 // unless one failed within the cache period: a Prometheus that is down is
 // asked once per period, not once per request.
 func (s *Source) answer(ctx context.Context, namespace string, now time.Time) (*entry, error) {
@@ -400,14 +401,22 @@ func (s *Source) answer(ctx context.Context, namespace string, now time.Time) (*
 	recentFailure := failed != nil && failed.gen == g && now.Sub(failed.at) < s.opts.CachePeriod
 	if good != nil && good.gen == g {
 		age := now.Sub(good.at)
+		failedSince := failed != nil && failed.gen == g && failed.at.After(good.at)
 		if age >= s.opts.CachePeriod && !recentFailure {
 			s.refreshAsync(namespace, g)
 		}
-		if age <= s.maxAnswerAge() {
+		if age <= s.maxAnswerAge() && !failedSince {
 			return good, nil
 		}
-		msg := fmt.Sprintf("the newest answer from Prometheus at %s for namespace %q is %s old, older than the max age %s",
-			Redact(s.opts.URL), namespace, age.Round(time.Millisecond), s.maxAnswerAge())
+		// Older than the max age, or a refresh after it failed: the previous
+		// answer is served while a refresh runs, not after one failed, so the
+		// request fails naming Prometheus (and the HPA holds) rather than
+		// reading data that only grows older.
+		msg := fmt.Sprintf("the newest answer from Prometheus at %s for namespace %q is %s old",
+			Redact(s.opts.URL), namespace, age.Round(time.Millisecond))
+		if age > s.maxAnswerAge() {
+			msg += fmt.Sprintf(", older than the max age %s", s.maxAnswerAge())
+		}
 		if failed != nil && failed.gen == g {
 			msg += "; the last refresh failed: " + failed.err.Error()
 		} else {

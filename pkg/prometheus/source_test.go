@@ -117,6 +117,49 @@ func TestCachePeriod(t *testing.T) {
 	}
 }
 
+// The previous answer is served while a refresh runs, not after one failed:
+// within the max age, a request after a failed refresh fails naming
+// Prometheus and the answer's age (the HPA holds), and once Prometheus
+// answers again the next refresh serves.
+func TestFailedRefreshIsNotHidden(t *testing.T) {
+	prom := newFakeProm(t, ok(nil))
+	f := newFixture(t, prom, fixtureOptions{}, pod{name: "a", labels: map[string]string{"app": "x"}})
+	// Prometheus up: pod a's queue, sampled at the time of the query.
+	live := func(q string) (int, string) {
+		if queryKind(q) != "series" {
+			return http.StatusOK, emptyVector
+		}
+		return http.StatusOK, matrix(t, stream(vllm("vllm:num_requests_waiting", "a"), f.clock.Now(), 10))
+	}
+	prom.set(live)
+	if r := f.get(t, "llm", policy.MetricSaturation, "app=x"); r.code != http.StatusOK {
+		t.Fatalf("HTTP %d (%s), want 200", r.code, r.status.Message)
+	}
+	prom.set(func(string) (int, string) { return 503, "down" })
+	f.clock.Step(DefaultCachePeriod)
+	// This request starts the refresh and is served the previous answer.
+	if r := f.get(t, "llm", policy.MetricSaturation, "app=x"); r.code != http.StatusOK {
+		t.Fatalf("HTTP %d (%s) while the refresh runs, want the previous answer", r.code, r.status.Message)
+	}
+	f.source.refreshing.Wait()
+	r := f.get(t, "llm", policy.MetricSaturation, "app=x")
+	if r.code != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP %d after the refresh failed, want 503", r.code)
+	}
+	for _, want := range []string{"is 2s old", "the last refresh failed: querying Prometheus at " + prom.srv.URL} {
+		if !strings.Contains(r.status.Message, want) {
+			t.Errorf("message %q lacks %q", r.status.Message, want)
+		}
+	}
+	prom.set(live)
+	f.clock.Step(DefaultCachePeriod)
+	f.get(t, "llm", policy.MetricSaturation, "app=x") // starts the refresh
+	f.source.refreshing.Wait()
+	if r := f.get(t, "llm", policy.MetricSaturation, "app=x"); r.code != http.StatusOK {
+		t.Errorf("HTTP %d (%s) once Prometheus answers again, want 200", r.code, r.status.Message)
+	}
+}
+
 // A sample older than the max age by its own timestamp is stale, whatever the
 // query's time; a pod whose series then vanish keeps its last good value for
 // the hold, as in direct mode.

@@ -429,7 +429,11 @@ func (o *Options) Complete() {
 	if o.Scrape.MaxSampleAge == 0 {
 		o.Scrape.MaxSampleAge = 3 * o.Scrape.Interval
 		if o.Source == SourcePrometheus {
-			o.Scrape.MaxSampleAge = 3 * o.Prometheus.ScrapeInterval
+			// Answers are served from memory for up to a cache period
+			// (refreshed in the background), so the data a request reads is
+			// that much older than Prometheus's newest: the default tolerates
+			// three missed Prometheus scrapes either way.
+			o.Scrape.MaxSampleAge = 3*o.Prometheus.ScrapeInterval + max(o.Prometheus.CachePeriod, 0)
 		}
 	}
 	o.Scrape.Path = strings.TrimSpace(o.Scrape.Path)

@@ -88,10 +88,10 @@ func TestCompleteDefaultsMaxAge(t *testing.T) {
 		t.Errorf("MaxSampleAge = %s, want 3 intervals (15s)", o.Scrape.MaxSampleAge)
 	}
 	o = NewOptions()
-	o.Source, o.Prometheus.ScrapeInterval = SourcePrometheus, 15*time.Second
+	o.Source, o.Prometheus.ScrapeInterval, o.Prometheus.CachePeriod = SourcePrometheus, 15*time.Second, 2*time.Second
 	o.Complete()
-	if o.Scrape.MaxSampleAge != 45*time.Second {
-		t.Errorf("prometheus mode: MaxSampleAge = %s, want 3 of Prometheus's scrape intervals (45s)", o.Scrape.MaxSampleAge)
+	if o.Scrape.MaxSampleAge != 47*time.Second {
+		t.Errorf("prometheus mode: MaxSampleAge = %s, want 3 of Prometheus's scrape intervals and the cache period (47s): answers are served from memory for up to a cache period", o.Scrape.MaxSampleAge)
 	}
 }
 

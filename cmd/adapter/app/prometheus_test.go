@@ -92,8 +92,9 @@ func TestAssembledServerPrometheus(t *testing.T) {
 	if n := a.engine.Load(); n != 0 {
 		t.Errorf("the engine was scraped %d times in prometheus mode", n)
 	}
-	if !prom.seen(`namespace="llm",cluster="prod"}[15000ms]`) {
-		t.Errorf("no query carried the file's matchers and a range of 3 scrape intervals: %q", prom.queries)
+	// The default max sample age: 3 scrape intervals and the cache period.
+	if !prom.seen(`namespace="llm",cluster="prod"}[15100ms]`) {
+		t.Errorf("no query carried the file's matchers and a range of the max sample age (3 scrape intervals and the cache period): %q", prom.queries)
 	}
 	code, body := a.get(t, "/metrics")
 	for _, m := range []string{"saturation_adapter_prometheus_query_duration_seconds_count{outcome=\"success\",query=\"series\"}", "saturation_adapter_prometheus_data_age_seconds_count"} {
