@@ -362,6 +362,10 @@ type packReader struct {
 }
 
 func (r *packReader) next() float64 {
+	if b := r.p[r.at]; b < 0x80 { // one byte: counts below 128
+		r.at++
+		return float64(b)
+	}
 	v, n := binary.Uvarint(r.p[r.at:])
 	r.at += n
 	return float64(v)
