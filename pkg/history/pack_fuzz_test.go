@@ -21,13 +21,15 @@ import (
 // restart, change layout, stand still, hold counts that are not whole or
 // not below maxWhole; scrape times that are irregular, repeat (the newest
 // is replaced) or jump (the history is pruned); MaxReadings from 8 to 31
-// (older readings thinned).
+// (older readings thinned); and, one append in reload, the policies
+// reloaded without any window (a compact History unpacks) or back.
 func FuzzCompactHistory(f *testing.F) {
-	f.Add(uint64(1), uint8(30), uint8(25), uint8(10), uint8(3), uint8(0), uint8(0), uint8(24), uint16(300))
-	f.Add(uint64(2), uint8(0), uint8(0), uint8(0), uint8(3), uint8(0), uint8(0), uint8(8), uint16(300))
-	f.Add(uint64(3), uint8(0), uint8(0), uint8(0), uint8(0), uint8(7), uint8(5), uint8(12), uint16(200))
-	f.Add(uint64(4), uint8(40), uint8(0), uint8(20), uint8(2), uint8(9), uint8(11), uint8(10), uint16(400))
-	f.Fuzz(func(t *testing.T, seed uint64, restart, relayout, miss, idle, odd, repeat, maxReadings uint8, n uint16) {
+	f.Add(uint64(1), uint8(30), uint8(25), uint8(10), uint8(3), uint8(0), uint8(0), uint8(0), uint8(24), uint16(300))
+	f.Add(uint64(2), uint8(0), uint8(0), uint8(0), uint8(3), uint8(0), uint8(0), uint8(0), uint8(8), uint16(300))
+	f.Add(uint64(3), uint8(0), uint8(0), uint8(0), uint8(0), uint8(7), uint8(5), uint8(0), uint8(12), uint16(200))
+	f.Add(uint64(4), uint8(40), uint8(0), uint8(20), uint8(2), uint8(9), uint8(11), uint8(0), uint8(10), uint16(400))
+	f.Add(uint64(5), uint8(0), uint8(0), uint8(0), uint8(3), uint8(0), uint8(0), uint8(15), uint8(24), uint16(400))
+	f.Fuzz(func(t *testing.T, seed uint64, restart, relayout, miss, idle, odd, repeat, reload, maxReadings uint8, n uint16) {
 		rng := rand.New(rand.NewPCG(seed, 22))
 		one := func(n uint8) bool { return n > 0 && rng.IntN(int(n)) == 0 }
 		needs := Needs{Histograms: true, Windows: []WindowKey{
@@ -46,6 +48,14 @@ func FuzzCompactHistory(f *testing.F) {
 		at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 		var hc, hp *History
 		for i := range int(n % 600) {
+			if one(reload) {
+				if len(compact.Needs.Windows) > 0 {
+					compact.Needs = Needs{}
+				} else {
+					compact.Needs = needs
+				}
+				plain.Needs = compact.Needs
+			}
 			switch {
 			case one(repeat):
 				// Not newer: replaces the newest reading.
@@ -116,6 +126,9 @@ func oddHistogram(rng *rand.Rand, h *signals.Histogram) *signals.Histogram {
 // plain one, appended the same readings) agree: see FuzzCompactHistory.
 func compareHistories(t *testing.T, i int, compact, plain *History, extra WindowKey) {
 	t.Helper()
+	if compact.opts.Needs.Windows == nil && compact.packs != nil {
+		t.Fatalf("append %d: packs kept without any window", i)
+	}
 	full := fullReadings(compact)
 	if len(full) != len(plain.readings) {
 		t.Fatalf("append %d: %d readings, plain %d", i, len(full), len(plain.readings))
@@ -124,7 +137,7 @@ func compareHistories(t *testing.T, i int, compact, plain *History, extra Window
 		if !sameReading(full[k], plain.readings[k]) {
 			t.Fatalf("append %d: reading %d rebuilt differs from the plain one", i, k)
 		}
-		if k > 0 && compact.smooth[k] != smoothPair(full[k-1], full[k]) {
+		if k > 0 && compact.smooth != nil && compact.smooth[k] != smoothPair(full[k-1], full[k]) {
 			t.Fatalf("append %d: smooth[%d] = %v, smoothPair says otherwise", i, k, compact.smooth[k])
 		}
 	}
