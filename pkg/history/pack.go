@@ -146,7 +146,7 @@ type chain struct {
 	packed bool // pack each reading whose pair with the next is smooth
 }
 
-// packed reports whether reading i holds its histograms as a pack.
+// isPacked reports whether reading i holds its histograms as a pack.
 func (c *chain) isPacked(i int) bool { return c.pk != nil && c.pk[i] != nil }
 
 // full returns reading i with its histograms (rebuilt when packed).
