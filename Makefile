@@ -70,7 +70,7 @@ test-unit: tools
 # runs each for FUZZTIME_TEST; `make fuzz FUZZTIME=10m` longer. A failing input is saved
 # under the package's testdata/fuzz and replayed by every later `go test`.
 FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzExtractSequence ./pkg/signals:FuzzGateway ./pkg/policy:FuzzPool ./pkg/policy:FuzzAggregate \
-	./pkg/signals:FuzzHistogramSince ./pkg/signals:FuzzSplitSeries ./pkg/provider:FuzzMilliQuantity ./pkg/provider:FuzzProviderAggregates ./pkg/config:FuzzParse \
+	./pkg/signals:FuzzHistogramSince ./pkg/history:FuzzCompactHistory ./pkg/signals:FuzzSplitSeries ./pkg/provider:FuzzMilliQuantity ./pkg/provider:FuzzProviderAggregates ./pkg/config:FuzzParse \
 	./pkg/prometheus:FuzzDecode ./pkg/prometheus:FuzzDecodeStream
 FUZZTIME_TEST ?= 3s
 FUZZTIME ?= 2m

@@ -35,6 +35,9 @@ type HistoryOptions struct {
 	StateWindow time.Duration
 	// MaxReadings bounds the readings kept (DefaultMaxReadings when 0).
 	MaxReadings int
+	// plain keeps every reading's histograms (no pack): the reference
+	// FuzzCompactHistory holds compact histories to.
+	plain bool
 }
 
 func (o HistoryOptions) withDefaults() HistoryOptions {
@@ -56,7 +59,10 @@ type History struct {
 	readings []*signals.Reading
 	// smooth[i] reports that readings i-1 and i are a smooth pair (see
 	// smoothPair); nil when no policy reads a window.
-	smooth  []bool
+	smooth []bool
+	// packs[i], when set, holds the histograms of readings[i] (which has
+	// none) relative to readings[i+1]'s (see pack); nil for a plain History.
+	packs   []pack
 	windows []Window
 	facts   []EngineFacts
 	opts    HistoryOptions
@@ -74,7 +80,9 @@ func (h *History) Latest() *signals.Reading {
 }
 
 // Readings returns the readings, oldest first. The slice is shared: do not
-// modify it.
+// modify it. When windows are kept, a reading older than the newest may hold
+// no latency histograms (Engines[i].Hist and Hist nil): they are held packed,
+// PackedBytes bytes in all, and only the window aggregates read them.
 func (h *History) Readings() []*signals.Reading {
 	if h == nil {
 		return nil
@@ -98,55 +106,58 @@ func NewHistory(o HistoryOptions, readings ...*signals.Reading) *History {
 // are dropped, and past MaxReadings the older ones are thinned. h may be nil.
 func (h *History) Append(r *signals.Reading, o HistoryOptions) *History {
 	o = o.withDefaults()
+	windows := len(o.Needs.Windows) > 0
+	c := h.chain(windows && !o.plain, o.MaxReadings)
+	c.push(r)
+	c.prune(max(o.Needs.MaxWindow(), o.StateWindow), o.MaxReadings)
+	out := &History{readings: c.rs, packs: c.pk, opts: o}
+	if windows {
+		out.smooth = c.sm
+		if !c.packed {
+			out.smooth = smoothFlags(h, c.rs)
+		}
+		for _, k := range o.Needs.Windows {
+			out.windows = append(out.windows, computeWindow(c.rs, c.pk, out.smooth, k))
+		}
+	}
+	out.facts = engineFacts(c.rs, o.StateWindow)
+	return out
+}
+
+// chain returns a copy of h's readings (h may be nil) to append to: with
+// their packs and smooth flags when packed, else every reading with its
+// histograms and no flags (Append computes them by smoothFlags).
+func (h *History) chain(packed bool, maxN int) chain {
+	c := chain{packed: packed}
 	var old []*signals.Reading
 	if h != nil {
 		old = h.readings
 	}
-	rs := make([]*signals.Reading, 0, min(len(old)+1, o.MaxReadings+1))
-	rs = append(rs, old...)
-	if n := len(rs); n > 0 && !r.At().After(rs[n-1].At()) {
-		rs = rs[:n-1]
+	c.rs = make([]*signals.Reading, 0, min(len(old)+1, maxN+1))
+	c.rs = append(c.rs, old...)
+	if h != nil && h.packs != nil {
+		c.pk = make([]pack, len(old), cap(c.rs))
+		copy(c.pk, h.packs)
 	}
-	rs = append(rs, r)
-	rs = prune(rs, max(o.Needs.MaxWindow(), o.StateWindow), o.MaxReadings)
-	out := &History{readings: rs, opts: o}
-	if len(o.Needs.Windows) > 0 {
-		out.smooth = smoothFlags(h, rs)
-		for _, k := range o.Needs.Windows {
-			out.windows = append(out.windows, computeWindow(rs, out.smooth, k))
+	if !packed {
+		if c.pk != nil {
+			c.unpackAll()
+			c.pk = nil
+		}
+		return c
+	}
+	if c.pk == nil {
+		c.pk = make([]pack, len(old), cap(c.rs))
+	}
+	c.sm = make([]bool, len(old), cap(c.rs))
+	if h != nil && len(h.smooth) == len(old) {
+		copy(c.sm, h.smooth)
+	} else {
+		for k := 1; k < len(old); k++ {
+			c.sm[k] = smoothPair(c.full(k-1), c.full(k))
 		}
 	}
-	out.facts = engineFacts(rs, o.StateWindow)
-	return out
-}
-
-// prune drops readings older than span before the newest (keeping the newest
-// one at or before that start), then thins the older readings, never the
-// newest minRecent, by removing the later reading of the closest pair until at
-// most max remain.
-func prune(rs []*signals.Reading, span time.Duration, maxN int) []*signals.Reading {
-	start := rs[len(rs)-1].At().Add(-span)
-	first := 0
-	for i := range rs {
-		if rs[i].At().After(start) {
-			break
-		}
-		first = i
-	}
-	rs = rs[first:]
-	for len(rs) > maxN {
-		best, gap := -1, time.Duration(0)
-		for i := 1; i < len(rs)-minRecent; i++ {
-			if g := rs[i].At().Sub(rs[i-1].At()); best < 0 || g < gap {
-				best, gap = i, g
-			}
-		}
-		if best < 0 {
-			break
-		}
-		rs = slices.Delete(rs, best, best+1)
-	}
-	return rs
+	return c
 }
 
 // Window is what happened in one pod over one window: the counter increases and
@@ -191,7 +202,11 @@ type Window struct {
 // first's, which is exactly the sum of the pairs' differences (whole numbers add
 // and subtract without rounding): 2 count arrays read per engine and histogram
 // instead of two per pair.
-func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
+//
+// pk holds the readings' packs (nil: none is packed). A smooth window whose
+// readings before the newest are all packed sums its packs' differences
+// (packedWindow); another window with packed readings rebuilds them first.
+func computeWindow(rs []*signals.Reading, pk []pack, smooth []bool, k WindowKey) Window {
 	a := Window{Key: k}
 	last := rs[len(rs)-1]
 	start := last.At().Add(-k.Window)
@@ -204,6 +219,14 @@ func computeWindow(rs []*signals.Reading, smooth []bool, k WindowKey) Window {
 	}
 	a.OK, a.Span = true, last.At().Sub(rs[i0].At())
 	fast := len(smooth) == len(rs) && !slices.Contains(smooth[i0+1:], false) && oneLayout(last)
+	if pk != nil && slices.ContainsFunc(pk[i0:len(rs)-1], isPack) {
+		if fast && !slices.ContainsFunc(pk[i0:len(rs)-1], func(p pack) bool { return p == nil }) {
+			packedWindow(&a, rs, pk, i0, signals.EngineFilter(last, k.Model))
+			a.HeldChange, a.HeldKnown = heldChange(rs[i0], last, k.Model)
+			return a
+		}
+		rs = materialize(rs, pk, i0)
+	}
 	var sums [signals.NumHistos]float64 // the fast path's pairwise sums of Sum
 	var summed [signals.NumHistos]bool
 	// A smooth window's readings have the same engines, in the same order,
@@ -512,7 +535,7 @@ func (h *History) Window(k WindowKey) Window {
 			return h.windows[i]
 		}
 	}
-	return computeWindow(h.readings, h.smooth, k)
+	return computeWindow(h.readings, h.packs, h.smooth, k)
 }
 
 // EngineFacts is what the readings within the state window say about one

@@ -174,13 +174,14 @@ func checkWindows(t *testing.T, restart, relayout, miss, idle int) (resets, appr
 			r.Engines = append(r.Engines, e)
 		}
 		h = h.Append(r, o)
-		for k := 1; k < len(h.readings); k++ {
-			if want := smoothPair(h.readings[k-1], h.readings[k]); h.smooth[k] != want {
+		full := fullReadings(h)
+		for k := 1; k < len(full); k++ {
+			if want := smoothPair(full[k-1], full[k]); h.smooth[k] != want {
 				t.Fatalf("reading %d: smooth[%d] = %v, smoothPair says %v", i, k, h.smooth[k], want)
 			}
 		}
 		for k, key := range o.Needs.Windows {
-			want := computeWindowReference(h.readings, key)
+			want := computeWindowReference(full, key)
 			if got := h.windows[k]; !sameWindow(got, want) {
 				t.Fatalf("reading %d, window %+v: computeWindow %+v, reference %+v", i, key, got, want)
 			}
@@ -232,6 +233,15 @@ func nextHistogram(rng *rand.Rand, one func(int) bool, prev *signals.Histogram, 
 	next.Count = math.Max(next.Count+run+math.Floor(rng.Float64()*3), next.Counts[len(next.Counts)-1])
 	next.Sum += rng.Float64() * 0.37
 	return next
+}
+
+// fullReadings returns h's readings, the packed ones with their histograms
+// rebuilt.
+func fullReadings(h *History) []*signals.Reading {
+	if h.packs == nil {
+		return h.readings
+	}
+	return materialize(h.readings, h.packs, 0)
 }
 
 // allSmooth reports whether every pair in key's window of h is smooth.

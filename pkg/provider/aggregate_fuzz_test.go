@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,17 @@ func (s *eventStore) set(pod types.NamespacedName, uid types.UID, r *scrape.Resu
 	s.mu.Unlock()
 	for _, fn := range s.fns {
 		fn(pod, uid)
+	}
+}
+
+// setAll sets the results of several pods of namespace, then tells the
+// watchers that any pod of it changed (uid ""), as a Prometheus refresh does.
+func (s *eventStore) setAll(namespace string, results map[types.UID]*scrape.Result) {
+	s.mu.Lock()
+	maps.Copy(s.results, results)
+	s.mu.Unlock()
+	for _, fn := range s.fns {
+		fn(types.NamespacedName{Namespace: namespace}, "")
 	}
 }
 
@@ -109,7 +121,8 @@ func (e *eventPools) changed(ns string) {
 // the same store and pods: value, labels, timestamp, or the error's status and
 // message. The events: readings (real and faulty bodies, one or two, fresh or
 // old, or a failed scrape) of pods in two namespaces whose pools overlap
-// (app=a, app=b, tier=x), pods joining and leaving pools and turning not
+// (app=a, app=b, tier=x), new readings of every pod of a namespace told at
+// once (a Prometheus refresh), pods joining and leaving pools and turning not
 // Ready or starting (membership changes), and time passing the max age and
 // the holds. Every pool of both namespaces is asked after each event, so an
 // event in one pool that leaked into another would show.
@@ -185,7 +198,23 @@ func FuzzProviderAggregates(f *testing.F) {
 			op := next()
 			i := int(op>>3) % len(pools.pods)
 			m := &pools.pods[i]
-			switch op % 6 {
+			switch op % 7 {
+			case 6: // every pod of the namespace read anew, told at once
+				a := next()
+				results := map[types.UID]*scrape.Result{}
+				for k, pm := range pools.pods {
+					if pm.Pod.Namespace != m.Pod.Namespace {
+						continue
+					}
+					r := readings[(int(a)+k)%len(readings)]
+					r.Time = clk.Now()
+					var h *history.History
+					if r.Engines != nil {
+						h = history.NewHistory(hopts, &r)
+					}
+					results[pm.UID] = &scrape.Result{History: h, Time: r.Time}
+				}
+				store.setAll(m.Pod.Namespace, results)
 			case 0, 1, 2: // a reading (one or two), or a failed scrape
 				a, b := next(), next()
 				ages := []time.Duration{0, time.Second, 5 * time.Second, 7 * time.Second, 25 * time.Second, 2 * time.Minute}
@@ -207,7 +236,7 @@ func FuzzProviderAggregates(f *testing.F) {
 					h = history.NewHistory(hopts, &r0, &r1)
 				}
 				res := &scrape.Result{History: h, Time: r1.Time}
-				if op%6 == 2 {
+				if op%7 == 2 {
 					res.Err = &scrape.Error{Reason: scrape.ReasonTimeout, Detail: "timed out"}
 				}
 				store.set(m.Pod, m.UID, res)
@@ -257,4 +286,79 @@ func describeAnswer(l *external_metrics.ExternalMetricValueList, err error) stri
 		fmt.Fprintf(&b, "%s %v %s %s\n", it.MetricName, it.MetricLabels, it.Timestamp.Format(time.RFC3339Nano), it.Value.String())
 	}
 	return b.String()
+}
+
+// TestRereadPoolConcurrent races namespace-wide changes (rereadPool builds
+// the pool's new aggregate without its lock), single pods' readings and
+// requests (run it with -race), then holds every answer to the fold's: a
+// new aggregate built while the pool changed must not replace the newer one.
+func TestRereadPoolConcurrent(t *testing.T) {
+	body := testfixture.Sample(t, "vllm_v1-0.10-nvcr25.09_single-engine.prom")
+	base, err := signals.NewExtractor().Extract(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	catalog, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	store := &eventStore{results: map[types.UID]*scrape.Result{}}
+	pools := &eventPools{lists: map[string][]podselect.Member{}}
+	for i := range 50 {
+		pools.pods = append(pools.pods, podselect.Member{Pod: types.NamespacedName{Namespace: "llm", Name: fmt.Sprintf("p%d", i)},
+			UID: types.UID(fmt.Sprintf("uid-%d", i)), Counted: true, Labels: map[string]string{"app": "a"}})
+	}
+	m1, _ := NewMetrics(prometheus.NewRegistry())
+	m2, _ := NewMetrics(prometheus.NewRegistry())
+	opts := Options{MaxAge: time.Hour}
+	agg := New(opts, StaticCatalog{catalog}, pools, Scraped(store, 0), clk, m1)
+	fold := New(opts, StaticCatalog{catalog}, pools, Scraped(unwatched{store}, 0), clk, m2)
+	reading := func(queue float64) *scrape.Result {
+		r := base
+		r.Engines = slices.Clone(base.Engines)
+		r.Engines[0].Set(signals.QueueDepth, queue)
+		r.Fold = signals.FoldEngines(r.Engines, nil)
+		r.Time = clk.Now()
+		return &scrape.Result{History: history.NewHistory(history.HistoryOptions{}, &r), Time: r.Time}
+	}
+	for _, m := range pools.pods {
+		store.set(m.Pod, m.UID, reading(0))
+	}
+	sel := labels.SelectorFromSet(labels.Set{"app": "a"})
+	info := cmprovider.ExternalMetricInfo{Metric: policy.MetricSaturation}
+	ctx := context.Background()
+	if _, err := agg.GetExternalMetric(ctx, "llm", sel, info); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for k := range 200 {
+			results := map[types.UID]*scrape.Result{}
+			for _, m := range pools.pods {
+				results[m.UID] = reading(float64(k % 7))
+			}
+			store.setAll("llm", results)
+		}
+	})
+	wg.Go(func() {
+		for k := range 2000 {
+			m := pools.pods[k%len(pools.pods)]
+			store.set(m.Pod, m.UID, reading(float64(k%11)))
+		}
+	})
+	wg.Go(func() {
+		for range 500 {
+			if _, err := agg.GetExternalMetric(ctx, "llm", sel, info); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	want, werr := fold.GetExternalMetric(ctx, "llm", sel, info)
+	got, gerr := agg.GetExternalMetric(ctx, "llm", sel, info)
+	if diff := cmp.Diff(describeAnswer(want, werr), describeAnswer(got, gerr)); diff != "" {
+		t.Fatalf("after the race, aggregates differ from the fold (-fold +aggregates):\n%s", diff)
+	}
 }

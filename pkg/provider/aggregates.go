@@ -63,8 +63,12 @@ type poolAgg struct {
 	// caches it per namespace generation: a new list is a membership change).
 	members []podselect.Member
 	agg     *policy.Aggregate[types.UID]
-	// counted are the members in the aggregate, by UID.
+	// counted are the members in the aggregate, by UID (replaced, never
+	// modified: rereadPool reads it without mu held).
 	counted map[types.UID]*podselect.Member
+	// gen counts the changes of agg's pods (a rebuild, a history set): a
+	// new aggregate built meanwhile without mu held is out of date.
+	gen uint64
 	// roles are the distinct role label values of the counted members (nil
 	// for fewer than two); graceEnds, sorted, when each starting member's
 	// start-up grace ends.
@@ -107,24 +111,62 @@ func (p *Provider) watch(w Watched) {
 		}
 		p.aggs.mu.Unlock()
 		for _, pa := range pools {
+			if uid == "" {
+				p.rereadPool(pa, w)
+				continue
+			}
 			pa.mu.Lock()
 			if pa.agg != nil {
 				pa.agg.Advance(p.clock.Now())
-				if uid != "" {
-					if m := pa.counted[uid]; m != nil {
-						h, why := w.Lookup(m)
-						pa.agg.Set(uid, h, why)
-					}
-				} else {
-					for id, m := range pa.counted {
-						h, why := w.Lookup(m)
-						pa.agg.Set(id, h, why)
-					}
+				if m := pa.counted[uid]; m != nil {
+					h, why := w.Lookup(m)
+					pa.agg.Set(uid, h, why)
+					pa.gen++
 				}
 			}
 			pa.mu.Unlock()
 		}
 	})
+}
+
+// rereadPool sets every counted pod's history anew in pa's aggregate, after
+// a change of any pod of its namespace (a Prometheus refresh). It builds a
+// new aggregate without pa.mu held, so that requests for the pool are
+// answered from the previous one meanwhile rather than wait while the pool's
+// pods are read again (BenchmarkPrometheusRequestDuringRefresh). The new one
+// replaces it unless the pool changed meanwhile (rebuilt, or a pod's history
+// set): then the pods are set in place, pa.mu held. Both give the same pool
+// (an Aggregate is its pods' fold, whatever the order they were set in:
+// FuzzAggregate).
+func (p *Provider) rereadPool(pa *poolAgg, w Watched) {
+	pa.mu.Lock()
+	if pa.agg == nil {
+		pa.mu.Unlock()
+		return
+	}
+	pol, counted, gen := pa.pol, pa.counted, pa.gen
+	pa.mu.Unlock()
+	agg := policy.NewAggregate[types.UID](pol, p.clock.Now(), p.opts.MaxAge)
+	for id, m := range counted {
+		h, why := w.Lookup(m)
+		agg.Set(id, h, why)
+	}
+	pa.mu.Lock()
+	defer pa.mu.Unlock()
+	if pa.gen == gen {
+		pa.agg = agg
+		pa.gen++
+		return
+	}
+	if pa.agg == nil {
+		return
+	}
+	pa.agg.Advance(p.clock.Now())
+	for id, m := range pa.counted {
+		h, why := w.Lookup(m)
+		pa.agg.Set(id, h, why)
+	}
+	pa.gen++
 }
 
 // fromAggregate answers a pool-only request without a gateway input from
@@ -276,6 +318,7 @@ func (p *Provider) rebuild(pa *poolAgg, w Watched, catalog *policy.Catalog, pol 
 		agg.Set(uid, h, why)
 	}
 	pa.pol, pa.members, pa.agg, pa.counted, pa.roles, pa.graceEnds = pol, members, agg, counted, roles, graceEnds
+	pa.gen++
 }
 
 // starting counts the members still within their start-up grace at now, as

@@ -201,10 +201,11 @@ func (g *growingReader) Read(p []byte) (int, error) {
 
 // Footprint estimates, in bytes, what a History holds: its readings (their
 // engines, histograms' counts, strings and gateway series; histogram bounds
-// are shared between readings and counted in each, as an upper bound) and a
-// quarter more for its window aggregates and engine facts.
+// are shared between readings and counted in each, as an upper bound), the
+// packed histograms of its older readings, and a quarter more for its window
+// aggregates and engine facts.
 func Footprint(h *history.History) int64 {
-	var n int64
+	n := h.PackedBytes()
 	for _, r := range h.Readings() {
 		n += readingFootprint(r)
 	}

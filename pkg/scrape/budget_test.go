@@ -115,7 +115,8 @@ func TestHugeValidBodiesStayWithinTheInflightBound(t *testing.T) {
 // unknown), other namespaces' pods are, and a pod that leaves the scrape set
 // gives its bytes back.
 func TestReadingsBudgetPerNamespace(t *testing.T) {
-	// 2,000 histogram buckets per reading: about 32 KB each.
+	// 2,000 histogram buckets per reading: about 32 KB for the newest, 4 KB
+	// for each older one (its histograms packed).
 	var b strings.Builder
 	b.WriteString("vllm:num_requests_waiting{engine=\"0\"} 1\n")
 	for i := range 2000 {
@@ -129,7 +130,7 @@ func TestReadingsBudgetPerNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := defaultOptions()
-	opts.ReadingsBytes = 1 << 20
+	opts.ReadingsBytes = 256 << 10
 	f := newFixture(t, opts)
 	f.scraper.SetReader(scrape.Reader{Extractor: signals.NewExtractor(), History: history.HistoryOptions{Needs: cat.Needs()}})
 	var noisy []scrape.Target
@@ -153,7 +154,7 @@ func TestReadingsBudgetPerNamespace(t *testing.T) {
 		}
 	}
 	if over == 0 {
-		t.Errorf("no noisy pod refused: 8 pods' histories of ~32 KB readings fit in 1 MiB?")
+		t.Errorf("no noisy pod refused: 8 pods' histories of 6 readings (~52 KB) fit in 256 KiB?")
 	}
 	if r, _ := f.scraper.Latest(other.UID); r == nil || r.Err != nil {
 		t.Errorf("another namespace's pod: %+v, want its readings kept", r)
