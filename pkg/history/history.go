@@ -647,44 +647,7 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 			} else {
 				kvNewer, kvFirst = kv, kv
 			}
-			counters := 0
-			for s := range signals.NumSignals {
-				if !s.IsCounter() {
-					continue
-				}
-				v, ok := x.Value(s)
-				if ok {
-					counters++
-				}
-				lv, lok := e.Value(s)
-				if ok && lok && v != lv {
-					f.CountersFlat = false
-					switch s {
-					case signals.GenerationTokens:
-						f.TokensFlat = false
-					case signals.RequestsFinished:
-						f.FinishedFlat = false
-					case signals.PromptTokens:
-						f.PromptsFlat = false
-					}
-				}
-				if !ok {
-					switch s {
-					case signals.GenerationTokens:
-						f.HasTokens = false
-					case signals.RequestsFinished:
-						f.HasFinished = false
-					}
-				}
-			}
-			f.HasCounters = f.HasCounters && counters > 0
-			for _, s := range []signals.Signal{signals.QueueDepth, signals.Running, signals.KVCacheUsage} {
-				v, ok := x.Value(s)
-				lv, lok := e.Value(s)
-				if ok != lok || v != lv {
-					f.GaugesFlat = false
-				}
-			}
+			f.compare(x, e)
 		}
 		if f.Readings > 0 {
 			f.RunningMean = runSum / float64(f.Readings)
@@ -702,18 +665,70 @@ func engineFacts(rs []*signals.Reading, window time.Duration) []EngineFacts {
 				f.GaugesDead = zeros && f.Readings > 1
 			}
 		}
-		// Rejections compare with the reading before the newest, however old: a
-		// cap is hit now, whatever the state window.
-		if len(rs) > 1 {
-			if x := signals.FindEngine(rs[len(rs)-2], e.ID); x != nil {
-				v, ok := x.Value(signals.Rejections)
-				lv, lok := e.Value(signals.Rejections)
-				f.RejectionsRose = ok && lok && lv > v
-			}
-		}
+		f.RejectionsRose = rejectionsRose(rs, e)
 		out[ei] = f
 	}
 	return out
+}
+
+// compare records what an older reading x of an engine says against its
+// newest e: which counters moved, which the engine lacks, and whether the
+// queue, running and KV-cache gauges stayed the same.
+func (f *EngineFacts) compare(x, e *signals.EngineSignals) {
+	counters := 0
+	for s := range signals.NumSignals {
+		if !s.IsCounter() {
+			continue
+		}
+		v, ok := x.Value(s)
+		if ok {
+			counters++
+		}
+		lv, lok := e.Value(s)
+		if ok && lok && v != lv {
+			f.CountersFlat = false
+			switch s {
+			case signals.GenerationTokens:
+				f.TokensFlat = false
+			case signals.RequestsFinished:
+				f.FinishedFlat = false
+			case signals.PromptTokens:
+				f.PromptsFlat = false
+			}
+		}
+		if !ok {
+			switch s {
+			case signals.GenerationTokens:
+				f.HasTokens = false
+			case signals.RequestsFinished:
+				f.HasFinished = false
+			}
+		}
+	}
+	f.HasCounters = f.HasCounters && counters > 0
+	for _, s := range []signals.Signal{signals.QueueDepth, signals.Running, signals.KVCacheUsage} {
+		v, ok := x.Value(s)
+		lv, lok := e.Value(s)
+		if ok != lok || v != lv {
+			f.GaugesFlat = false
+		}
+	}
+}
+
+// rejectionsRose reports whether engine e's admission rejections rose since
+// the reading before the newest of rs, however old: a cap is hit now,
+// whatever the state window.
+func rejectionsRose(rs []*signals.Reading, e *signals.EngineSignals) bool {
+	if len(rs) < 2 {
+		return false
+	}
+	x := signals.FindEngine(rs[len(rs)-2], e.ID)
+	if x == nil {
+		return false
+	}
+	v, ok := x.Value(signals.Rejections)
+	lv, lok := e.Value(signals.Rejections)
+	return ok && lok && lv > v
 }
 
 // FactsOf returns the facts of an engine of the newest reading by ID, nil when
