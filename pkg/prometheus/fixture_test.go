@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +150,32 @@ func (f *fakeProm) count() map[string]int {
 		out[queryKind(q)]++
 	}
 	return out
+}
+
+// windowFamily matches the family a window query reads (query.go).
+var windowFamily = regexp.MustCompile(`"` + familyLabel + `","([^"]+)"`)
+
+// queryKey returns a query's kind and, for a window query, its family.
+func queryKey(q string) string {
+	if k := queryKind(q); k == "window" {
+		if m := windowFamily.FindStringSubmatch(q); m != nil {
+			return k + " " + m[1]
+		}
+		return k
+	}
+	return "series"
+}
+
+// windowQueries returns how many window queries one refresh of a namespace
+// runs (one per window and counter family).
+func (f *fixture) windowQueries() int {
+	n := 0
+	for _, q := range f.source.gen.Load().plan.queries("llm") {
+		if q.kind == "window" {
+			n++
+		}
+	}
+	return n
 }
 
 func queryKind(q string) string {
