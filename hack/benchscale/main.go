@@ -8,6 +8,11 @@
 // per engine, the request latency, whether every answer was fresh, and how
 // busy the machine was.
 //
+// With -sources it also measures the adapter reading Prometheus
+// (--source=prometheus) and prometheus-adapter (make
+// bench-vs-prometheus-adapter), with a Prometheus on loopback scraping the same
+// engines, and with -max-rate-pools the maximum request rate per pool size.
+//
 // Three kinds of process: this driver (the request load and the measurements),
 // the engines (one process per engineBatch engines, so that no process needs
 // more open files than a default hard limit allows) and the adapter. Each is

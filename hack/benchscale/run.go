@@ -709,7 +709,7 @@ func (d *driver) ask(ctx context.Context, p pool) (time.Duration, time.Duration,
 		return latency, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return latency, 0, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, body)
+		return latency, 0, fmt.Errorf("HTTP %d: %.1000s", resp.StatusCode, body)
 	}
 	var list v1beta1.ExternalMetricValueList
 	if err := json.Unmarshal(body, &list); err != nil {
