@@ -254,7 +254,7 @@ func describeAnswer(l *external_metrics.ExternalMetricValueList, err error) stri
 	}
 	var b strings.Builder
 	for _, it := range l.Items {
-		fmt.Fprintf(&b, "%s %v %s %s\n", it.MetricName, it.MetricLabels, it.Timestamp.Time.Format(time.RFC3339Nano), it.Value.String())
+		fmt.Fprintf(&b, "%s %v %s %s\n", it.MetricName, it.MetricLabels, it.Timestamp.Format(time.RFC3339Nano), it.Value.String())
 	}
 	return b.String()
 }
