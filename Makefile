@@ -156,8 +156,29 @@ bench-scale:
 	$(GO) build -o $(BIN)/benchscale ./hack/benchscale
 	$(BIN)/benchscale $(BENCH_SCALE_FLAGS)
 
+# Side by side (hack/benchscale -sources): the same 1,000 loopback engines serving the
+# real vLLM dump, read by this adapter scraping them (direct), by this adapter reading
+# Prometheus (--source=prometheus) and by prometheus-adapter reading Prometheus, with
+# Debian's prometheus (2.42, on PATH) scraping them at the same 2 s. One table: CPU and
+# memory at 50 requests/s, Prometheus's share, freshness and the maximum request rate on
+# 10/100/1,000-pod pools. About 5 minutes on 2 cores; not part of `make test`
+# (TestHarnessSources runs it small). prometheus-adapter builds from its Go module at the
+# version hack/prometheus-adapter pins, into .cache. BENCH_VS_FLAGS adds benchscale flags.
+BENCH_VS_FLAGS ?=
+PROMETHEUS_ADAPTER_VERSION := v0.12.0
+PROMETHEUS_ADAPTER := $(CACHE)/prometheus-adapter-$(PROMETHEUS_ADAPTER_VERSION)/prometheus-adapter
+.PHONY: bench-vs-prometheus-adapter
+bench-vs-prometheus-adapter: $(PROMETHEUS_ADAPTER)
+	$(GO) build -o $(BIN)/benchscale ./hack/benchscale
+	$(BIN)/benchscale -engines 1000 -pool-size 100 -terms default -rate 50 -sources direct,prometheus,prometheus-adapter \
+		-max-rate-pools 10,100,1000 -prometheus-adapter $(PROMETHEUS_ADAPTER) $(BENCH_VS_FLAGS)
+
+$(PROMETHEUS_ADAPTER): hack/prometheus-adapter/go.mod hack/prometheus-adapter/go.sum
+	@mkdir -p $(@D)
+	cd hack/prometheus-adapter && CGO_ENABLED=0 $(GO) build -trimpath -o $@ sigs.k8s.io/prometheus-adapter/cmd/adapter
+
 # Every Go module of the repository: the adapter, the e2e tests and the tool modules.
-GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm hack/release
+GO_MODULES := . test/e2e hack/tools hack/e2e-tools hack/lint hack/helm hack/release hack/prometheus-adapter
 
 verify: verify-manifests chart-lint lint verify-workflows
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -45,14 +45,23 @@ type spec struct {
 	// Metric is the External metric each pool's HPA names.
 	Metric string
 	Pools  []pool
+	// GroupSizes are the sizes of the pools the pods' g<size> labels make
+	// (groupLabels), besides their pool's app label.
+	GroupSizes []int
+	// PrometheusURL, when set, makes the adapter read the engines' series
+	// from this Prometheus (--source=prometheus), which scrapes them every
+	// PromInterval (--prometheus-scrape-interval).
+	PrometheusURL string
+	PromInterval  time.Duration
 }
 
-// pool is one HPA's pods: a namespace, the value of their app label and their
-// addresses ("ip:port").
+// pool is one HPA's pods: a namespace, the value of their app label, their
+// addresses ("ip:port") and the index of its first pod in its namespace.
 type pool struct {
 	Namespace string
 	App       string
 	Addrs     []string
+	First     int
 }
 
 // runAdapter runs the assembled adapter server (app.Options → Config →
@@ -105,6 +114,11 @@ func runAdapter(args []string) error {
 	o.Kubeconfig = kubeconfig
 	o.Scrape.Interval = sp.Interval
 	o.Scoring.ConfigFile = sp.Config
+	if sp.PrometheusURL != "" {
+		o.Source = app.SourcePrometheus
+		o.Prometheus.URL = sp.PrometheusURL
+		o.Prometheus.ScrapeInterval = sp.PromInterval
+	}
 	o.Complete()
 	if err := o.Validate(); err != nil {
 		return err
@@ -159,8 +173,7 @@ func objects(sp spec) (*corev1.PodList, []runtime.Object, error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			name := fmt.Sprintf("%s-%05d", pl.App, i)
-			pods.Items = append(pods.Items, *vllmPod(pl.Namespace, name, pl.App, host, port))
+			pods.Items = append(pods.Items, *vllmPod(pl.Namespace, podName(pl, i), pl.App, host, port, groupLabels(pl, i, sp.GroupSizes)))
 		}
 		hpas = append(hpas, &autoscalingv2.HorizontalPodAutoscaler{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pl.Namespace, Name: pl.App},
@@ -177,8 +190,13 @@ func objects(sp spec) (*corev1.PodList, []runtime.Object, error) {
 	return pods, hpas, nil
 }
 
-// vllmPod returns a pod of a vLLM Deployment serving on host:port.
-func vllmPod(namespace, name, app, host, port string) *corev1.Pod {
+// vllmPod returns a pod of a vLLM Deployment serving on host:port, with the
+// extra labels.
+func vllmPod(namespace, name, app, host, port string, extra map[string]string) *corev1.Pod {
+	lbls := map[string]string{"app": app, "pod-template-hash": "7c9f8d6b5d"}
+	for k, v := range extra {
+		lbls[k] = v
+	}
 	portNum, _ := strconv.Atoi(port)
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(int32(portNum))}},
@@ -188,7 +206,7 @@ func vllmPod(namespace, name, app, host, port string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace, Name: name, UID: types.UID(namespace + "-" + name),
-			Labels:      map[string]string{"app": app, "pod-template-hash": "7c9f8d6b5d"},
+			Labels:      lbls,
 			Annotations: map[string]string{podselect.AnnotationPort: port, "prometheus.io/scrape": "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: app + "-7c9f8d6b5d",
 				UID: types.UID(app + "-rs"), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},

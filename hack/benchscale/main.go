@@ -8,6 +8,11 @@
 // per engine, the request latency, whether every answer was fresh, and how
 // busy the machine was.
 //
+// With -sources it also measures the adapter reading Prometheus
+// (--source=prometheus) and prometheus-adapter (make
+// bench-vs-prometheus-adapter), with a Prometheus on loopback scraping the same
+// engines, and with -max-rate-pools the maximum request rate per pool size.
+//
 // Three kinds of process: this driver (the request load and the measurements),
 // the engines (one process per engineBatch engines, so that no process needs
 // more open files than a default hard limit allows) and the adapter. Each is
@@ -36,7 +41,7 @@ func main() {
 		return
 	}
 	cfg := defaultConfig()
-	var engines, terms string
+	var engines, terms, sources, sizes string
 	fs := flag.NewFlagSet("benchscale", flag.ExitOnError)
 	fs.StringVar(&engines, "engines", "1000,3000,10000", "comma-separated engine counts, one run each")
 	fs.StringVar(&terms, "terms", "default,every", "comma-separated policy sets, one run each per engine count: default (the built-in policies) or every (a policy with every term kind, histograms on)")
@@ -48,30 +53,64 @@ func main() {
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write the adapter's CPU profile (over the measurement window) and heap profiles (at its start and end: pprof -diff_base shows what the window allocated) into this directory, one set per run; profiling costs the adapter CPU, so those runs' numbers are a little high")
 	fs.StringVar(&cfg.GoMemLimit, "gomemlimit", "", "the adapter's GOMEMLIMIT (e.g. 920MiB, as the chart's goMemLimit is for a 1 GiB memory limit); unset by default")
 	fs.StringVar(&cfg.LogDir, "logs", "", "keep the adapter's and engines' logs in this directory (default: a temporary one, removed)")
+	fs.StringVar(&sources, "sources", cfg.Source, "comma-separated adapters, one run each per engine count and policy set: direct (this adapter scraping the engines), prometheus (this adapter with --source=prometheus) or prometheus-adapter (prometheus-adapter "+prometheusAdapterVersion+" with llm_saturation as an external rule); the last two start -prometheus scraping the engines")
+	fs.DurationVar(&cfg.PromInterval, "prometheus-scrape-interval", 0, "Prometheus's scrape interval (the adapter's --prometheus-scrape-interval); -scrape-interval when 0")
+	fs.StringVar(&cfg.Prometheus, "prometheus", cfg.Prometheus, "the prometheus executable")
+	fs.StringVar(&cfg.PrometheusAdapter, "prometheus-adapter", cfg.PrometheusAdapter, "the prometheus-adapter executable (make bench-vs-prometheus-adapter builds it there)")
+	fs.StringVar(&sizes, "max-rate-pools", "", "comma-separated pool sizes whose maximum request rate is measured after the window (e.g. 10,100,1000: the first namespace's first N pods; -pool-size × 10 must reach the largest)")
+	fs.DurationVar(&cfg.MaxRateFor, "max-rate-for", 5*time.Second, "how long each maximum request rate is measured")
+	fs.IntVar(&cfg.MaxRateWorkers, "max-rate-workers", cfg.MaxRateWorkers, "requests at a time while the maximum rate is measured")
 	_ = fs.Parse(os.Args[1:])
+	var err error
+	if cfg.GroupSizes, err = sizesFlag(sizes); err != nil {
+		fmt.Fprintf(os.Stderr, "benchscale: -max-rate-pools: %v\n", err)
+		os.Exit(2)
+	}
+	if len(cfg.GroupSizes) == 0 {
+		cfg.MaxRateFor = 0
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var rows []Result
-	for _, t := range strings.Split(terms, ",") {
-		for _, e := range strings.Split(engines, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(e))
-			if err != nil || n < 1 {
-				fmt.Fprintf(os.Stderr, "benchscale: -engines: %q is not a positive number\n", e)
-				os.Exit(2)
+	for _, src := range strings.Split(sources, ",") {
+		for _, t := range strings.Split(terms, ",") {
+			for _, e := range strings.Split(engines, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(e))
+				if err != nil || n < 1 {
+					fmt.Fprintf(os.Stderr, "benchscale: -engines: %q is not a positive number\n", e)
+					os.Exit(2)
+				}
+				run := cfg
+				run.Engines, run.Terms, run.Source = n, strings.TrimSpace(t), strings.TrimSpace(src)
+				if run.Source == sourcePrometheusAdapter && run.Terms != "default" {
+					fmt.Fprintf(os.Stderr, "benchscale: %d engines, %s terms, %s: skipped (its rules compute the built-in llm_saturation only)\n", n, run.Terms, run.Source)
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "benchscale: %d engines, %s terms, %s ...\n", n, run.Terms, run.Source)
+				start := time.Now()
+				r, err := Run(ctx, run)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "benchscale: %d engines, %s terms, %s: %v\n", n, run.Terms, run.Source, err)
+					os.Exit(1)
+				}
+				fmt.Fprintf(os.Stderr, "benchscale: done in %s\n", time.Since(start).Round(time.Second))
+				rows = append(rows, r)
 			}
-			run := cfg
-			run.Engines, run.Terms = n, strings.TrimSpace(t)
-			fmt.Fprintf(os.Stderr, "benchscale: %d engines, %s terms ...\n", n, run.Terms)
-			start := time.Now()
-			r, err := Run(ctx, run)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "benchscale: %d engines, %s terms: %v\n", n, run.Terms, err)
-				os.Exit(1)
-			}
-			fmt.Fprintf(os.Stderr, "benchscale: done in %s\n", time.Since(start).Round(time.Second))
-			rows = append(rows, r)
 		}
 	}
-	PrintTable(os.Stdout, rows)
+	var direct []Result
+	compare := false
+	for _, r := range rows {
+		if r.Source == sourceDirect {
+			direct = append(direct, r)
+		}
+		compare = compare || r.Source != sourceDirect || len(r.MaxRates) > 0
+	}
+	if compare {
+		PrintComparison(os.Stdout, rows)
+		printNotes(os.Stdout, rows)
+	} else {
+		PrintTable(os.Stdout, direct)
+	}
 }

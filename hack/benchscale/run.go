@@ -63,6 +63,21 @@ type Config struct {
 	// GoMemLimit, when set, is the adapter's GOMEMLIMIT, as the install sets
 	// it (about 10 % under the container's memory limit).
 	GoMemLimit string
+	// Source is the adapter measured: sourceDirect (this adapter scraping),
+	// sourcePrometheus (this adapter reading Prometheus) or
+	// sourcePrometheusAdapter (prometheus-adapter reading Prometheus).
+	Source string
+	// PromInterval is Prometheus's scrape interval (Interval when 0);
+	// Prometheus and PrometheusAdapter are the executables.
+	PromInterval                  time.Duration
+	Prometheus, PrometheusAdapter string
+	// GroupSizes are the pool sizes whose maximum request rate is measured
+	// after the window, for MaxRateFor each (none when 0), by MaxRateWorkers
+	// requests at a time (closed loop): the namespace's first s pods, by
+	// their g<s> label.
+	GroupSizes     []int
+	MaxRateFor     time.Duration
+	MaxRateWorkers int
 }
 
 func defaultConfig() Config {
@@ -73,8 +88,17 @@ func defaultConfig() Config {
 		Rate:     500,
 		Measure:  30 * time.Second,
 		Interval: 2 * time.Second,
+		Source:   sourceDirect,
+
+		Prometheus:        "prometheus",
+		PrometheusAdapter: filepath.Join(".cache", "prometheus-adapter-"+prometheusAdapterVersion, "prometheus-adapter"),
+		MaxRateWorkers:    8,
 	}
 }
+
+// prometheusAdapterVersion is the prometheus-adapter make
+// bench-vs-prometheus-adapter builds (hack/prometheus-adapter's go.mod).
+const prometheusAdapterVersion = "v0.12.0"
 
 // everyTermPolicy is a policy with every term kind, so the extractor reads the
 // latency histograms and each History keeps its readings for the longest
@@ -130,11 +154,28 @@ type Result struct {
 	Load1 float64
 	// FirstError is an example of a failed or stale answer.
 	FirstError string
+	// Source is the adapter measured (Config.Source); PromCPU and PromRSS
+	// Prometheus's CPU time over the window and largest resident set, when
+	// the source uses it.
+	Source       string
+	PromCPU      time.Duration
+	PromRSS      int64
+	PromInterval time.Duration
+	MaxRates     []PoolRate
+	PoolSize     int
 	// Reference is how long textparse took over the dump in the driver before
 	// the run started its children: a gauge of the machine's speed at the
 	// time (82-89 us on the quiet 2-core development VM), since run-to-run
 	// differences on a shared machine can exceed the differences measured.
 	Reference time.Duration
+}
+
+// PoolRate is the maximum request rate measured on a pool of Size pods:
+// answers per second (200, one item), and the requests that failed.
+type PoolRate struct {
+	Size         int
+	Rate         float64
+	OK, Failures int
 }
 
 // Sample is one request: when it was sent and how long its answer took.
@@ -155,9 +196,27 @@ func (r *Result) Quantile(q float64) time.Duration {
 // fresh and the histories are full, measures for c.Measure under the request
 // load and stops the children.
 func Run(ctx context.Context, c Config) (Result, error) {
-	res := Result{Engines: c.Engines, Terms: c.Terms, MaxAge: 3 * c.Interval, GoMemLimit: c.GoMemLimit}
+	if c.Source == "" {
+		c.Source = sourceDirect
+	}
+	if c.PromInterval == 0 {
+		c.PromInterval = c.Interval
+	}
+	res := Result{Engines: c.Engines, Terms: c.Terms, MaxAge: 3 * c.Interval, GoMemLimit: c.GoMemLimit, Source: c.Source, PoolSize: c.PoolSize}
+	if usesPrometheus(c.Source) {
+		res.MaxAge, res.PromInterval = 3*c.PromInterval, c.PromInterval
+	}
 	if c.Engines > maxEngines {
 		return res, fmt.Errorf("%d engines: at most %d", c.Engines, maxEngines)
+	}
+	switch c.Source {
+	case sourceDirect, sourcePrometheus:
+	case sourcePrometheusAdapter:
+		if c.Terms != "default" {
+			return res, fmt.Errorf("prometheus-adapter: terms %q: its rules compute the built-in llm_saturation only (terms default)", c.Terms)
+		}
+	default:
+		return res, fmt.Errorf("source %q: want %s, %s or %s", c.Source, sourceDirect, sourcePrometheus, sourcePrometheusAdapter)
 	}
 	if c.Exe == "" {
 		exe, err := os.Executable()
@@ -185,7 +244,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return res, err
 	}
-	tag := fmt.Sprintf("%d-%s", c.Engines, c.Terms)
+	tag := fmt.Sprintf("%d-%s-%s", c.Engines, c.Terms, c.Source)
 
 	sp, cert, err := newSpec(c, dir)
 	if err != nil {
@@ -198,29 +257,69 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	for i := 0; i < len(addrs); i += c.PoolSize {
 		p := len(sp.Pools)
-		sp.Pools = append(sp.Pools, pool{Namespace: fmt.Sprintf("llm-%02d", p/10), App: fmt.Sprintf("pool-%03d", p), Addrs: addrs[i:min(i+c.PoolSize, len(addrs))]})
+		sp.Pools = append(sp.Pools, pool{Namespace: fmt.Sprintf("llm-%02d", p/10), App: fmt.Sprintf("pool-%03d", p),
+			Addrs: addrs[i:min(i+c.PoolSize, len(addrs))], First: (p % 10) * c.PoolSize})
 	}
-	adapter, d, err := startAdapter(c, sp, cert, logDir, tag, res.MaxAge)
-	if err != nil {
-		return res, err
+	var prom *prometheus
+	if usesPrometheus(c.Source) {
+		if prom, err = startPrometheus(ctx, c, sp.Pools, dir, logDir, tag); err != nil {
+			return res, err
+		}
+		defer prom.stop()
+		if err := prom.waitScraped(ctx, c.Engines); err != nil {
+			return res, fmt.Errorf("%w (prometheus log: %s)", err, prom.log)
+		}
 	}
-	defer adapter.stop()
+	var (
+		pid    int
+		logf   string
+		d      *driver
+		others []int
+	)
+	switch c.Source {
+	case sourcePrometheusAdapter:
+		kube, kubeURL, err := fakeKube()
+		if err != nil {
+			return res, err
+		}
+		defer kube.Close()
+		pa, base, err := startPrometheusAdapter(c, sp, prom, kubeURL, logDir, tag)
+		if err != nil {
+			return res, err
+		}
+		defer pa.stop()
+		sp.Metric = policy.MetricSaturation
+		pid, logf, d = pa.pid(), pa.log, newDriver(base, c, sp, cert, res.MaxAge)
+	default:
+		if prom != nil {
+			sp.PrometheusURL, sp.PromInterval = prom.url, c.PromInterval
+		}
+		adapter, line, err := startAdapter(c, sp, logDir, tag)
+		if err != nil {
+			return res, err
+		}
+		defer adapter.stop()
+		pid, logf, d = adapter.cmd.Process.Pid, adapter.log, newDriver("https://"+strings.TrimSpace(line), c, sp, cert, res.MaxAge)
+	}
 	defer d.client.CloseIdleConnections()
 	if err := d.warmUp(ctx); err != nil {
-		return res, fmt.Errorf("%w (adapter log: %s)", err, adapter.log)
+		return res, fmt.Errorf("%w (adapter log: %s)", err, logf)
 	}
-	var enginePIDs []int
 	for _, ch := range engines {
-		enginePIDs = append(enginePIDs, ch.cmd.Process.Pid)
+		others = append(others, ch.cmd.Process.Pid)
 	}
-	return res, d.measure(ctx, adapter.cmd.Process.Pid, enginePIDs, tag, &res)
+	d.prom = prom
+	if err := d.measure(ctx, pid, others, tag, &res); err != nil {
+		return res, err
+	}
+	return res, d.maxRates(ctx, &res)
 }
 
 // newSpec returns the adapter's spec (its pools still empty) for the run's
 // policy set, with its policy file and client CA written into dir, and the
 // driver's client certificate.
 func newSpec(c Config, dir string) (spec, tls.Certificate, error) {
-	sp := spec{ClientCA: filepath.Join(dir, "client-ca.crt"), Dir: dir, Interval: c.Interval, Metric: policy.MetricSaturation}
+	sp := spec{ClientCA: filepath.Join(dir, "client-ca.crt"), Dir: dir, Interval: c.Interval, Metric: policy.MetricSaturation, GroupSizes: c.GroupSizes}
 	cert, err := newClientPKI(sp.ClientCA)
 	if err != nil {
 		return sp, cert, err
@@ -270,26 +369,28 @@ func stopAll(children []*child) {
 	}
 }
 
-// startAdapter writes the spec and starts the adapter, and returns it with a
-// driver whose client reaches it as the aggregator does.
-func startAdapter(c Config, sp spec, cert tls.Certificate, logDir, tag string, maxAge time.Duration) (*child, *driver, error) {
+// startAdapter writes the spec and starts the adapter; line is the address
+// it serves on.
+func startAdapter(c Config, sp spec, logDir, tag string) (adapter *child, line string, err error) {
 	specFile := filepath.Join(sp.Dir, "spec.json")
 	data, err := json.Marshal(sp)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	if err := os.WriteFile(specFile, data, 0o600); err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	var env []string
 	if c.GoMemLimit != "" {
 		env = append(env, "GOMEMLIMIT="+c.GoMemLimit)
 	}
-	adapter, line, err := startChild(c.Exe, roleAdapter, filepath.Join(logDir, "adapter-"+tag+".log"), env, "-spec", specFile)
-	if err != nil {
-		return nil, nil, err
-	}
-	d := &driver{base: "https://" + strings.TrimSpace(line), cfg: c, spec: sp, maxAge: maxAge, client: &http.Client{
+	return startChild(c.Exe, roleAdapter, filepath.Join(logDir, "adapter-"+tag+".log"), env, "-spec", specFile)
+}
+
+// newDriver returns a driver whose client reaches the adapter at base as the
+// aggregator does.
+func newDriver(base string, c Config, sp spec, cert tls.Certificate, maxAge time.Duration) *driver {
+	return &driver{base: base, cfg: c, spec: sp, maxAge: maxAge, client: &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			// The aggregator proxies over HTTP/2 to the APIService's backend,
@@ -299,9 +400,10 @@ func startAdapter(c Config, sp spec, cert tls.Certificate, logDir, tag string, m
 				Certificates:       []tls.Certificate{cert},
 			},
 			ForceAttemptHTTP2: true,
+			// The maximum-rate workers each keep a connection.
+			MaxIdleConnsPerHost: 64,
 		},
 	}}
-	return adapter, d, nil
 }
 
 // measure sends the load for the measurement window and fills in res what
@@ -310,12 +412,20 @@ func startAdapter(c Config, sp spec, cert tls.Certificate, logDir, tag string, m
 func (d *driver) measure(ctx context.Context, pid int, enginePIDs []int, tag string, res *Result) error {
 	c := d.cfg
 	before, err := d.scrapeStats(ctx)
-	if err != nil {
+	if err != nil && d.cfg.Source != sourcePrometheusAdapter { // its own metrics are not ours to require
 		return err
 	}
 	cpu0, err := procCPU(pid)
 	if err != nil {
 		return err
+	}
+	var prom0 time.Duration
+	stopPromRSS := func() {}
+	if d.prom != nil {
+		if prom0, err = procCPU(d.prom.pid()); err != nil {
+			return err
+		}
+		stopPromRSS = sampleRSS(d.prom.pid(), &res.PromRSS)
 	}
 	eng0, self0, all0, t0 := sumCPU(enginePIDs), selfCPU(), processCPU(), time.Now()
 	waitProfile, err := d.startProfile(ctx, tag)
@@ -323,8 +433,18 @@ func (d *driver) measure(ctx context.Context, pid int, enginePIDs []int, tag str
 		return err
 	}
 	stopRSS := sampleRSS(pid, &res.RSS)
+	stopAges := d.sampleAges(ctx, res)
 	d.load(ctx, res)
+	stopAges()
 	stopRSS()
+	stopPromRSS()
+	if d.prom != nil {
+		prom1, err := procCPU(d.prom.pid())
+		if err != nil {
+			return err
+		}
+		res.PromCPU = prom1 - prom0
+	}
 
 	cpu1, err := procCPU(pid)
 	if err != nil {
@@ -341,13 +461,18 @@ func (d *driver) measure(ctx context.Context, pid int, enginePIDs []int, tag str
 		return err
 	}
 	after, err := d.scrapeStats(ctx)
-	if err != nil {
+	if err != nil && d.cfg.Source != sourcePrometheusAdapter {
 		return err
 	}
 	res.Scrapes = after.success - before.success
 	res.ScrapeErrors = after.errors - before.errors
 	res.Skipped = after.skipped - before.skipped
 	res.HeapInuse = int64(after.heapInuse)
+	if d.prom != nil { // Prometheus scraped, not the adapter
+		if res.Scrapes, res.ScrapeErrors, err = d.prom.scrapes(ctx, res.Window); err != nil {
+			return err
+		}
+	}
 	if c.LogDir != "" {
 		if err := writeTimeline(filepath.Join(c.LogDir, "latency-"+tag+".tsv"), res.Timeline); err != nil {
 			return err
@@ -489,6 +614,8 @@ type driver struct {
 	cfg    Config
 	spec   spec
 	maxAge time.Duration
+	// prom is the Prometheus the source reads, if any.
+	prom *prometheus
 }
 
 func (d *driver) url(p pool) string {
@@ -582,7 +709,7 @@ func (d *driver) ask(ctx context.Context, p pool) (time.Duration, time.Duration,
 		return latency, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return latency, 0, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, body)
+		return latency, 0, fmt.Errorf("HTTP %d: %.1000s", resp.StatusCode, body)
 	}
 	var list v1beta1.ExternalMetricValueList
 	if err := json.Unmarshal(body, &list); err != nil {
@@ -592,6 +719,11 @@ func (d *driver) ask(ctx context.Context, p pool) (time.Duration, time.Duration,
 		return latency, 0, fmt.Errorf("%d items", len(list.Items))
 	}
 	it := list.Items[0]
+	if d.cfg.Source == sourcePrometheusAdapter {
+		// Its items carry the query's time and no pod count: its freshness
+		// is sampled apart (sampleAges).
+		return latency, 0, nil
+	}
 	age := time.Since(it.Timestamp.Time)
 	if got := it.MetricLabels["pods"]; got != strconv.Itoa(len(p.Addrs)) || (it.MetricLabels["pods_unknown"] != "" && it.MetricLabels["pods_unknown"] != "0") || age > d.maxAge+time.Second {
 		return latency, age, fmt.Errorf("%w: pool %s: labels %v, oldest reading %s old", errStale, p.App, it.MetricLabels, age.Round(time.Millisecond))
@@ -644,6 +776,111 @@ func (d *driver) load(ctx context.Context, res *Result) {
 	wg.Wait()
 	slices.Sort(res.Latencies)
 	slices.SortFunc(res.Timeline, func(a, b Sample) int { return a.Sent.Compare(b.Sent) })
+}
+
+// sampleAges, for prometheus-adapter, asks for paAgeMetric of the pools in
+// turn every 200 ms until stop is called and keeps the largest age in
+// res.OldestAge: the age of the oldest sample behind its answers, as the
+// timestamps of this adapter's answers give it.
+func (d *driver) sampleAges(ctx context.Context, res *Result) (stop func()) {
+	if d.cfg.Source != sourcePrometheusAdapter {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var oldest time.Duration
+	wg.Go(func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			p := d.spec.Pools[i%len(d.spec.Pools)]
+			if v, err := d.value(ctx, d.base+"/apis/external.metrics.k8s.io/v1beta1/namespaces/"+p.Namespace+"/"+paAgeMetric+
+				"?labelSelector="+url.QueryEscape("app="+p.App)); err == nil {
+				oldest = max(oldest, time.Duration(v*float64(time.Second)))
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		res.OldestAge = max(res.OldestAge, oldest)
+	}
+}
+
+// value returns the value of an External metric answer's one item.
+func (d *driver) value(ctx context.Context, u string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var list v1beta1.ExternalMetricValueList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK || len(list.Items) != 1 {
+		return 0, fmt.Errorf("HTTP %d, %d items", resp.StatusCode, len(list.Items))
+	}
+	return list.Items[0].Value.AsApproximateFloat64(), nil
+}
+
+// maxRates measures, for each of Config.GroupSizes, the answers per second
+// to MaxRateWorkers requests at a time (each sent when the previous one of
+// its worker is answered) for MaxRateFor, on the first namespace's first s
+// pods (selector g<s>=0).
+func (d *driver) maxRates(ctx context.Context, res *Result) error {
+	if d.cfg.MaxRateFor <= 0 {
+		return nil
+	}
+	inNS := 0
+	for _, p := range d.spec.Pools {
+		if p.Namespace == d.spec.Pools[0].Namespace {
+			inNS += len(p.Addrs)
+		}
+	}
+	for _, size := range d.cfg.GroupSizes {
+		pr := PoolRate{Size: size}
+		if size > inNS {
+			return fmt.Errorf("max rate on %d pods: the namespace %s has %d", size, d.spec.Pools[0].Namespace, inNS)
+		}
+		u := d.base + "/apis/external.metrics.k8s.io/v1beta1/namespaces/" + d.spec.Pools[0].Namespace + "/" + d.spec.Metric +
+			"?labelSelector=" + url.QueryEscape(fmt.Sprintf("g%d=0", size))
+		// One request first: a selector no HPA names is new to the adapter.
+		_, _ = d.value(ctx, u)
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		start := time.Now()
+		end := start.Add(d.cfg.MaxRateFor)
+		for range d.cfg.MaxRateWorkers {
+			wg.Go(func() {
+				for time.Now().Before(end) && ctx.Err() == nil {
+					_, err := d.value(ctx, u)
+					mu.Lock()
+					if err == nil {
+						pr.OK++
+					} else {
+						pr.Failures++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		pr.Rate = float64(pr.OK) / time.Since(start).Seconds()
+		res.MaxRates = append(res.MaxRates, pr)
+	}
+	return nil
 }
 
 // stats are the adapter's own counters.

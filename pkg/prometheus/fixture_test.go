@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -51,6 +52,13 @@ type fakeProm struct {
 	queries []string
 	answer  func(q string) (int, string)
 	delay   time.Duration
+	// hold, when set, keeps every query waiting until it is closed (or the
+	// client gives up): a Prometheus as slow as the test wants, without a
+	// clock. Each query held is first sent on arrived, when set.
+	hold    chan struct{}
+	arrived chan string
+	// holding counts the queries being held.
+	holding int
 }
 
 func newFakeProm(t testing.TB, answer func(q string) (int, string)) *fakeProm {
@@ -63,8 +71,30 @@ func newFakeProm(t testing.TB, answer func(q string) (int, string)) *fakeProm {
 		q := r.FormValue("query")
 		f.mu.Lock()
 		f.queries = append(f.queries, q)
-		answer, delay := f.answer, f.delay
+		answer, delay, hold, arrived := f.answer, f.delay, f.hold, f.arrived
 		f.mu.Unlock()
+		if hold != nil {
+			f.mu.Lock()
+			f.holding++
+			f.mu.Unlock()
+			defer func() {
+				f.mu.Lock()
+				f.holding--
+				f.mu.Unlock()
+			}()
+			if arrived != nil {
+				select {
+				case arrived <- q:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if delay > 0 {
 			select {
 			case <-time.After(delay):
@@ -79,6 +109,29 @@ func newFakeProm(t testing.TB, answer func(q string) (int, string)) *fakeProm {
 	}))
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// block makes the stand-in hold every query from now on until the returned
+// function is called; each query held is sent on the returned channel as it
+// arrives (buffered for a few refreshes' queries).
+func (f *fakeProm) block() (arrived <-chan string, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hold, arr := make(chan struct{}), make(chan string, 16)
+	f.hold, f.arrived = hold, arr
+	return arr, func() {
+		f.mu.Lock()
+		f.hold, f.arrived = nil, nil
+		f.mu.Unlock()
+		close(hold)
+	}
+}
+
+// held returns how many queries the stand-in is holding.
+func (f *fakeProm) held() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holding
 }
 
 func (f *fakeProm) set(answer func(q string) (int, string)) {
@@ -97,6 +150,32 @@ func (f *fakeProm) count() map[string]int {
 		out[queryKind(q)]++
 	}
 	return out
+}
+
+// windowFamily matches the family a window query reads (query.go).
+var windowFamily = regexp.MustCompile(`"` + familyLabel + `","([^"]+)"`)
+
+// queryKey returns a query's kind and, for a window query, its family.
+func queryKey(q string) string {
+	if k := queryKind(q); k == "window" {
+		if m := windowFamily.FindStringSubmatch(q); m != nil {
+			return k + " " + m[1]
+		}
+		return k
+	}
+	return "series"
+}
+
+// windowQueries returns how many window queries one refresh of a namespace
+// runs (one per window and counter family).
+func (f *fixture) windowQueries() int {
+	n := 0
+	for _, q := range f.source.gen.Load().plan.queries("llm") {
+		if q.kind == "window" {
+			n++
+		}
+	}
+	return n
 }
 
 func queryKind(q string) string {

@@ -118,7 +118,7 @@ func TestLoad200HPAs(t *testing.T) {
 	counts := map[string]int{}
 	prom.mu.Lock()
 	for _, q := range prom.queries {
-		counts[nsOf.FindStringSubmatch(q)[1]+"/"+queryKind(q)]++
+		counts[nsOf.FindStringSubmatch(q)[1]+"/"+queryKey(q)]++
 	}
 	prom.mu.Unlock()
 	keys := make([]string, 0, len(counts))
@@ -133,8 +133,9 @@ func TestLoad200HPAs(t *testing.T) {
 			t.Errorf("%s: %d queries in %d cache periods, want at most one per period", k, counts[k], periods)
 		}
 	}
-	if len(keys) != namespaces*2 {
-		t.Errorf("queries by (namespace, query) %v, want a series and a window query for each of %d namespaces", counts, namespaces)
+	if len(keys) != namespaces*(1+f.windowQueries()) {
+		t.Errorf("queries by (namespace, query) %v, want a series query and one window query per counter family (%d) for each of %d namespaces",
+			counts, f.windowQueries(), namespaces)
 	}
 	slices.Sort(ages)
 	var sum time.Duration

@@ -79,8 +79,14 @@ func ParseSeries(s string) ([]*labels.Matcher, error) {
 
 // plan is every query of one namespace, built from the catalog's needs and the
 // Queries: one range query of the engine series (the default families in one
-// selector, each overridden family in its own), and per window one instant
-// query of every counter's and histogram bucket's increase.
+// selector, each overridden family in its own), and per window and counter
+// (or histogram bucket) family one instant query of its increase. One query
+// per family, not their union: joining them with "or" made Prometheus hash
+// every series of the answer so far once per family (21 families), and a
+// 3,000-pod namespace's window query ran past the 5 s timeout on a loaded
+// Prometheus 2.42 (2.1-5.9 s, against 0.3-0.4 s per non-empty family alone);
+// apart, Prometheus runs them on its cores in parallel and a family no
+// engine exports costs an index lookup.
 type plan struct {
 	labels   Labels
 	matchers []*labels.Matcher
@@ -168,7 +174,6 @@ func (p *plan) queries(namespace string) []query {
 		out = slices.Insert(out, 0, query{kind: "series", expr: p.selector(namespace, []*labels.Matcher{m}) + "[" + promDuration(p.seriesRange) + "]"})
 	}
 	for _, w := range p.windows {
-		var parts []string
 		for _, f := range p.families {
 			name := f.Name
 			switch {
@@ -183,11 +188,8 @@ func (p *plan) queries(namespace string) []query {
 			if !ok {
 				ms = []*labels.Matcher{nameIs(name)}
 			}
-			parts = append(parts, fmt.Sprintf("label_replace(increase(%s[%s]),%q,%q,\"\",\"\")",
-				p.selector(namespace, ms), promDuration(w.d), familyLabel, name))
-		}
-		if len(parts) > 0 {
-			out = append(out, query{kind: "window", window: w.d, expr: strings.Join(parts, " or ")})
+			out = append(out, query{kind: "window", window: w.d, expr: fmt.Sprintf("label_replace(increase(%s[%s]),%q,%q,\"\",\"\")",
+				p.selector(namespace, ms), promDuration(w.d), familyLabel, name)})
 		}
 	}
 	return out

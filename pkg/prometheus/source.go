@@ -6,9 +6,10 @@
 //
 // Per namespace and cache period it runs one range query of the engine series
 // (the families signals.Extractor reads, by name, restricted to the namespace
-// and Queries.Matchers; an overridden family in a query of its own) and one
-// query per window length of the counters' and histogram buckets' increase(),
-// and builds every pod's history from the answer. Requests are served from
+// and Queries.Matchers; an overridden family in a query of its own) and, per
+// window length, one query per counter (or histogram bucket) family of its
+// increase(), at most maxQueriesInFlight at a time, and builds every pod's
+// history from the answers. Requests are served from
 // memory: the newest answer, while a refresh runs in the background
 // (stale-while-revalidate), as long as it is not older than the max age; only
 // the first request of a namespace waits for Prometheus. Namespaces are
@@ -78,6 +79,11 @@ const (
 	// read: beyond it Prometheus (or something before it) forged its time,
 	// which would keep a frozen value fresh forever.
 	maxClockSkew = time.Minute
+	// maxQueriesInFlight bounds the queries one namespace's refresh runs at
+	// once (one per window and counter family, plus the series): 4 keeps a
+	// Prometheus's cores busy without taking all of its
+	// --query.max-concurrency (20 by default) for one namespace.
+	maxQueriesInFlight = 4
 	// DefaultIdleTimeout is how long a namespace is refreshed after its last
 	// request: 10 minutes, the adapter's --selector-idle-timeout default, far
 	// above an HPA's 15 s sync period.
@@ -616,11 +622,22 @@ func (s *Source) fetch(namespace string, g *generation) *entry {
 		err     error
 	}
 	results := make([]result, len(qs))
+	// One query per family; at most maxQueriesInFlight at a time, within the
+	// timeout (a query still waiting for its turn then fails as timed out).
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxQueriesInFlight)
 	for i, q := range qs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				results[i].err = ctx.Err()
+				s.metrics.QueryErrors.WithLabelValues(string(reasonOf(ctx.Err()))).Inc()
+				return
+			}
+			defer func() { <-sem }()
 			results[i].ss, results[i].skipped, results[i].err = s.query(ctx, q, start, namespace, g, e)
 		}()
 	}

@@ -84,8 +84,8 @@ func TestCachePeriod(t *testing.T) {
 		f.get(t, "llm", policy.MetricSaturation, "app=x")
 		f.get(t, "llm", policy.MetricQueueDepth, "app=x")
 	}
-	if got := prom.count(); got["series"] != 1 || got["window"] != 1 {
-		t.Errorf("queries %v after 10 requests in one period, want one of each", got)
+	if got := prom.count(); got["series"] != 1 || got["window"] != f.windowQueries() {
+		t.Errorf("queries %v after 10 requests in one period, want one of each (%d window families)", got, f.windowQueries())
 	}
 	f.get(t, "other", policy.MetricSaturation, "app=x")
 	if got := prom.count(); got["series"] != 2 {
@@ -241,15 +241,28 @@ func TestWindowTerms(t *testing.T) {
 		return &model.Sample{Metric: m, Value: model.SampleValue(v), Timestamp: model.TimeFromUnixNano(now.UnixNano())}
 	}
 	const bucket = "vllm:time_to_first_token_seconds_bucket"
-	window := envelope(t, model.Vector{
+	increases := model.Vector{
 		inc("a", "vllm:num_preemptions_total", 6),
 		inc("a", bucket, 2, "le", "0.5"), inc("a", bucket, 3, "le", "1"), inc("a", bucket, 5, "le", "2.5"), inc("a", bucket, 5, "le", "+Inf"),
 		inc("b", bucket, 0, "le", "0.5"), inc("b", bucket, 3, "le", "1"), inc("b", bucket, 5, "le", "2.5"), inc("b", bucket, 5, "le", "+Inf"),
-	})
+	}
 	series := matrix(t,
 		stream(vllm("vllm:num_requests_waiting", "a"), now, 0), stream(vllm("vllm:num_requests_waiting", "b"), now, 0),
 		stream(vllm("vllm:num_requests_running", "a"), now, 1), stream(vllm("vllm:num_requests_running", "b"), now, 1))
-	prom.set(ok(map[string]string{"series": series, "window": window}))
+	// As Prometheus answers: each window query (one family) with that
+	// family's increases only.
+	prom.set(func(q string) (int, string) {
+		if queryKind(q) == "series" {
+			return http.StatusOK, series
+		}
+		var v model.Vector
+		for _, smp := range increases {
+			if queryKey(q) == "window "+string(smp.Metric[familyLabel]) {
+				v = append(v, smp)
+			}
+		}
+		return http.StatusOK, envelope(t, v)
+	})
 	// Pooled TTFT: 10 observations, 2 ≤ 0.5 s, 6 ≤ 1 s, 10 ≤ 2.5 s. p90: rank 9
 	// in (1, 2.5] holding ranks 7..10: 1 + 1.5 × 3/4 = 2.125 s, 2.125 × the
 	// SLO, above a's preemption rate (6 / 120 s = 0.05/s, 0.5 × its set point).
@@ -262,9 +275,9 @@ func TestWindowTerms(t *testing.T) {
 	for _, q := range prom.queries {
 		switch {
 		case strings.Contains(q, "[120000ms]"):
-			long = q
+			long += q + "\n"
 		case strings.Contains(q, "[60000ms]"):
-			short = q
+			short += q + "\n"
 		}
 	}
 	for _, want := range []string{`increase(vllm:time_to_first_token_seconds_bucket{namespace="llm"}[120000ms])`, `increase(vllm:num_preemptions_total{namespace="llm"}[120000ms])`} {
@@ -321,8 +334,8 @@ func TestQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	qs := s.gen.Load().plan.queries("llm")
-	if len(qs) != 3 {
-		t.Fatalf("%d queries, want the series, the overridden family and the lost-demand window: %+v", len(qs), qs)
+	if len(qs) < 3 {
+		t.Fatalf("%d queries, want the series, the overridden family and the lost-demand window's families: %+v", len(qs), qs)
 	}
 	if q := qs[0].expr; !strings.HasPrefix(q, `{__name__=~"vllm:num_requests_waiting_by_reason|vllm:num_requests_running|`) ||
 		!strings.HasSuffix(q, `",kubernetes_namespace="llm",cluster="prod"}[90000ms]`) || strings.Contains(q, "|vllm:num_requests_waiting|") {
@@ -331,17 +344,28 @@ func TestQueries(t *testing.T) {
 	if q := qs[1]; q.family != "vllm:num_requests_waiting" || q.expr != `vllm_num_requests_waiting{job="vllm",kubernetes_namespace="llm",cluster="prod"}[90000ms]` {
 		t.Errorf("overridden family's query %+v", q)
 	}
-	if q := qs[2].expr; !strings.Contains(q, `label_replace(increase(vllm:request_success_total{kubernetes_namespace="llm",cluster="prod"}[60000ms]),"saturation_adapter_metric","vllm:request_success_total","","")`) ||
-		strings.Contains(q, "bucket") {
-		t.Errorf("window query %s", q)
+	// One query per counter family of the window: no "or" for Prometheus to
+	// join, no histogram bucket (no latency term).
+	want := `label_replace(increase(vllm:request_success_total{kubernetes_namespace="llm",cluster="prod"}[60000ms]),"saturation_adapter_metric","vllm:request_success_total","","")`
+	found := false
+	for _, q := range qs[2:] {
+		if q.kind != "window" || q.window != time.Minute || strings.Contains(q.expr, " or ") || strings.Contains(q.expr, "bucket") ||
+			!strings.HasPrefix(q.expr, "label_replace(increase(") {
+			t.Errorf("window query %+v", q)
+		}
+		found = found || q.expr == want
 	}
+	if !found {
+		t.Errorf("no window query %s", want)
+	}
+	n := len(qs)
 	for _, bad := range []Queries{{Matchers: `{__name__="x"}`}, {Matchers: `cluster=prod`}, {Series: map[string]string{"vllm:num_requests_waiting": "rate(x[1m])"}},
 		{Series: map[string]string{"vllm:num_request_waiting": "x"}}} {
 		if err := s.SetCatalog(catalog, bad); err == nil {
 			t.Errorf("SetCatalog(%+v) = nil, want an error", bad)
 		}
 	}
-	if qs := s.gen.Load().plan.queries("llm"); len(qs) != 3 {
+	if qs := s.gen.Load().plan.queries("llm"); len(qs) != n {
 		t.Errorf("a rejected SetCatalog changed the plan")
 	}
 }
@@ -361,8 +385,8 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := prom.count(); got["series"] != 1 || got["window"] != 1 {
-		t.Errorf("queries %v for 50 concurrent requests, want one of each", got)
+	if got := prom.count(); got["series"] != 1 || got["window"] != f.windowQueries() {
+		t.Errorf("queries %v for 50 concurrent requests, want one of each (%d window families)", got, f.windowQueries())
 	}
 }
 
