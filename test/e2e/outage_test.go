@@ -39,14 +39,17 @@ func setStubWaiting(t *testing.T, endpoint string, waiting int) {
 func TestPartialOutageHolds(t *testing.T) {
 	s := startStack(t, stack.Options{ColdStart: time.Second, Adapter: stack.AdapterOptions{ScrapeInterval: time.Second, ScrapeTimeout: 500 * time.Millisecond}})
 	ctx := context.Background()
+	// full is each metric's value once every pod has reported 10 waiting
+	// (saturation 10 / 5 = 2 each).
 	kinds := []struct {
 		name, metric string
 		typ          autoscalingv2.MetricTargetType
 		target       string
+		full         float64
 	}{
-		{"outage-mean", "llm_saturation", autoscalingv2.ValueMetricType, "1"},
-		{"outage-demand", "llm_demand_replicas", autoscalingv2.AverageValueMetricType, "1"},
-		{"outage-sum", "llm_num_requests_waiting", autoscalingv2.AverageValueMetricType, "5"},
+		{"outage-mean", "llm_saturation", autoscalingv2.ValueMetricType, "1", 2},
+		{"outage-demand", "llm_demand_replicas", autoscalingv2.AverageValueMetricType, "1", 8},
+		{"outage-sum", "llm_num_requests_waiting", autoscalingv2.AverageValueMetricType, "5", 40},
 	}
 	sels := map[string]labels.Selector{}
 	for _, k := range kinds {
@@ -63,9 +66,14 @@ func TestPartialOutageHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Each HPA has read its metric and wants more than it may have.
+	// Each HPA has read its metric and wants more than it may have, and every
+	// pod has reported: a pod that never reported before the outage has no
+	// last good value to hold, and counts as unknown.
 	for _, k := range kinds {
 		err := wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+			if v, _, err := s.ExternalMetric(ctx, k.metric, sels[k.name]); err != nil || v != k.full {
+				return false, nil
+			}
 			h, err := s.Cluster.Client.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Get(ctx, k.name, metav1.GetOptions{})
 			return err == nil && h.Status.DesiredReplicas == 4 && len(h.Status.CurrentMetrics) > 0 && stack.HPAProblem(h) == "", nil
 		})
