@@ -312,18 +312,7 @@ func (s *Source) Histories(ctx context.Context, namespace string, members []pods
 		return nil, err
 	}
 	return func(m *podselect.Member) (*history.History, string) {
-		b := e.get(m.Pod)
-		if b.h != nil {
-			s.remember(m.UID, b.h)
-			s.observeAge(now, b.h)
-			return b.h, ""
-		}
-		why := why(b.err, e.gen.plan.seriesRange)
-		if h := s.recall(m.UID); h != nil {
-			s.observeAge(now, h)
-			return h, why
-		}
-		return nil, why
+		return s.memberHistory(e, m, now)
 	}, nil
 }
 
@@ -347,7 +336,12 @@ func (s *Source) Lookup(m *podselect.Member) (*history.History, string) {
 	if e == nil {
 		return nil, "no answer from Prometheus yet"
 	}
-	now := s.clock.Now()
+	return s.memberHistory(e, m, s.clock.Now())
+}
+
+// memberHistory returns m's history in answer e (remembered for when its
+// series vanish), else its last remembered one with why it has none in e.
+func (s *Source) memberHistory(e *entry, m *podselect.Member, now time.Time) (*history.History, string) {
 	b := e.get(m.Pod)
 	if b.h != nil {
 		s.remember(m.UID, b.h)
