@@ -173,12 +173,12 @@ func (a *Advisor) Answered(namespace, metric string, selector labels.Selector, p
 	if pool.Value != nil {
 		value = *pool.Value
 	}
-	metric = strings.ToLower(metric)
-	for _, h := range a.hpas.For(namespace, metric, selector.String()) {
+	metric, sel := strings.ToLower(metric), selector.String()
+	for _, h := range a.hpas.For(namespace, metric, sel) {
 		a.mu.Lock()
 		a.inFlight(h, pool.InFlight)
 		a.mu.Unlock()
-		if !slices.ContainsFunc(h.External, func(m hpaindex.Metric) bool { return m.Name == metric && m.Key == selector.String() && m.Value }) {
+		if !slices.ContainsFunc(h.External, func(m hpaindex.Metric) bool { return m.Name == metric && m.Key == sel && m.Value }) {
 			continue
 		}
 		a.set(h, ReasonValueTargetNoReadyPods, bad && h.CurrentReplicas > 0, fmt.Sprintf(
