@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	jsoniter "github.com/json-iterator/go"
 	"github.com/prometheus/common/model"
@@ -263,11 +264,35 @@ type streamDecoder struct {
 }
 
 func (d *streamDecoder) str(s string) string {
+	s = validUTF8(s)
 	if v, ok := d.intern[s]; ok {
 		return v
 	}
 	d.intern[s] = s
 	return s
+}
+
+// validUTF8 returns s with each byte that is not part of valid UTF-8
+// replaced by U+FFFD, as encoding/json decodes a JSON string (Decode's path:
+// "invalid UTF-8 ... replaced by the Unicode replacement character"), so
+// that both decoders read the same labels. jsoniter keeps such bytes as
+// they are.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // data reads the "data" object: its resultType and result.
