@@ -53,17 +53,21 @@ TEST_TOOLS_ENV = SATURATION_ADAPTER_HELM=$(HELM) SATURATION_ADAPTER_KUSTOMIZE=$(
 # The adapter's module, then the unit tests of the e2e module's packages (its own go.mod, so
 # ./... at the root does not reach it), both with the race detector.
 E2E_UNIT_PKGS := ./controlplane/... ./flowgate/... ./loadgen/... ./nodeagent/... ./stack/...
+# go test's default 10 min per package is a hang guard, not a budget: hack's TestRelease
+# cross-builds both images twice, which on a cold build cache and a busy 2-core machine
+# takes longer than that.
+UNIT_TEST_FLAGS := -race -count=1 -timeout 30m
 test-unit: tools
-	$(TEST_TOOLS_ENV) $(GO) test -race -count=1 ./...
+	$(TEST_TOOLS_ENV) $(GO) test $(UNIT_TEST_FLAGS) ./...
 	@# hack/release (its own module): the image builder, the chart packager and the push
 	@# to a loopback registry; TestDist checks the dist/ that hack's TestRelease just
 	@# wrote with make release, and runs each image's entrypoint as its user (root needed).
-	cd hack/release && $(TEST_TOOLS_ENV) SATURATION_ADAPTER_DIST=$(CURDIR)/$(RELEASE_DIR) $(GO) test -race -count=1 ./...
-	cd test/e2e && $(GO) test -race -count=1 $(E2E_UNIT_PKGS)
+	cd hack/release && $(TEST_TOOLS_ENV) SATURATION_ADAPTER_DIST=$(CURDIR)/$(RELEASE_DIR) $(GO) test $(UNIT_TEST_FLAGS) ./...
+	cd test/e2e && $(GO) test $(UNIT_TEST_FLAGS) $(E2E_UNIT_PKGS)
 	@# docs/scoreboard.md's short scoreboard and replay, and lab's --help examples, replay
 	@# minutes of traffic: too slow under -race, so without it (TestScoreboardDocFullTables,
 	@# half an hour of CPU per trace, runs only with LAB_FULL_SCOREBOARD=1).
-	$(GO) test -count=1 -run 'TestScoreboardDoc|TestLabHelpExamples|TestCalibrateRecovers' ./cmd/lab/app ./lab/calibrate
+	$(GO) test -count=1 -timeout 30m -run 'TestScoreboardDoc|TestLabHelpExamples|TestCalibrateRecovers' ./cmd/lab/app ./lab/calibrate
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
 # Go fuzz targets (package:target), their invariants in each fuzz_test.go. `make test`
