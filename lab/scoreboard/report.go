@@ -33,8 +33,12 @@ func ratio(v float64) string { return fmt.Sprintf("%.2f", v) }
 func (r *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	slo := fmt.Sprintf("TTFT ≤ %gs", r.TTFTSLOSeconds)
-	fmt.Fprintf(&b, "Tuned on %s, scored on %s of the trace, %d seeds (%s), %gs mean cold start. Score slice: %d requests (mean %.2f/s, peak minute %.2f/s); the oracle keeps %s within the TTFT SLO at %s GPU-h, %s misses it found no replica count removes (medians, range over the seeds).\n\n",
-		r.Tune, r.Score, len(r.Seeds), seedList(r.Seeds), r.ColdStartSeconds, r.Requests, r.ScoreMeanRate, r.ScorePeakMinuteRate,
+	warm := ""
+	if r.WarmUpSeconds > 0 {
+		warm = fmt.Sprintf(", each slice after %gs of unscored warm-up (as much as precedes it)", r.WarmUpSeconds)
+	}
+	fmt.Fprintf(&b, "Tuned on %s, scored on %s of the trace%s, %d seeds (%s), %gs mean cold start. Score slice: %d requests (mean %.2f/s, peak minute %.2f/s); the oracle keeps %s within the TTFT SLO at %s GPU-h, %s misses it found no replica count removes (medians, range over the seeds).\n\n",
+		r.Tune, r.Score, warm, len(r.Seeds), seedList(r.Seeds), r.ColdStartSeconds, r.Requests, r.ScoreMeanRate, r.ScorePeakMinuteRate,
 		spread(r.ScoreOracle.TTFTWithinSLO, pct), spread(r.ScoreOracle.GPUHours, ratio), num(r.ScoreOracle.Unachievable.Median))
 	fmt.Fprintf(&b, "| family | point | tune: %s | tune: × oracle | score: %s | score: × oracle GPU-h | abandoned | peak pods | notes |\n", slo, slo)
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")

@@ -215,6 +215,9 @@ type Result struct {
 	// TTFTSLOSeconds and ColdStartSeconds echo the simulation's settings.
 	TTFTSLOSeconds   float64 `json:"ttftSLOSeconds"`
 	ColdStartSeconds float64 `json:"coldStartSeconds"`
+	// WarmUpSeconds is the unscored replay before each slice (at most what
+	// precedes the slice in the trace; 0: slices start cold).
+	WarmUpSeconds float64 `json:"warmUpSeconds,omitempty"`
 	// Requests, ScoreMeanRate and ScorePeakMinuteRate describe the score
 	// slice (requests: the median over the seeds; rates per second).
 	Requests            int     `json:"requests"`
@@ -326,7 +329,7 @@ func replay(cfg Config, j job, autoscalers []simulate.Autoscaler) (*simulate.Rep
 // summarizeAll builds the result from the reports, in the families' order.
 func summarizeAll(cfg Config, jobs []job, results []outcome) *Result {
 	res := &Result{Tune: cfg.Tune, Score: cfg.Score, Seeds: cfg.Seeds, SLOGoal: cfg.SLOGoal, CostGoal: cfg.CostGoal,
-		TTFTSLOSeconds: cfg.Sim.TTFTSLO.Seconds(), ColdStartSeconds: cfg.Sim.ColdStart.Seconds()}
+		TTFTSLOSeconds: cfg.Sim.TTFTSLO.Seconds(), ColdStartSeconds: cfg.Sim.ColdStart.Seconds(), WarmUpSeconds: cfg.Window.WarmUp.Seconds()}
 	collect := func(tune bool, name string, get func(simulate.AutoscalerResult) float64) []float64 {
 		var out []float64
 		for i, j := range jobs {

@@ -116,3 +116,38 @@ func TestTunedAndDominated(t *testing.T) {
 		t.Errorf("b/1 (the best share at its cost) dominated by %v, want none", got)
 	}
 }
+
+// TestWarmUp: with a warm-up, each slice is replayed after what precedes it
+// in the trace (the tune slice at the trace's start has none), the score slice
+// still counts the window's requests only, and the table says so.
+func TestWarmUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays eight slices")
+	}
+	cfg := tiny(t, 0)
+	cfg.Tune.Start = 0
+	cfg.Window.RateScale = 1 // every row once, no draws: both runs replay the window's rows alike
+	cold, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Window.WarmUp = 5 * time.Minute
+	warm, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warm.Requests != cold.Requests || warm.ScoreMeanRate != cold.ScoreMeanRate || warm.WarmUpSeconds != 300 {
+		t.Errorf("score slice after a warm-up: %d requests at %g/s (warm-up %gs), want the cold slice's %d at %g/s after 300 s",
+			warm.Requests, warm.ScoreMeanRate, warm.WarmUpSeconds, cold.Requests, cold.ScoreMeanRate)
+	}
+	if diff := cmp.Diff(cold.TuneOracle, warm.TuneOracle); diff != "" {
+		t.Errorf("the tune slice starts the trace, so no warm-up precedes it; its oracle changed (-cold +warm):\n%s", diff)
+	}
+	var table bytes.Buffer
+	if err := warm.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if want := "each slice after 300s of unscored warm-up"; !strings.Contains(table.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, table.String())
+	}
+}

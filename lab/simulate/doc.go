@@ -65,6 +65,7 @@
 // adapter's metric catalog, pkg/policy.)
 //
 // Every fleet starts with the oracle's initial replicas Ready; GPU-hours are
-// counted over the traffic window (Workload.Duration); requests may finish up to
-// Config.DrainLimit later.
+// counted over the traffic window after the warm-up ([Workload.ScoreFrom,
+// Workload.Duration]), and only the requests arriving in it are scored;
+// requests may finish up to Config.DrainLimit later.
 package simulate

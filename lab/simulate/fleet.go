@@ -96,9 +96,10 @@ type fleet struct {
 	rr           int   // tie-break cursor of the least-outstanding routing
 	nextNum      int
 	rec          recorder
-	done         int // requests finished or rejected
+	done         int           // requests finished or rejected
+	costStart    time.Duration // GPU time is counted over [costStart, costEnd]
 	costEnd      time.Duration
-	podTime      time.Duration // pod time of removed pods within [0, costEnd]
+	podTime      time.Duration // pod time of removed pods within [costStart, costEnd]
 	changes      []scaleChange
 	onRemove     []func(p *pod)
 }
@@ -334,7 +335,7 @@ func (f *fleet) route(i int) {
 	best.outstanding++
 }
 
-func (f *fleet) clamp(t time.Duration) time.Duration { return min(max(t, 0), f.costEnd) }
+func (f *fleet) clamp(t time.Duration) time.Duration { return min(max(t, f.costStart), f.costEnd) }
 
 // remove deletes pod j from the fleet (it is gone) and books its pod time.
 func (f *fleet) remove(j int) {
@@ -348,7 +349,7 @@ func (f *fleet) remove(j int) {
 	}
 }
 
-// gpuTime returns the pod time within [0, costEnd] of every pod so far: starting,
+// gpuTime returns the pod time within [costStart, costEnd] of every pod so far: starting,
 // Ready and draining pods all hold a GPU.
 func (f *fleet) gpuTime() time.Duration {
 	t := f.podTime

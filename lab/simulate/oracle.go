@@ -137,7 +137,7 @@ func within(first, arrived, slo time.Duration) bool { return first != unset && f
 // [MinReplicas, maxR] that keep the interval's misses within allowed[k]
 // (searched from the previous interval's count, see intervalSearch). It
 // returns the schedule, the intervals where even maxR missed the target, and
-// the misses found unachievable.
+// the misses found unachievable (both after the warm-up only).
 func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed []int, maxR int) (sched []int, infeasible, unachievable int, err error) {
 	K := len(allowed)
 	state := newFleet(cfg.Engine, ColdStart{}, epoch(), w.Requests, nopRecorder{}, w.Duration)
@@ -149,18 +149,21 @@ func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed [
 			lo: bounds[k], hi: bounds[k+1], end: time.Duration(k+1) * cfg.OracleInterval,
 			limit: allowed[k], trials: map[int]intervalTrial{}}
 		r := min(max(prev, cfg.MinReplicas), maxR)
+		scored := time.Duration(k)*cfg.OracleInterval >= w.ScoreFrom // not a warm-up interval
 		if s.passes(r) {
 			r = s.searchDown(r)
 		} else {
 			var found bool
-			if r, found = s.searchUp(r, maxR); !found {
+			if r, found = s.searchUp(r, maxR); !found && scored {
 				infeasible++
 			}
 		}
 		if s.err != nil {
 			return nil, 0, 0, s.err
 		}
-		unachievable += s.unachievable
+		if scored {
+			unachievable += s.unachievable
+		}
 		sched[k] = r
 		state = s.trials[r].next
 		prev = r

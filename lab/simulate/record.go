@@ -9,15 +9,18 @@ import (
 // unset marks a request event that has not happened.
 const unset = time.Duration(-1)
 
-// fullRecorder keeps the first-token and finish time of every request.
+// fullRecorder keeps the first-token and finish time of every request, and
+// which ones the engine refused or the client abandoned.
 type fullRecorder struct {
 	first, finish []time.Duration
 	rejectedN     int
 	abandonedN    int
+	refused, gone []bool // per request: rejected, abandoned
 }
 
 func newFullRecorder(n int) *fullRecorder {
-	r := &fullRecorder{first: make([]time.Duration, n), finish: make([]time.Duration, n)}
+	r := &fullRecorder{first: make([]time.Duration, n), finish: make([]time.Duration, n),
+		refused: make([]bool, n), gone: make([]bool, n)}
 	for i := range n {
 		r.first[i], r.finish[i] = unset, unset
 	}
@@ -26,8 +29,12 @@ func newFullRecorder(n int) *fullRecorder {
 
 func (r *fullRecorder) firstToken(i int, at time.Duration) { r.first[i] = at }
 func (r *fullRecorder) finished(i int, at time.Duration)   { r.finish[i] = at }
-func (r *fullRecorder) rejected(int)                       { r.rejectedN++ }
-func (r *fullRecorder) abandoned(int)                      { r.abandonedN++ }
+func (r *fullRecorder) rejected(i int)                     { r.rejectedN++; r.refused[i] = true }
+func (r *fullRecorder) abandoned(i int)                    { r.abandonedN++; r.gone[i] = true }
+
+// rejectedAt and abandonedAt report what happened to request i.
+func (r *fullRecorder) rejectedAt(i int) bool  { return r.refused[i] }
+func (r *fullRecorder) abandonedAt(i int) bool { return r.gone[i] }
 
 // windowRecorder keeps the first-token times of the requests [lo, hi) only (the
 // oracle's search) and ignores the others.

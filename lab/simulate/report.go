@@ -84,6 +84,10 @@ type WorkloadInfo struct {
 	// idle engine (or that the engine refuses): the oracle does not scale for
 	// them, and they count as misses everywhere.
 	Unattainable int `json:"unattainable"`
+	// WarmUpSeconds is the replayed but unscored start (Workload.ScoreFrom):
+	// every figure here and in the results covers what follows it, while the
+	// series start with it.
+	WarmUpSeconds float64 `json:"warmUpSeconds,omitempty"`
 }
 
 // AutoscalerResult is one autoscaler's outcome.
@@ -160,13 +164,18 @@ func newReport(cfg Config, w Workload, attainable []bool, ps pipelineSettings) *
 		MinReplicas: cfg.MinReplicas, MaxReplicas: cfg.MaxReplicas,
 		HistogramsObserved: cfg.ObserveHistograms, ScrapedAtEveryInterval: cfg.ScrapeEveryTick,
 	}
-	wi := WorkloadInfo{Requests: len(w.Requests), DurationSeconds: round(w.Duration.Seconds())}
+	scored := w.Duration - w.ScoreFrom
+	wi := WorkloadInfo{DurationSeconds: round(scored.Seconds()), WarmUpSeconds: round(w.ScoreFrom.Seconds())}
 	var prompt, output float64
 	perMinute := map[int64]int{}
 	for i, q := range w.Requests {
+		if !w.Scored(i) {
+			continue
+		}
+		wi.Requests++
 		prompt += float64(q.PromptTokens)
 		output += float64(q.OutputTokens)
-		perMinute[int64(q.At/time.Minute)]++
+		perMinute[int64((q.At-w.ScoreFrom)/time.Minute)]++
 		if !attainable[i] {
 			wi.Unattainable++
 		}
@@ -175,10 +184,10 @@ func newReport(cfg Config, w Workload, attainable []bool, ps pipelineSettings) *
 	for _, n := range perMinute {
 		peak = max(peak, n)
 	}
-	n := float64(len(w.Requests))
+	n := float64(wi.Requests)
 	wi.MeanPrompt, wi.MeanOutput = round(prompt/n), round(output/n)
-	if w.Duration > 0 {
-		wi.MeanRate = round(n / w.Duration.Seconds())
+	if scored > 0 {
+		wi.MeanRate = round(n / scored.Seconds())
 	}
 	wi.PeakRate = round(float64(peak) / 60)
 	r.Workload = wi
@@ -187,18 +196,28 @@ func newReport(cfg Config, w Workload, attainable []bool, ps pipelineSettings) *
 
 // add summarizes one autoscaler's outcome; the oracle must come first.
 func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or *oracleResult) {
-	n := len(w.Requests)
-	res := AutoscalerResult{Name: name, Description: desc, Requests: n, Rejected: out.rec.rejectedN, Abandoned: out.rec.abandonedN,
-		HPASyncs: out.syncs, Scrapes: out.renders}
-	ttft := make([]float64, n)
+	res := AutoscalerResult{Name: name, Description: desc, HPASyncs: out.syncs, Scrapes: out.renders}
+	ttft := make([]float64, 0, len(w.Requests))
 	okTTFT, ok := 0, 0
 	for i, q := range w.Requests {
-		first, fin := out.rec.first[i], out.rec.finish[i]
-		if first == unset {
-			ttft[i] = math.Inf(1)
+		if !w.Scored(i) {
 			continue
 		}
-		ttft[i] = (first - q.At).Seconds()
+		res.Requests++
+		switch {
+		case out.rec.rejectedAt(i):
+			res.Rejected++
+		case out.rec.abandonedAt(i):
+			res.Abandoned++
+		case out.rec.first[i] == unset:
+			res.Unfinished++
+		}
+		first, fin := out.rec.first[i], out.rec.finish[i]
+		if first == unset {
+			ttft = append(ttft, math.Inf(1))
+			continue
+		}
+		ttft = append(ttft, (first - q.At).Seconds())
 		if first-q.At <= cfg.TTFTSLO {
 			okTTFT++
 			if fin != unset && fin-q.At <= cfg.TTFTSLO+time.Duration(q.OutputTokens)*cfg.TPOTSLO {
@@ -206,13 +225,7 @@ func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or
 			}
 		}
 	}
-	res.Unfinished = 0
-	for i := range n {
-		if out.rec.first[i] == unset {
-			res.Unfinished++
-		}
-	}
-	res.Unfinished -= res.Rejected + res.Abandoned
+	n := res.Requests
 	res.TTFTWithinSLO, res.WithinSLO = round(float64(okTTFT)/float64(n)), round(float64(ok)/float64(n))
 	res.TTFTSeconds = quantiles(ttft)
 	res.GPUHours = math.Round(out.f.gpuTime().Hours()*1e6) / 1e6
@@ -225,7 +238,8 @@ func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or
 		r.oracleGPUHours = out.f.gpuTime().Hours()
 		res.Schedule, res.Infeasible, res.Unachievable = or.schedule, or.infeasible, or.unachievable
 		for k := 1; k < len(or.schedule); k++ {
-			if or.schedule[k] > or.schedule[k-1] && (k == 1 || or.schedule[k-1] <= or.schedule[k-2]) {
+			rise := or.schedule[k] > or.schedule[k-1] && (k == 1 || or.schedule[k-1] <= or.schedule[k-2])
+			if rise && time.Duration(k)*cfg.OracleInterval >= w.ScoreFrom {
 				r.oracleSteps = append(r.oracleSteps, time.Duration(k)*cfg.OracleInterval)
 			}
 		}

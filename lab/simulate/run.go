@@ -224,6 +224,7 @@ func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler, error)) (*outcome, error) {
 	rec := newFullRecorder(len(w.Requests))
 	f := newFleet(cfg.Engine, cfg.coldStart(), epoch(), w.Requests, rec, w.Duration)
+	f.costStart = w.ScoreFrom
 	f.observe = cfg.ObserveHistograms
 	f.abandonAfter = cfg.AbandonAfter
 	if err := f.addReady(initial); err != nil {
@@ -282,7 +283,7 @@ func runFleet(cfg Config, w Workload, initial int, mk func(f *fleet) (autoscaler
 
 // Run replays w under the oracle, a static fleet sized for the oracle's peak, and
 // each autoscaler, and reports them side by side. Every fleet starts with the
-// oracle's initial replicas Ready.
+// oracle's initial replicas Ready; the report scores what follows w.ScoreFrom.
 func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

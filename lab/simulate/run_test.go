@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -222,5 +223,37 @@ func TestAdapterFeed(t *testing.T) {
 	fresh, unknown, _ = a.pool(sec(12), f)
 	if len(fresh) != 0 || unknown != 3 {
 		t.Errorf("pool 6.5 s after the last scrape = %v, %d; want every reading stale", fresh, unknown)
+	}
+}
+
+// TestWarmUpIsServedButNotScored: a load step during the warm-up costs the
+// HPA misses there; the window after it (and the warm-up's last 80 s) is light. The report covers the window
+// only: its requests, its share within the SLO, and GPU time from the end of
+// the warm-up (the static fleet: its size × the window). The same replay
+// scored whole counts the warm-up's misses.
+func TestWarmUpIsServedButNotScored(t *testing.T) {
+	reqs := append(every(0, sec(20), sec(1), 5), every(sec(20), sec(40), time.Second/4, 10)...)
+	reqs = append(reqs, every(sec(40), sec(180), sec(1), 5)...)
+	cfg := testConfig(sec(20))
+	policies := builtins(t, "saturation")
+	whole := mustRun(t, cfg, Workload{Requests: reqs, Duration: sec(180)}, policies)
+	warm := mustRun(t, cfg, Workload{Requests: reqs, Duration: sec(180), ScoreFrom: sec(120)}, policies)
+
+	if w := warm.Workload; w.Requests != 60 || w.DurationSeconds != 60 || w.WarmUpSeconds != 120 || w.MeanRate != 1 {
+		t.Errorf("workload = %+v, want the window's 60 requests over 60 s after a 120 s warm-up", w)
+	}
+	if got := result(t, whole, "saturation").TTFTWithinSLO; got >= 1 {
+		t.Fatalf("scored whole, saturation keeps %g within the SLO: the warm-up's step should cost it misses", got)
+	}
+	sat := result(t, warm, "saturation")
+	if sat.Requests != 60 || sat.TTFTWithinSLO != 1 {
+		t.Errorf("after the warm-up, saturation scores %d requests at %g within the SLO, want 60 at 1", sat.Requests, sat.TTFTWithinSLO)
+	}
+	static := result(t, warm, "static")
+	if want := float64(static.PeakReplicas) * 60 / 3600; math.Abs(static.GPUHours-want) > 1e-5 {
+		t.Errorf("static fleet of %d: %g GPU-h after the warm-up, want %g (the window only)", static.PeakReplicas, static.GPUHours, want)
+	}
+	if wholeStatic := result(t, whole, "static"); math.Abs(wholeStatic.GPUHours-3*static.GPUHours) > 1e-5 {
+		t.Errorf("static fleet: %g GPU-h scored whole, %g after a warm-up of two thirds of the replay; want three times", wholeStatic.GPUHours, static.GPUHours)
 	}
 }

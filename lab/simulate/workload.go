@@ -25,16 +25,30 @@ type Request struct {
 type Workload struct {
 	// Requests are the arrivals in time order.
 	Requests []Request
-	// Duration is the length of the traffic window: costs are counted over
-	// [0, Duration]. At least the last arrival.
+	// Duration is the end of the traffic window: costs are counted over
+	// [ScoreFrom, Duration]. At least the last arrival.
 	Duration time.Duration
+	// ScoreFrom ends the warm-up: requests arriving before it are served
+	// but not scored, and GPU time before it is not counted (0: no warm-up).
+	// It spares every fleet the initial condition of a slice cut from the
+	// middle of a trace (see WorkloadOptions.WarmUp).
+	ScoreFrom time.Duration
 }
+
+// Scored reports whether request i counts (it arrives after the warm-up).
+func (w Workload) Scored(i int) bool { return w.Requests[i].At >= w.ScoreFrom }
 
 // WorkloadOptions shape a trace into a workload.
 type WorkloadOptions struct {
 	// Start and Length select the rows whose offset from the trace's first row is
 	// in [Start, Start+Length), in trace time; Length 0 means to the end.
 	Start, Length time.Duration
+	// WarmUp replays this much of the trace before Start (at most Start) first,
+	// unscored: every fleet then enters the window in the state its own
+	// autoscaler left it in, not in one the window's cut imposes (initial-
+	// condition bias, A. M. Law, "Simulation Modeling and Analysis", 5th ed.,
+	// ch. 9.5: the warm-up period). 0 starts the window cold.
+	WarmUp time.Duration
 	// TimeScale multiplies every arrival offset: 0.5 replays the window twice as
 	// fast, in half the time. Must be > 0.
 	TimeScale float64
@@ -60,6 +74,9 @@ func (o WorkloadOptions) Validate() error {
 	if o.Start < 0 || o.Length < 0 {
 		errs = append(errs, fmt.Errorf("trace window start and length must be >= 0, got %v and %v", o.Start, o.Length))
 	}
+	if o.WarmUp < 0 {
+		errs = append(errs, fmt.Errorf("warm-up must be >= 0, got %v", o.WarmUp))
+	}
 	if !(o.TimeScale > 0) || math.IsInf(o.TimeScale, 0) {
 		errs = append(errs, fmt.Errorf("time scale must be a finite number > 0, got %g", o.TimeScale))
 	}
@@ -72,8 +89,9 @@ func (o WorkloadOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NewWorkload turns the rows of tr into a workload. It fails on invalid options
-// and on a window without requests.
+// NewWorkload turns the rows of tr into a workload: the window's rows, after
+// the warm-up's (WorkloadOptions.WarmUp, Workload.ScoreFrom). It fails on
+// invalid options and on a window without requests.
 func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 	if err := o.Validate(); err != nil {
 		return Workload{}, err
@@ -84,15 +102,17 @@ func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 	if o.Length > 0 {
 		end = o.Start + o.Length
 	}
+	warm := min(o.WarmUp, o.Start)
+	from := o.Start - warm
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * o.TimeScale)) }
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	whole, frac := math.Modf(o.RateScale)
 	var w Workload
 	for _, r := range rows {
-		if r.Offset < o.Start || r.Offset >= end {
+		if r.Offset < from || r.Offset >= end {
 			continue
 		}
-		at := scale(r.Offset - o.Start)
+		at := scale(r.Offset - from)
 		copies := int(whole)
 		if frac > 0 && rng.Float64() < frac {
 			copies++
@@ -105,13 +125,14 @@ func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 			w.Requests = append(w.Requests, Request{At: a, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens})
 		}
 	}
-	if len(w.Requests) == 0 {
+	slices.SortStableFunc(w.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
+	w.ScoreFrom = scale(warm)
+	if len(w.Requests) == 0 || !w.Scored(len(w.Requests)-1) {
 		return Workload{}, fmt.Errorf("no request in the trace window [%v, %v) of a trace lasting %v", o.Start, end, tr.Duration())
 	}
-	slices.SortStableFunc(w.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
 	w.Duration = w.Requests[len(w.Requests)-1].At
 	if o.Length > 0 {
-		w.Duration = max(w.Duration, scale(o.Length))
+		w.Duration = max(w.Duration, scale(warm+o.Length))
 	}
 	return w, nil
 }

@@ -32,12 +32,21 @@ func TestNewWorkload(t *testing.T) {
 		opts    func(*WorkloadOptions)
 		want    []time.Duration
 		dur     time.Duration
+		from    time.Duration
 		wantErr string
 	}{
 		{name: "as recorded, unsorted rows sorted", tr: rows(0, 3, 1), opts: func(*WorkloadOptions) {}, want: []time.Duration{0, sec(1), sec(3)}, dur: sec(3)},
 		{name: "window", tr: rows(0, 1, 2, 3, 4), opts: func(o *WorkloadOptions) { o.Start, o.Length = sec(1), sec(2) }, want: []time.Duration{0, sec(1)}, dur: sec(2)},
 		{name: "time scale", tr: rows(0, 1, 2), opts: func(o *WorkloadOptions) { o.TimeScale = 0.5 }, want: []time.Duration{0, sec(0.5), sec(1)}, dur: sec(1)},
 		{name: "rate scale 2 without jitter", tr: rows(0, 1), opts: func(o *WorkloadOptions) { o.RateScale, o.CopyJitter = 2, 0 }, want: []time.Duration{0, 0, sec(1), sec(1)}, dur: sec(1)},
+		{name: "warm-up replays what precedes the window, unscored", tr: rows(0, 1, 2, 3, 4), opts: func(o *WorkloadOptions) { o.Start, o.Length, o.WarmUp = sec(2), sec(2), sec(1) },
+			want: []time.Duration{0, sec(1), sec(2)}, dur: sec(3), from: sec(1)},
+		{name: "warm-up at most what precedes the window", tr: rows(0, 1, 2, 3, 4), opts: func(o *WorkloadOptions) { o.Start, o.Length, o.WarmUp = sec(1), sec(2), sec(10) },
+			want: []time.Duration{0, sec(1), sec(2)}, dur: sec(3), from: sec(1)},
+		{name: "warm-up time-scaled", tr: rows(0, 1, 2, 3), opts: func(o *WorkloadOptions) { o.Start, o.WarmUp, o.TimeScale = sec(2), sec(2), 0.5 },
+			want: []time.Duration{0, sec(0.5), sec(1), sec(1.5)}, dur: sec(1.5), from: sec(1)},
+		{name: "warm-up of a window without requests", tr: rows(0, 1), opts: func(o *WorkloadOptions) { o.Start, o.WarmUp = sec(5), sec(5) }, wantErr: "no request in the trace window"},
+		{name: "negative warm-up", tr: rows(0), opts: func(o *WorkloadOptions) { o.WarmUp = -sec(1) }, wantErr: "warm-up must be >= 0"},
 		{name: "empty window", tr: rows(0, 1), opts: func(o *WorkloadOptions) { o.Start = sec(5) }, wantErr: "no request in the trace window"},
 		{name: "bad options", tr: rows(0), opts: func(o *WorkloadOptions) { o.TimeScale, o.RateScale, o.Start = 0, -1, -sec(1) }, wantErr: "time scale must be"},
 	}
@@ -55,8 +64,8 @@ func TestNewWorkload(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, at(w)); diff != "" || w.Duration != tt.dur {
-				t.Errorf("arrivals (-want +got):\n%s\nduration %v, want %v", diff, w.Duration, tt.dur)
+			if diff := cmp.Diff(tt.want, at(w)); diff != "" || w.Duration != tt.dur || w.ScoreFrom != tt.from {
+				t.Errorf("arrivals (-want +got):\n%s\nduration %v, want %v; scored from %v, want %v", diff, w.Duration, tt.dur, w.ScoreFrom, tt.from)
 			}
 		})
 	}

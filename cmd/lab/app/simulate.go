@@ -71,6 +71,11 @@ func (o *FleetOptions) addFlags(fss *cliflag.NamedFlagSets, window bool) {
 		fs.DurationVar(&o.Window.Start, "start", o.Window.Start, "Replay the trace from this offset (trace time).")
 		fs.DurationVar(&o.Window.Length, "length", o.Window.Length, "Replay this much of the trace (trace time); 0 for all of it.")
 	}
+	what := "each slice"
+	if window {
+		what = "the window"
+	}
+	fs.DurationVar(&o.Window.WarmUp, "warm-up", o.Window.WarmUp, "Replay this much of the trace before "+what+" first (at most what precedes it; trace time), unscored: every fleet enters "+what+" as its own autoscaler left it, not at the oracle's opening size. 0 starts cold.")
 	fs.Float64Var(&o.Window.TimeScale, "time-scale", o.Window.TimeScale, "Multiply arrival times by this: 0.5 replays twice as fast in half the time.")
 	fs.Float64Var(&o.Window.RateScale, "rate-scale", o.Window.RateScale, "Multiply the request rate, keeping the time shape: each row is replayed floor(x) times, plus once more with probability frac(x), copies up to 1 s apart.")
 
