@@ -13,8 +13,6 @@ const unset = time.Duration(-1)
 // which ones the engine refused or the client abandoned.
 type fullRecorder struct {
 	first, finish []time.Duration
-	rejectedN     int
-	abandonedN    int
 	refused, gone []bool // per request: rejected, abandoned
 }
 
@@ -29,8 +27,8 @@ func newFullRecorder(n int) *fullRecorder {
 
 func (r *fullRecorder) firstToken(i int, at time.Duration) { r.first[i] = at }
 func (r *fullRecorder) finished(i int, at time.Duration)   { r.finish[i] = at }
-func (r *fullRecorder) rejected(i int)                     { r.rejectedN++; r.refused[i] = true }
-func (r *fullRecorder) abandoned(i int)                    { r.abandonedN++; r.gone[i] = true }
+func (r *fullRecorder) rejected(i int)                     { r.refused[i] = true }
+func (r *fullRecorder) abandoned(i int)                    { r.gone[i] = true }
 
 // rejectedAt and abandonedAt report what happened to request i.
 func (r *fullRecorder) rejectedAt(i int) bool  { return r.refused[i] }
