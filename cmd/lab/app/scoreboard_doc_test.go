@@ -78,9 +78,18 @@ func TestScoreboardDocFullTables(t *testing.T) {
 	if os.Getenv("LAB_FULL_SCOREBOARD") == "" {
 		t.Skip("set LAB_FULL_SCOREBOARD=1 to replay the full scoreboards (about half an hour of CPU each)")
 	}
-	runDocSection(t, "The conversation trace", 1)
-	runDocSection(t, "The code trace", 1)
-	runDocSection(t, "Faster scale-down", 2)
+	// One subtest per section: each runs in its own checkout-like directory
+	// (doctest.InCheckoutDir changes it until the subtest ends).
+	for _, c := range []struct {
+		name, section string
+		commands      int
+	}{
+		{"conversation", "The conversation trace", 1},
+		{"code", "The code trace", 1},
+		{"faster-scale-down", "Faster scale-down", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) { runDocSection(t, c.section, c.commands) })
+	}
 }
 
 // flagTable renders a command's flag groups as the doc's Markdown table.
