@@ -93,6 +93,9 @@ func TestGateHoldsThenDispatches(t *testing.T) {
 	poll("2 dispatched, 3 held", func() bool { return inEngine.Load() == 2 && g.Held() == 3 })
 	close(release)
 	wg.Wait()
+	// The gate books a request once its proxy returns, which can be just after the
+	// client has read the whole answer.
+	poll("every request booked", func() bool { served, errs := g.Served(); return served+errs == n })
 	if answered.Load() != n || maxInEngine.Load() != 2 || g.Held() != 0 {
 		t.Errorf("answered %d, at most %d in the engine at once, %d still held; want %d, 2, 0", answered.Load(), maxInEngine.Load(), g.Held(), n)
 	}
