@@ -149,7 +149,7 @@ func greedySchedule(cfg Config, w Workload, attainable []bool, bounds, allowed [
 			lo: bounds[k], hi: bounds[k+1], end: time.Duration(k+1) * cfg.OracleInterval,
 			limit: allowed[k], trials: map[int]intervalTrial{}}
 		r := min(max(prev, cfg.MinReplicas), maxR)
-		scored := time.Duration(k)*cfg.OracleInterval >= w.ScoreFrom // not a warm-up interval
+		scored := w.scoredAt(time.Duration(k) * cfg.OracleInterval)
 		if s.passes(r) {
 			r = s.searchDown(r)
 		} else {

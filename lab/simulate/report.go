@@ -239,7 +239,7 @@ func (r *Report) add(cfg Config, w Workload, name, desc string, out *outcome, or
 		res.Schedule, res.Infeasible, res.Unachievable = or.schedule, or.infeasible, or.unachievable
 		for k := 1; k < len(or.schedule); k++ {
 			rise := or.schedule[k] > or.schedule[k-1] && (k == 1 || or.schedule[k-1] <= or.schedule[k-2])
-			if rise && time.Duration(k)*cfg.OracleInterval >= w.ScoreFrom {
+			if rise && w.scoredAt(time.Duration(k)*cfg.OracleInterval) {
 				r.oracleSteps = append(r.oracleSteps, time.Duration(k)*cfg.OracleInterval)
 			}
 		}

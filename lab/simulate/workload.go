@@ -36,7 +36,12 @@ type Workload struct {
 }
 
 // Scored reports whether request i counts (it arrives after the warm-up).
-func (w Workload) Scored(i int) bool { return w.Requests[i].At >= w.ScoreFrom }
+func (w Workload) Scored(i int) bool { return w.scoredAt(w.Requests[i].At) }
+
+// scoredAt reports whether what happens from t on counts (t is not in the
+// warm-up): requests arriving then, oracle intervals and load steps starting
+// then.
+func (w Workload) scoredAt(t time.Duration) bool { return t >= w.ScoreFrom }
 
 // WorkloadOptions shape a trace into a workload.
 type WorkloadOptions struct {
