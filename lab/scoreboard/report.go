@@ -29,7 +29,9 @@ func ratio(v float64) string { return fmt.Sprintf("%.2f", v) }
 // oracle, the frontier of every family (each point on both slices: medians,
 // and on the score slice the range over the seeds; the default and the tuned
 // point marked; the points beaten on both axes and by whom), then the tuned
-// point of every family on the score slice and the verdict on the goal.
+// point of every family on the score slice and the verdict on the goal, then
+// the same the other way round (chosen on the score slice, reported on the
+// tune slice: the two-fold check).
 func (r *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	slo := fmt.Sprintf("TTFT ≤ %gs", r.TTFTSLOSeconds)
@@ -61,27 +63,47 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "\nTuned on the first slice (the cheapest point keeping %s there, else the best share), scored on the second:\n\n", pct(r.SLOGoal))
-	fmt.Fprintf(&b, "| family | tuned point | score: %s | score: × oracle GPU-h | meets %s at ≤ %s × oracle | beaten on both axes by |\n", slo, pct(r.SLOGoal), ratio(r.CostGoal))
-	b.WriteString("|---|---|---|---|---|---|\n")
-	for _, f := range r.Families {
-		p := f.Tuned()
-		verdict := "yes"
-		switch s, c := p.Score.TTFTWithinSLO.Median, p.Score.GPUHoursVsOracle.Median; {
-		case s < r.SLOGoal && c > r.CostGoal:
-			verdict = fmt.Sprintf("no: %.2f points short, %.2f × over", 100*(r.SLOGoal-s), c-r.CostGoal)
-		case s < r.SLOGoal:
-			verdict = fmt.Sprintf("no: %.2f points short", 100*(r.SLOGoal-s))
-		case c > r.CostGoal:
-			verdict = fmt.Sprintf("no: %.2f × over", c-r.CostGoal)
-		}
-		beaten := "-"
-		if len(p.DominatedBy) > 0 {
-			beaten = dominators(p.DominatedBy)
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", f.Name, p.Label, spread(p.Score.TTFTWithinSLO, pct), spread(p.Score.GPUHoursVsOracle, ratio), verdict, beaten)
+	r.writeVerdicts(&b, "score", FamilyResult.Tuned, scoreSide, func(p PointResult) []string { return p.DominatedBy })
+	cold := ""
+	if r.WarmUpSeconds > 0 && r.Tune.Start == 0 {
+		cold = ", which has no warm-up: nothing precedes it"
 	}
+	fmt.Fprintf(&b, "\nThe other way round, so that neither half alone decides: tuned on the second slice by the same rule, scored on the first (%s%s):\n\n", r.Tune, cold)
+	r.writeVerdicts(&b, "tune", FamilyResult.TunedOnScore, tuneSide, func(p PointResult) []string { return p.DominatedOnTune })
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeVerdicts writes the verdict table of one direction: each family's
+// point chosen by pick, its results on the other slice (on; named side in the
+// header), whether it meets the goal there and which points beat it there.
+func (r *Result) writeVerdicts(b *strings.Builder, side string, pick func(FamilyResult) PointResult, on func(*PointResult) Stats, beaten func(PointResult) []string) {
+	slo := fmt.Sprintf("TTFT ≤ %gs", r.TTFTSLOSeconds)
+	fmt.Fprintf(b, "| family | tuned point | %s: %s | %s: × oracle GPU-h | meets %s at ≤ %s × oracle | beaten on both axes by |\n", side, slo, side, pct(r.SLOGoal), ratio(r.CostGoal))
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, f := range r.Families {
+		p := pick(f)
+		st := on(&p)
+		by := "-"
+		if names := beaten(p); len(names) > 0 {
+			by = dominators(names)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", f.Name, p.Label, spread(st.TTFTWithinSLO, pct), spread(st.GPUHoursVsOracle, ratio), r.verdict(st), by)
+	}
+}
+
+// verdict says whether results st meet the goal, and else by how much they
+// miss it.
+func (r *Result) verdict(st Stats) string {
+	switch s, c := st.TTFTWithinSLO.Median, st.GPUHoursVsOracle.Median; {
+	case s < r.SLOGoal && c > r.CostGoal:
+		return fmt.Sprintf("no: %.2f points short, %.2f × over", 100*(r.SLOGoal-s), c-r.CostGoal)
+	case s < r.SLOGoal:
+		return fmt.Sprintf("no: %.2f points short", 100*(r.SLOGoal-s))
+	case c > r.CostGoal:
+		return fmt.Sprintf("no: %.2f × over", c-r.CostGoal)
+	}
+	return "yes"
 }
 
 // dominators lists at most four dominating points and how many more.

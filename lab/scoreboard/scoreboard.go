@@ -165,12 +165,18 @@ type PointResult struct {
 	// Tuned marks the family's choice on the tune slice: its cheapest point
 	// whose median share within the SLO reaches the goal there, else its
 	// point of the highest median share.
-	Tuned bool  `json:"tuned,omitempty"`
-	Tune  Stats `json:"tune"`
-	Score Stats `json:"score"`
+	Tuned bool `json:"tuned,omitempty"`
+	// TunedOnScore marks the family's choice the other way round, for the
+	// two-fold check: chosen by the same rule on the score slice, reported on
+	// the tune slice.
+	TunedOnScore bool  `json:"tunedOnScore,omitempty"`
+	Tune         Stats `json:"tune"`
+	Score        Stats `json:"score"`
 	// DominatedBy names the points (family/label) whose score-slice medians
-	// are at least as good on both axes and better on one.
-	DominatedBy []string `json:"dominatedBy,omitempty"`
+	// are at least as good on both axes and better on one; DominatedOnTune
+	// the same on the tune slice.
+	DominatedBy     []string `json:"dominatedBy,omitempty"`
+	DominatedOnTune []string `json:"dominatedOnTune,omitempty"`
 }
 
 // Name is family/label.
@@ -188,6 +194,17 @@ type FamilyResult struct {
 func (f FamilyResult) Tuned() PointResult {
 	for _, p := range f.Points {
 		if p.Tuned {
+			return p
+		}
+	}
+	return f.Points[0]
+}
+
+// TunedOnScore returns the family's point tuned on the score slice (the
+// two-fold check's reverse direction).
+func (f FamilyResult) TunedOnScore() PointResult {
+	for _, p := range f.Points {
+		if p.TunedOnScore {
 			return p
 		}
 	}
@@ -377,37 +394,44 @@ func summarizeAll(cfg Config, jobs []job, results []outcome) *Result {
 			name := f.Name + "/" + p.Label
 			fr.Points = append(fr.Points, PointResult{Family: f.Name, Label: p.Label, Default: p.Default, Tune: stats(true, name), Score: stats(false, name)})
 		}
-		fr.Points[pickTuned(fr.Points, cfg.SLOGoal)].Tuned = true
+		fr.Points[pickTuned(fr.Points, cfg.SLOGoal, tuneSide)].Tuned = true
+		fr.Points[pickTuned(fr.Points, cfg.SLOGoal, scoreSide)].TunedOnScore = true
 		res.Families = append(res.Families, fr)
 	}
 	markDominated(res)
 	return res
 }
 
-// pickTuned returns the index of a family's tuned point: the cheapest whose
-// median share within the SLO reaches goal on the tune slice, else the one of
-// the highest share.
-func pickTuned(points []PointResult, goal float64) int {
+// tuneSide and scoreSide read a point's results on one slice.
+func tuneSide(p *PointResult) Stats  { return p.Tune }
+func scoreSide(p *PointResult) Stats { return p.Score }
+
+// pickTuned returns the index of the point a family chooses on one slice (on
+// reads it): the cheapest whose median share within the SLO reaches goal
+// there, else the one of the highest share.
+func pickTuned(points []PointResult, goal float64, on func(*PointResult) Stats) int {
 	tuned := -1
-	for i, p := range points {
-		if p.Tune.TTFTWithinSLO.Median >= goal && (tuned < 0 || p.Tune.GPUHoursVsOracle.Median < points[tuned].Tune.GPUHoursVsOracle.Median) {
+	for i := range points {
+		p := on(&points[i])
+		if p.TTFTWithinSLO.Median >= goal && (tuned < 0 || p.GPUHoursVsOracle.Median < on(&points[tuned]).GPUHoursVsOracle.Median) {
 			tuned = i
 		}
 	}
 	if tuned >= 0 {
 		return tuned
 	}
-	for i, p := range points {
-		if tuned < 0 || p.Tune.TTFTWithinSLO.Median > points[tuned].Tune.TTFTWithinSLO.Median {
+	for i := range points {
+		if tuned < 0 || on(&points[i]).TTFTWithinSLO.Median > on(&points[tuned]).TTFTWithinSLO.Median {
 			tuned = i
 		}
 	}
 	return tuned
 }
 
-// markDominated names, for every point, the points whose score-slice medians
-// are at least as good on both axes (share within the SLO, GPU-hours against
-// the oracle) and strictly better on one.
+// markDominated names, for every point, the points whose medians are at
+// least as good on both axes (share within the SLO, GPU-hours against the
+// oracle) and strictly better on one: on the score slice (DominatedBy) and on
+// the tune slice (DominatedOnTune).
 func markDominated(res *Result) {
 	var all []*PointResult
 	for fi := range res.Families {
@@ -416,17 +440,26 @@ func markDominated(res *Result) {
 		}
 	}
 	for _, p := range all {
-		for _, q := range all {
-			if p == q {
-				continue
-			}
-			ps, pc := p.Score.TTFTWithinSLO.Median, p.Score.GPUHoursVsOracle.Median
-			qs, qc := q.Score.TTFTWithinSLO.Median, q.Score.GPUHoursVsOracle.Median
-			if qs >= ps && qc <= pc && (qs > ps || qc < pc) {
-				p.DominatedBy = append(p.DominatedBy, q.Name())
-			}
+		p.DominatedBy = beatenOn(all, p, scoreSide)
+		p.DominatedOnTune = beatenOn(all, p, tuneSide)
+	}
+}
+
+// beatenOn returns the names of the points of all that dominate p on the
+// slice on reads, in all's order; nil when none does.
+func beatenOn(all []*PointResult, p *PointResult, on func(*PointResult) Stats) []string {
+	var out []string
+	ps, pc := on(p).TTFTWithinSLO.Median, on(p).GPUHoursVsOracle.Median
+	for _, q := range all {
+		if p == q {
+			continue
+		}
+		qs, qc := on(q).TTFTWithinSLO.Median, on(q).GPUHoursVsOracle.Median
+		if qs >= ps && qc <= pc && (qs > ps || qc < pc) {
+			out = append(out, q.Name())
 		}
 	}
+	return out
 }
 
 // Family returns the family named name, nil when there is none.

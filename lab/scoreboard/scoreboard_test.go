@@ -96,8 +96,8 @@ func TestTunedAndDominated(t *testing.T) {
 	}}
 	for i := range res.Families {
 		f := &res.Families[i]
-		tuned := pickTuned(f.Points, 0.99)
-		f.Points[tuned].Tuned = true
+		f.Points[pickTuned(f.Points, 0.99, tuneSide)].Tuned = true
+		f.Points[pickTuned(f.Points, 0.99, scoreSide)].TunedOnScore = true
 	}
 	markDominated(res)
 	if got := res.Family("a").Tuned().Label; got != "2" {
@@ -114,6 +114,35 @@ func TestTunedAndDominated(t *testing.T) {
 	}
 	if got := res.Families[1].Points[0].DominatedBy; got != nil {
 		t.Errorf("b/1 (the best share at its cost) dominated by %v, want none", got)
+	}
+	// The other way round: chosen on the score slice, judged on the tune slice.
+	if got := res.Family("a").TunedOnScore().Label; got != "1" {
+		t.Errorf("a's point tuned on the score slice %s, want 1 (the only one at >= 99 %% there)", got)
+	}
+	if got := res.Family("b").TunedOnScore().Label; got != "1" {
+		t.Errorf("b's point tuned on the score slice %s, want 1 (the cheapest at >= 99 %% there)", got)
+	}
+	if got := res.Families[0].Points[0].DominatedOnTune; got != nil {
+		t.Errorf("a/1 (the best share on the tune slice) dominated there by %v, want none", got)
+	}
+	if got := res.Families[1].Points[1].DominatedOnTune; !cmp.Equal(got, []string{"a/2", "a/3"}) {
+		t.Errorf("b/2 dominated on the tune slice by %v, want a/2 and a/3 (better shares, cheaper)", got)
+	}
+	var table bytes.Buffer
+	res.SLOGoal, res.CostGoal, res.TTFTSLOSeconds = 0.99, 1.15, 2
+	res.Tune, res.Score = Slice{0, 30 * time.Minute}, Slice{30 * time.Minute, 30 * time.Minute}
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| a | 2 | 98.00% (0.00%–0.00%) | 1.00 (0.00–0.00) | no: 1.00 points short | - |",
+		"scored on the first (0m–30m):",
+		"| a | 1 | 99.50% (0.00%–0.00%) | 1.30 (0.00–0.00) | no: 0.15 × over | - |",
+		"| b | 1 | 95.00% (0.00%–0.00%) | 1.00 (0.00–0.00) | no: 4.00 points short | a/3 |",
+	} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 }
 

@@ -180,7 +180,9 @@ model and metrics pipelines) on --seeds seeds of two slices of the trace: it is 
 on the tune slice and reported on the score slice, as medians and ranges over the seeds
 of the share of requests within the TTFT SLO and of the GPU-hours against the oracle of
 the same seed. Points beaten on both axes are named with who beats them; each family's
-tuned point is checked against the goal (--slo-goal at --cost-goal × the oracle).
+tuned point is checked against the goal (--slo-goal at --cost-goal × the oracle), and
+again the other way round (chosen on the score slice, checked on the tune slice), so
+that neither slice alone decides.
 It prints Markdown; --svg draws the frontiers. Replays run in parallel (--workers); the
 output does not depend on how many.`),
 		Example: `  # A quick look: two 5-minute slices of the conversation trace, 2 seeds, three families
