@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	cliflag "k8s.io/component-base/cli/flag"
 
@@ -106,6 +107,17 @@ func (o *ScoreboardOptions) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
+// behavior returns every family's HPA behavior: the recommended one
+// (simulate.RecommendedBehavior) with the scale-down window and period of
+// --scale-down-window and --scale-down-period.
+func (o *ScoreboardOptions) behavior() *autoscalingv2.HorizontalPodAutoscalerBehavior {
+	b := simulate.RecommendedBehavior()
+	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
+	b.ScaleDown.StabilizationWindowSeconds = &window
+	b.ScaleDown.Policies[0].PeriodSeconds = period
+	return b
+}
+
 // Run replays every family's points on both slices and every seed and writes
 // the table to out and the JSON and SVG files; progress goes to progress.
 func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
@@ -118,10 +130,7 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 	}
 	g := o.Grid
 	g.MinReplicas = int32(cfg.MinReplicas)
-	g.Behavior = simulate.RecommendedBehavior()
-	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
-	g.Behavior.ScaleDown.StabilizationWindowSeconds = &window
-	g.Behavior.ScaleDown.Policies[0].PeriodSeconds = period
+	g.Behavior = o.behavior()
 	families, err := scoreboard.Families(g)
 	if err != nil {
 		return err

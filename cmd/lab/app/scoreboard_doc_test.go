@@ -9,8 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	cliflag "k8s.io/component-base/cli/flag"
+	"sigs.k8s.io/yaml"
 
 	"github.com/saturation-adapter/saturation-adapter/internal/doctest"
 	"github.com/saturation-adapter/saturation-adapter/internal/shdoc"
@@ -237,4 +240,40 @@ func shdocWords(t *testing.T, line string) []string {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// TestScoreboardDocDemandRateBehavior: the HPA behavior the doc pairs with a
+// demand-rate term is the one its faster scale-down scoreboards ran with.
+func TestScoreboardDocDemandRateBehavior(t *testing.T) {
+	md := scoreboardDocText(t)
+	at := strings.Index(md, "**The HPA behavior to pair with a demand-rate term.**")
+	if at < 0 {
+		t.Fatal("no behavior to pair with a demand-rate term in the doc")
+	}
+	block := md[at:]
+	start := strings.Index(block, "```yaml\n")
+	if start < 0 {
+		t.Fatal("no yaml block after the behavior's paragraph")
+	}
+	block = block[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	if err := yaml.UnmarshalStrict([]byte("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nspec:\n"+block), &hpa); err != nil {
+		t.Fatalf("the doc's behavior does not parse as an HPA's spec.behavior: %v\n%s", err, block)
+	}
+	cmds := doctest.Commands(t, scoreboardDoc, md, "Faster scale-down", "lab")
+	if len(cmds) == 0 {
+		t.Fatal("no lab command in Faster scale-down")
+	}
+	o := NewScoreboardOptions()
+	fs := pflag.NewFlagSet("scoreboard", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(cmds[0].Args[1:]); err != nil { // Args[0] is the subcommand
+		t.Fatalf("%s: %v", cmds[0].Line, err)
+	}
+	if diff := cmp.Diff(o.behavior(), hpa.Spec.Behavior); diff != "" {
+		t.Errorf("the doc's behavior is not the one %s ran with (-ran +doc):\n%s", cmds[0].Line, diff)
+	}
 }
