@@ -96,7 +96,8 @@ func newFakeEngine(t *testing.T, tick time.Duration) *fakeEngine {
 }
 
 func TestGatewayLeastOutstanding(t *testing.T) {
-	a, b := newFakeEngine(t, 50*time.Millisecond), newFakeEngine(t, 50*time.Millisecond)
+	const tick = 50 * time.Millisecond
+	a, b := newFakeEngine(t, tick), newFakeEngine(t, tick)
 	g := New(Options{Endpoints: func() []string { return []string{a.srv.URL, b.srv.URL} }, Model: "m", PromptTokensField: "prompt_tokens"})
 	// 10 requests at once: least outstanding first splits them 5/5.
 	g.Run(context.Background(), Step(0, 1000, 10*time.Millisecond, 10, 3))
@@ -108,9 +109,11 @@ func TestGatewayLeastOutstanding(t *testing.T) {
 	if a.count != 5 || b.count != 5 {
 		t.Errorf("requests per endpoint %d/%d, want 5/5", a.count, b.count)
 	}
+	// Lower bounds only: the engine sleeps a tick before each of its three
+	// tokens, and a busy machine can only add to what the client measures.
 	for _, r := range res {
-		if r.TTFT < 40*time.Millisecond || r.E2E < 3*r.TTFT-20*time.Millisecond || r.E2E < r.TTFT {
-			t.Errorf("TTFT %s, E2E %s: want TTFT ≈ one tick and E2E ≈ three", r.TTFT, r.E2E)
+		if r.TTFT < tick || r.E2E < 3*tick || r.E2E <= r.TTFT {
+			t.Errorf("TTFT %s, E2E %s: want TTFT >= one tick (%s), E2E >= three and after the first token", r.TTFT, r.E2E, tick)
 		}
 	}
 	if g.Sent() != 10 || g.Inflight() != 0 {
