@@ -138,13 +138,7 @@ func TestScoreboardDocFlags(t *testing.T) {
 // TestScoreboardDocProfile: the doc's engine profile is accepted by --profile
 // and is the emulator's default engine.
 func TestScoreboardDocProfile(t *testing.T) {
-	sec := doctest.Section(t, scoreboardDocText(t), "The engine profile")
-	at := strings.Index(sec, "```yaml\n")
-	if at < 0 {
-		t.Fatal("no yaml block in the engine profile section")
-	}
-	block := sec[at+len("```yaml\n"):]
-	block = block[:strings.Index(block, "```")]
+	block := firstYAMLBlock(t, doctest.Section(t, scoreboardDocText(t), "The engine profile"), "the engine profile section")
 	path := filepath.Join(t.TempDir(), "profile.yaml")
 	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
 		t.Fatal(err)
@@ -250,13 +244,7 @@ func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 	if at < 0 {
 		t.Fatal("no behavior to pair with a demand-rate term in the doc")
 	}
-	block := md[at:]
-	start := strings.Index(block, "```yaml\n")
-	if start < 0 {
-		t.Fatal("no yaml block after the behavior's paragraph")
-	}
-	block = block[start+len("```yaml\n"):]
-	block = block[:strings.Index(block, "```")]
+	block := firstYAMLBlock(t, md[at:], "the behavior's paragraph")
 	var hpa autoscalingv2.HorizontalPodAutoscaler
 	if err := yaml.UnmarshalStrict([]byte("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nspec:\n"+block), &hpa); err != nil {
 		t.Fatalf("the doc's behavior does not parse as an HPA's spec.behavior: %v\n%s", err, block)
@@ -276,4 +264,16 @@ func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 	if diff := cmp.Diff(o.behavior(), hpa.Spec.Behavior); diff != "" {
 		t.Errorf("the doc's behavior is not the one %s ran with (-ran +doc):\n%s", cmds[0].Line, diff)
 	}
+}
+
+// firstYAMLBlock returns the body of the first yaml block of md (where says
+// which part of the doc md is, for the failure).
+func firstYAMLBlock(t *testing.T, md, where string) string {
+	t.Helper()
+	at := strings.Index(md, "```yaml\n")
+	if at < 0 {
+		t.Fatalf("no yaml block in %s", where)
+	}
+	block := md[at+len("```yaml\n"):]
+	return block[:strings.Index(block, "```")]
 }
