@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
 	"github.com/saturation-adapter/saturation-adapter/pkg/hpaindex"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
@@ -79,6 +80,7 @@ func start(t *testing.T, opts podselect.Options, clk *clocktesting.FakeClock, na
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	client := fake.NewClientset(objs...)
+	watches := testfixture.TrackWatches(client)
 	inf, err := podselect.NewInformers(client, namespaces)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +92,11 @@ func start(t *testing.T, opts podselect.Options, clk *clocktesting.FakeClock, na
 	if err := inf.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Tests change pods and HPAs next: every informer (one per namespace)
+	// must be watching, or a delete is lost.
+	factories := max(len(namespaces), 1)
+	watches.Wait(t, "pods", factories)
+	watches.Wait(t, "horizontalpodautoscalers", factories)
 	return client, inf, sel
 }
 

@@ -26,6 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	cmprovider "sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
+	"github.com/saturation-adapter/saturation-adapter/internal/testfixture"
 	"github.com/saturation-adapter/saturation-adapter/pkg/podselect"
 	"github.com/saturation-adapter/saturation-adapter/pkg/policy"
 	"github.com/saturation-adapter/saturation-adapter/pkg/scrape"
@@ -212,6 +213,7 @@ func TestRecreatedPodDoesNotInheritReading(t *testing.T) {
 	old := makePod(podSpec{name: "vllm-0", labels: map[string]string{"app": "vllm"}, engine: busy})
 	old.UID = "first"
 	client := fake.NewClientset(old)
+	watches := testfixture.TrackWatches(client)
 	inf, err := podselect.NewInformers(client, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +250,7 @@ func TestRecreatedPodDoesNotInheritReading(t *testing.T) {
 	if got := value(); got != "8" {
 		t.Fatalf("first pod: %s, want 8", got)
 	}
+	watches.Wait(t, "pods", 1) // or the delete below may never reach the informer
 	if err := client.CoreV1().Pods("llm").Delete(ctx, "vllm-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
