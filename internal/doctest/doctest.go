@@ -82,18 +82,21 @@ func Output(t testing.TB, md string, b shdoc.Block) string {
 
 // Section returns the text of md under the heading that reads heading exactly
 // (without its #s), up to the next heading of the same or a higher level; the
-// test fails when there is no such heading.
+// test fails when there is no such heading. A line inside a fenced block
+// (``` or ~~~) is never a heading: a YAML or shell comment there neither
+// starts nor ends a section.
 func Section(t testing.TB, md, heading string) string {
 	t.Helper()
 	lines := strings.Split(md, "\n")
+	fenced := false
 	for i, line := range lines {
-		level := len(line) - len(strings.TrimLeft(line, "#"))
-		if level == 0 || strings.TrimSpace(line[level:]) != heading {
+		level, fence := headingLevel(line, &fenced)
+		if fence || level == 0 || strings.TrimSpace(line[level:]) != heading {
 			continue
 		}
 		var out strings.Builder
 		for _, l := range lines[i+1:] {
-			if n := len(l) - len(strings.TrimLeft(l, "#")); n > 0 && n <= level && strings.HasPrefix(l[n:], " ") {
+			if n, _ := headingLevel(l, &fenced); n > 0 && n <= level {
 				break
 			}
 			out.WriteString(l + "\n")
@@ -102,6 +105,24 @@ func Section(t testing.TB, md, heading string) string {
 	}
 	t.Fatalf("no heading %q", heading)
 	return ""
+}
+
+// headingLevel returns the level of line's ATX heading (its #s, followed by a
+// space), 0 for none, and whether line is inside a fenced block or is a fence;
+// *fenced carries the state from line to line.
+func headingLevel(line string, fenced *bool) (int, bool) {
+	if t := strings.TrimSpace(line); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+		*fenced = !*fenced
+		return 0, true
+	}
+	if *fenced {
+		return 0, true
+	}
+	n := len(line) - len(strings.TrimLeft(line, "#"))
+	if n == 0 || !strings.HasPrefix(line[n:], " ") {
+		return 0, false
+	}
+	return n, false
 }
 
 // InCheckoutDir makes the test's working directory a new temporary directory that

@@ -137,3 +137,17 @@ func TestAnchors(t *testing.T) {
 		t.Errorf("a comment in a fenced block became the anchor #not-a-heading")
 	}
 }
+
+// TestSectionSkipsFencedBlocks: a comment line in a fenced block neither starts
+// nor ends a section.
+func TestSectionSkipsFencedBlocks(t *testing.T) {
+	md := "# Top\n## Policies\nbefore\n```yaml\n# Chat that sees ahead\n- name: chat\n```\nafter\n~~~sh\n## not a heading either\n~~~\n" +
+		"## Next\nnext\n```\n# Policies\n```\n"
+	want := "before\n```yaml\n# Chat that sees ahead\n- name: chat\n```\nafter\n~~~sh\n## not a heading either\n~~~\n"
+	if got := Section(t, md, "Policies"); got != want {
+		t.Errorf("Section(Policies) = %q, want %q", got, want)
+	}
+	if got := Section(t, md, "Next"); got != "next\n```\n# Policies\n```\n\n" {
+		t.Errorf("Section(Next) = %q", got)
+	}
+}

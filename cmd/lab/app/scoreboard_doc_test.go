@@ -240,11 +240,12 @@ func shdocWords(t *testing.T, line string) []string {
 // demand-rate term is the one its faster scale-down scoreboards ran with.
 func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 	md := scoreboardDocText(t)
-	at := strings.Index(md, "**The HPA behavior to pair with a demand-rate term.**")
+	section := doctest.Section(t, md, "The controls that see ahead")
+	at := strings.Index(section, "**The HPA behavior to pair with a demand-rate term.**")
 	if at < 0 {
 		t.Fatal("no behavior to pair with a demand-rate term in the doc")
 	}
-	block := firstYAMLBlock(t, md[at:], "the behavior's paragraph")
+	block := firstYAMLBlock(t, section[at:], "the behavior's paragraph")
 	var hpa autoscalingv2.HorizontalPodAutoscaler
 	if err := yaml.UnmarshalStrict([]byte("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nspec:\n"+block), &hpa); err != nil {
 		t.Fatalf("the doc's behavior does not parse as an HPA's spec.behavior: %v\n%s", err, block)
