@@ -19,7 +19,8 @@ import (
 // (vllm-project/vllm-project.github.io @ 78672b0,
 // _posts/2026-04-22-fp8-kvcache.md, 2026-04-22): Llama-3.1-8B with its KV
 // cache in BF16 (the baseline rows) on a single H100, FlashAttention-3, vLLM
-// v0.19.1, `vllm bench serve`. The post's BF16 numbers are the reference; its
+// v0.19.1 (the version of the post's "after" measurements; Table 4 does not
+// repeat it), `vllm bench serve`. The post's BF16 numbers are the reference; its
 // FP8 rows are not. docs/scoreboard.md ("The emulator against a published
 // benchmark") shows the same comparison; TestPublishedBenchmarkDoc keeps the two
 // equal.
@@ -133,11 +134,11 @@ func emulatedTable4(t *testing.T, seed uint64) table4Result {
 }
 
 // TestDefaultProfileAgainstPublishedBenchmark: below saturation, the default
-// profile is within 20 % of the published numbers of a real engine (issue's
-// bound): the inter-token latency of a lone request over input lengths from
-// 256 to 125k tokens, and Table 4's median TTFT, median ITL, duration and
-// output throughput at concurrency 8 on every one of 10 draws of its request
-// sizes.
+// profile is within 20 % of the published numbers of a real engine (the bound
+// the project holds its emulator to): the inter-token latency of a lone
+// request over input lengths from 256 to 125k tokens, and Table 4's median
+// TTFT, median ITL, duration and output throughput at concurrency 8 on every
+// one of 10 draws of its request sizes.
 func TestDefaultProfileAgainstPublishedBenchmark(t *testing.T) {
 	const bound = 0.20
 	for _, l := range []int{256, 1024, 4096, 16384, 65536, 125000} {
