@@ -107,15 +107,21 @@ func Section(t testing.TB, md, heading string) string {
 	return ""
 }
 
+// inFence reports whether line is a fence (``` or ~~~) or inside a fenced
+// block; *fenced carries the state from line to line.
+func inFence(line string, fenced *bool) bool {
+	if t := strings.TrimSpace(line); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+		*fenced = !*fenced
+		return true
+	}
+	return *fenced
+}
+
 // headingLevel returns the level of line's ATX heading (its #s, followed by a
 // space), 0 for none, and whether line is inside a fenced block or is a fence;
 // *fenced carries the state from line to line.
 func headingLevel(line string, fenced *bool) (int, bool) {
-	if t := strings.TrimSpace(line); strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-		*fenced = !*fenced
-		return 0, true
-	}
-	if *fenced {
+	if inFence(line, fenced) {
 		return 0, true
 	}
 	n := len(line) - len(strings.TrimLeft(line, "#"))

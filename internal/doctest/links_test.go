@@ -84,11 +84,7 @@ func proseLines(t *testing.T, file string) []string {
 	var out []string
 	fenced := false
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		if !fenced {
+		if !inFence(line, &fenced) {
 			out = append(out, line)
 		}
 	}
