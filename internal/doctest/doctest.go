@@ -90,13 +90,13 @@ func Section(t testing.TB, md, heading string) string {
 	lines := strings.Split(md, "\n")
 	fenced := false
 	for i, line := range lines {
-		level, fence := headingLevel(line, &fenced)
-		if fence || level == 0 || strings.TrimSpace(line[level:]) != heading {
+		level := headingLevel(line, &fenced)
+		if level == 0 || strings.TrimSpace(line[level:]) != heading {
 			continue
 		}
 		var out strings.Builder
 		for _, l := range lines[i+1:] {
-			if n, _ := headingLevel(l, &fenced); n > 0 && n <= level {
+			if n := headingLevel(l, &fenced); n > 0 && n <= level {
 				break
 			}
 			out.WriteString(l + "\n")
@@ -118,17 +118,17 @@ func inFence(line string, fenced *bool) bool {
 }
 
 // headingLevel returns the level of line's ATX heading (its #s, followed by a
-// space), 0 for none, and whether line is inside a fenced block or is a fence;
+// space), 0 for none: a fence or a line inside a fenced block is none;
 // *fenced carries the state from line to line.
-func headingLevel(line string, fenced *bool) (int, bool) {
+func headingLevel(line string, fenced *bool) int {
 	if inFence(line, fenced) {
-		return 0, true
+		return 0
 	}
 	n := len(line) - len(strings.TrimLeft(line, "#"))
 	if n == 0 || !strings.HasPrefix(line[n:], " ") {
-		return 0, false
+		return 0
 	}
-	return n, false
+	return n
 }
 
 // InCheckoutDir makes the test's working directory a new temporary directory that

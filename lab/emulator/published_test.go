@@ -121,16 +121,26 @@ func table4Requests(seed uint64) []Request {
 	return reqs
 }
 
+// itlInputLengths are the input lengths, in tokens, at which the lone
+// request's ITL is compared with the post's fit (its sweep spans 256 to 125k).
+var itlInputLengths = []int{256, 1024, 4096, 16384, 65536, 125000}
+
 // table4Result is the default profile's run of Table 4's benchmark on a seed.
 type table4Result struct {
 	medianTTFT, medianITL, duration time.Duration
 	outputPerSecond                 float64
 }
 
-func emulatedTable4(t *testing.T, seed uint64) table4Result {
+// emulatedTable4 runs Table 4's benchmark on the default profile for each of
+// 10 draws of its request sizes (seeds 1-10).
+func emulatedTable4(t *testing.T) []table4Result {
 	t.Helper()
-	ttft, itl, took, out := closedLoop(t, DefaultConfig(), table4Requests(seed), 8)
-	return table4Result{npMedian(ttft), npMedian(itl), took, float64(out) / took.Seconds()}
+	var rs []table4Result
+	for seed := uint64(1); seed <= 10; seed++ {
+		ttft, itl, took, out := closedLoop(t, DefaultConfig(), table4Requests(seed), 8)
+		rs = append(rs, table4Result{npMedian(ttft), npMedian(itl), took, float64(out) / took.Seconds()})
+	}
+	return rs
 }
 
 // TestDefaultProfileAgainstPublishedBenchmark: below saturation, the default
@@ -141,14 +151,13 @@ func emulatedTable4(t *testing.T, seed uint64) table4Result {
 // one of 10 draws of its request sizes.
 func TestDefaultProfileAgainstPublishedBenchmark(t *testing.T) {
 	const bound = 0.20
-	for _, l := range []int{256, 1024, 4096, 16384, 65536, 125000} {
+	for _, l := range itlInputLengths {
 		got, want := emulatedITLAt1(t, l), publishedITLFit(l)
 		if e := relErr(got.Seconds(), want.Seconds()); math.Abs(e) > bound {
 			t.Errorf("input %d, concurrency 1: ITL %v, published fit %v (%+.1f %%)", l, got, want, 100*e)
 		}
 	}
-	for seed := uint64(1); seed <= 10; seed++ {
-		r := emulatedTable4(t, seed)
+	for i, r := range emulatedTable4(t) {
 		for _, c := range []struct {
 			name      string
 			got, want float64
@@ -159,7 +168,7 @@ func TestDefaultProfileAgainstPublishedBenchmark(t *testing.T) {
 			{"output tokens/s", r.outputPerSecond, published4.outputPerSecond},
 		} {
 			if e := relErr(c.got, c.want); math.Abs(e) > bound {
-				t.Errorf("Table 4, seed %d: %s %.4g, published %.4g (%+.1f %%)", seed, c.name, c.got, c.want, 100*e)
+				t.Errorf("Table 4, seed %d: %s %.4g, published %.4g (%+.1f %%)", i+1, c.name, c.got, c.want, 100*e)
 			}
 		}
 	}
@@ -173,15 +182,12 @@ func publishedRows(t *testing.T) []string {
 	t.Helper()
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1000 }
 	var rows []string
-	for _, l := range []int{256, 4096, 16384, 65536, 125000} {
+	for _, l := range itlInputLengths {
 		got, want := emulatedITLAt1(t, l), publishedITLFit(l)
 		rows = append(rows, fmt.Sprintf("| ITL, one request of %d input tokens (the fit) | %.2f ms | %.2f ms | %s |",
 			l, ms(want), ms(got), pct(relErr(got.Seconds(), want.Seconds()))))
 	}
-	var r []table4Result
-	for seed := uint64(1); seed <= 10; seed++ {
-		r = append(r, emulatedTable4(t, seed))
-	}
+	r := emulatedTable4(t)
 	span := func(name, unit, format string, want float64, of func(table4Result) float64) string {
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, x := range r {
