@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +23,9 @@ import (
 type PeakHold struct {
 	// Window is how long a peak counts, > 0.
 	Window time.Duration
-	// Headroom is the fraction added to the held peak, >= 0 (0.2: 20 % above
-	// it). The newest demand is a peak too, so the served demand is at least
-	// demand × (1 + Headroom).
+	// Headroom is the fraction added to the held peak, in [0, MaxHeadroom]
+	// (0.2: 20 % above it). The newest demand is a peak too, so the served
+	// demand is at least demand × (1 + Headroom).
 	Headroom float64
 	// HalfLife, when > 0, halves a peak's weight every HalfLife of its age, so
 	// that a held burst releases capacity gradually; 0 holds it whole until it
@@ -36,45 +37,79 @@ type PeakHold struct {
 // open the pool's demand is at least Demand replicas.
 type ScheduledMinimum struct {
 	// Schedule is a standard 5-field cron expression (minute hour day-of-month
-	// month day-of-week, or a descriptor such as @daily) for the window's
-	// opening times.
+	// month day-of-week, or one of the descriptors @yearly, @annually,
+	// @monthly, @weekly, @daily, @midnight, @hourly) for the window's opening
+	// times. It must open at least once in the five years after validation;
+	// robfig/cron's @every and its TZ=/CRON_TZ= prefix are refused (the time
+	// zone is TimeZone).
 	Schedule string
 	// Duration is how long the window stays open after each opening, > 0.
 	Duration time.Duration
-	// TimeZone is the IANA time zone the schedule is read in ("" for UTC).
+	// TimeZone is the IANA time zone the schedule is read in ("" for UTC);
+	// "Local" is refused: the machine's zone would decide the answer.
 	TimeZone string
-	// Demand is the least demand, in replicas, while the window is open; > 0.
+	// Demand is the least demand, in replicas, while the window is open; in
+	// (0, MaxScheduledDemand].
 	Demand float64
 
 	sched cron.Schedule
 	loc   *time.Location
 }
 
+// Bounds of the controls that see ahead: what a served value can reach stays
+// finite and servable (the server serves at most about 9.2e15 replicas in milli
+// units, pkg/provider MilliQuantity).
+const (
+	// MaxHeadroom is the largest peak-hold headroom accepted: 10, a held peak
+	// served at 11 times itself.
+	MaxHeadroom = 10.0
+	// MaxScheduledDemand is the largest scheduled minimum accepted, in
+	// replicas: math.MaxInt32, the largest maxReplicas an autoscaling/v2 HPA
+	// takes (its field is an int32).
+	MaxScheduledDemand = float64(math.MaxInt32)
+)
+
 // cronParser reads standard cron expressions and descriptors (robfig/cron's
-// ParseStandard, without its CRON_TZ prefix: the time zone is a field).
+// ParseStandard; compile refuses the extensions it also accepts).
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// compile parses the schedule and loads the time zone.
-func (m *ScheduledMinimum) compile() *FieldError {
-	sched, err := cronParser.Parse(m.Schedule)
+// compile parses the schedule and loads the time zone, at now (a schedule
+// must open within robfig/cron's five-year search from now).
+func (m *ScheduledMinimum) compile(now time.Time) *FieldError {
+	spec := strings.TrimSpace(m.Schedule)
+	switch {
+	case strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ="):
+		return fieldErr("schedule", m.Schedule, "a time zone inside the schedule is not read: set timeZone")
+	case strings.HasPrefix(spec, "@every"):
+		return fieldErr("schedule", m.Schedule, "@every is not a cron schedule: give the openings as a 5-field cron expression (e.g. \"0 * * * *\" for every hour)")
+	}
+	sched, err := cronParser.Parse(spec)
 	if err != nil {
 		return fieldErr("schedule", m.Schedule, "not a 5-field cron expression (minute hour day-of-month month day-of-week): %v", err)
+	}
+	if m.TimeZone == "Local" {
+		return fieldErr("timeZone", m.TimeZone, "the machine's own time zone would decide when the window opens: name an IANA zone (\"\" for UTC)")
 	}
 	loc, err := time.LoadLocation(m.TimeZone)
 	if err != nil {
 		return fieldErr("timeZone", m.TimeZone, "not an IANA time zone: %v", err)
+	}
+	if sched.Next(now.In(loc)).IsZero() {
+		return fieldErr("schedule", m.Schedule, "never opens (no date matches in the next five years)")
 	}
 	m.sched, m.loc = sched, loc
 	return nil
 }
 
 // Open reports whether the window is open at now: an opening falls in
-// (now − Duration, now].
+// (now − Duration, now]. A schedule with no opening within robfig/cron's
+// five-year search is closed.
 func (m *ScheduledMinimum) Open(now time.Time) bool {
 	if m.sched == nil {
 		return false
 	}
-	return !m.sched.Next(now.In(m.loc).Add(-m.Duration)).After(now)
+	next := m.sched.Next(now.In(m.loc).Add(-m.Duration))
+	return !next.IsZero() && !next.After(now)
 }
 
 // validateAhead checks the policy's peak hold and scheduled minimums and
@@ -87,23 +122,23 @@ func (p *Policy) validateAhead() *FieldError {
 		switch {
 		case h.Window <= 0:
 			return fieldErr("peak.window", h.Window, "must be > 0")
-		case !(h.Headroom >= 0) || !finite(h.Headroom):
-			return fieldErr("peak.headroom", h.Headroom, "must be a finite number >= 0 (0.2: 20 %% above the peak)")
+		case !(h.Headroom >= 0) || h.Headroom > MaxHeadroom:
+			return fieldErr("peak.headroom", h.Headroom, "must be a number in [0, %g] (0.2: 20 %% above the peak)", MaxHeadroom)
 		case h.HalfLife < 0:
 			return fieldErr("peak.halfLife", h.HalfLife, "must be >= 0 (0: no decay within the window)")
 		}
 	}
 	for i := range p.Minimums {
 		m := &p.Minimums[i]
-		if err := m.compile(); err != nil {
+		if err := m.compile(time.Now()); err != nil {
 			err.Field = fmt.Sprintf("minimums[%d].%s", i, err.Field)
 			return err
 		}
 		if m.Duration <= 0 {
 			return fieldErr(fmt.Sprintf("minimums[%d].duration", i), m.Duration, "must be > 0")
 		}
-		if !(m.Demand > 0) || !finite(m.Demand) {
-			return fieldErr(fmt.Sprintf("minimums[%d].demand", i), m.Demand, "must be a finite number of replicas > 0")
+		if !(m.Demand > 0) || m.Demand > MaxScheduledDemand {
+			return fieldErr(fmt.Sprintf("minimums[%d].demand", i), m.Demand, "must be a number of replicas in (0, %d]", math.MaxInt32)
 		}
 	}
 	return nil

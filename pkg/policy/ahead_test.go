@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +171,81 @@ func TestAheadValidation(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error on %s", err, tt.field)
 			}
 		})
+	}
+}
+
+// TestAheadValidationRefusesWhatCannotBeServed: schedules that never open, or
+// whose meaning depends on the machine (Local) or hides a second time zone,
+// robfig's @every, and floors too large to serve are config errors, never a
+// window that is always open or a value the server cannot serve.
+func TestAheadValidationRefusesWhatCannotBeServed(t *testing.T) {
+	base := func() Policy {
+		return Policy{Name: "p", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms()}
+	}
+	minimum := func(sched, zone string, demand float64) func(*Policy) {
+		return func(p *Policy) {
+			p.Minimums = []ScheduledMinimum{{Schedule: sched, Duration: time.Hour, TimeZone: zone, Demand: demand}}
+		}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Policy)
+		field  string
+		msg    string
+	}{
+		{"February 30", minimum("0 0 30 2 *", "", 7), "minimums[0].schedule", "never opens"},
+		{"November 31", minimum("0 0 31 11 *", "", 7), "minimums[0].schedule", "never opens"},
+		{"@every", minimum("@every 1h", "", 7), "minimums[0].schedule", "@every"},
+		{"@every 0s", minimum("@every 0s", "", 7), "minimums[0].schedule", "@every"},
+		{"CRON_TZ prefix", minimum("CRON_TZ=Asia/Tokyo 0 12 * * *", "UTC", 7), "minimums[0].schedule", "set timeZone"},
+		{"TZ prefix", minimum("TZ=Local 0 12 * * *", "", 7), "minimums[0].schedule", "set timeZone"},
+		{"Local", minimum("0 9 * * *", "Local", 7), "minimums[0].timeZone", "machine"},
+		{"huge demand", minimum("@daily", "", 1e308), "minimums[0].demand", "2147483647"},
+		{"infinite demand", minimum("@daily", "", math.Inf(1)), "minimums[0].demand", "2147483647"},
+		{"huge headroom", func(p *Policy) { p.Peak = &PeakHold{Window: time.Minute, Headroom: 1e308} }, "peak.headroom", "[0, 10]"},
+		{"NaN headroom", func(p *Policy) { p.Peak = &PeakHold{Window: time.Minute, Headroom: math.NaN()} }, "peak.headroom", "[0, 10]"},
+		{"huge unknown saturation", func(p *Policy) { p.UnknownSaturation = 1e308 }, "unknownPodSaturation", "[0, 1000]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := base()
+			tt.mutate(&p)
+			err := p.Validate()
+			if err == nil || err.Field != tt.field || !strings.Contains(err.Msg, tt.msg) {
+				t.Errorf("Validate() = %v, want an error on %s saying %q", err, tt.field, tt.msg)
+			}
+		})
+	}
+	// The bounds themselves, a leap day (opens within five years) and the
+	// standard descriptors stay valid.
+	for _, mutate := range []func(*Policy){
+		minimum("0 0 29 2 *", "Europe/Berlin", MaxScheduledDemand),
+		minimum("@hourly", "", 1),
+		minimum("@weekly", "America/New_York", 3),
+		func(p *Policy) {
+			p.Peak = &PeakHold{Window: time.Minute, Headroom: MaxHeadroom}
+			p.UnknownSaturation = MaxUnknownSaturation
+		},
+	} {
+		p := base()
+		mutate(&p)
+		if err := p.Validate(); err != nil {
+			t.Errorf("Validate() = %v, want nil", err)
+		}
+	}
+}
+
+// TestOpenNeverForAScheduleWithoutOpening: Open is false where robfig/cron
+// finds no opening (its Next returns the zero time), not always true.
+func TestOpenNeverForAScheduleWithoutOpening(t *testing.T) {
+	sched, err := cronParser.Parse("0 0 30 2 *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ScheduledMinimum{Schedule: "0 0 30 2 *", Duration: time.Hour, Demand: 7, sched: sched, loc: time.UTC}
+	for _, at := range []time.Time{time.Date(2026, 2, 28, 0, 30, 0, 0, time.UTC), time.Date(2026, 12, 3, 4, 0, 0, 0, time.UTC)} {
+		if m.Open(at) {
+			t.Errorf("Open(%s) = true for a schedule that never opens", at)
+		}
 	}
 }

@@ -279,6 +279,12 @@ func (sp SetPoints) Validate() error {
 // looks idle.
 const DefaultUnknownSaturation = 1.0
 
+// MaxUnknownSaturation is the largest unknown-pod saturation accepted: 1000
+// times the set point, far beyond any pod's honest reading (a pod counted at it
+// is a scale-up by itself) and small enough that a pool of any size stays a
+// servable number.
+const MaxUnknownSaturation = 1000.0
+
 // DefaultHoldLastGood is how long a pod that stopped answering keeps counting
 // at its last good value when that is higher than the unknown-pod value: 5
 // minutes, the HPA's default scale-down stabilization window
@@ -570,8 +576,8 @@ func (p *Policy) Validate() *FieldError {
 			}
 			seen[t.Kind] = true
 		}
-		if !(p.UnknownSaturation >= 0) || math.IsInf(p.UnknownSaturation, 0) {
-			return fieldErr("unknownPodSaturation", p.UnknownSaturation, "must be a finite number >= 0")
+		if !(p.UnknownSaturation >= 0) || p.UnknownSaturation > MaxUnknownSaturation {
+			return fieldErr("unknownPodSaturation", p.UnknownSaturation, "must be a number in [0, %g]", MaxUnknownSaturation)
 		}
 	case KindSignal:
 		if p.Signal != signals.QueueDepth && p.Signal != signals.Running && p.Signal != signals.KVCacheUsage && p.Signal != signals.QueueDeferred {

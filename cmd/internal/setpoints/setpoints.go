@@ -37,7 +37,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&f.SetPoints.KVCacheUsage, "kv-cache-usage-set-point", f.SetPoints.KVCacheUsage,
 		"KV-cache usage ratio, in [0.001, 1], at which a pod counts as saturated (saturation 1.0).")
 	fs.Float64Var(&f.UnknownSaturation, "unknown-pod-saturation", f.UnknownSaturation,
-		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid) or whose engine cannot serve (wedged, frozen, sleeping). 1.0 treats it as at its set point.")
+		"Saturation counted for a Ready pod without fresh data (scrape failing, stale, nothing valid) or whose engine cannot serve (wedged, frozen, sleeping), in [0, 1000]. 1.0 treats it as at its set point.")
 	for _, alias := range [][2]string{{"queue-depth-target", "queue-depth-set-point"}, {"kv-cache-usage-target", "kv-cache-usage-set-point"}} {
 		old, now := alias[0], alias[1]
 		fl := *fs.Lookup(now)
@@ -57,8 +57,8 @@ func (f *Flags) Validate() []error {
 	if kv := f.SetPoints.KVCacheUsage; !(kv >= policy.MinSetPoint) || kv > 1 {
 		errs = append(errs, fmt.Errorf("--kv-cache-usage-set-point=%g: must be in [%g, 1]", kv, policy.MinSetPoint))
 	}
-	if u := f.UnknownSaturation; !(u >= 0) || math.IsInf(u, 0) {
-		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be a finite number >= 0", u))
+	if u := f.UnknownSaturation; !(u >= 0) || u > policy.MaxUnknownSaturation {
+		errs = append(errs, fmt.Errorf("--unknown-pod-saturation=%g: must be in [0, %g]", u, policy.MaxUnknownSaturation))
 	}
 	return errs
 }
