@@ -1,6 +1,7 @@
 package scoreboard
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,6 +67,55 @@ func DefaultGrid(queue, kv, rate float64) Grid {
 	}
 }
 
+// MaxRate bounds the grid's queue targets and demand rates: a million
+// requests (waiting per pod, or per second per replica), far beyond any
+// engine, and small enough for every label to print exactly.
+const MaxRate = 1e6
+
+// Validate reports every grid value out of its range at once, naming it,
+// before any family is built (a NaN target once reached a quantity parser
+// that panics): GPU utilization in [1, 100] percent, queue targets and set
+// points and demand rates in [policy.MinSetPoint, MaxRate], KV-cache targets
+// and set points in [policy.MinSetPoint, 1], floors in (0,
+// simulate.MaxFleet], a demand window in [1s, 1h], and the peak hold as the
+// policy validates it.
+func (g Grid) Validate() error {
+	var errs []error
+	in := func(name string, v, lo, hi float64) {
+		if !(v >= lo && v <= hi) {
+			errs = append(errs, fmt.Errorf("%s %g: want a number in [%g, %g]", name, v, lo, hi))
+		}
+	}
+	for _, u := range g.GPUUtilization {
+		if u < 1 || u > 100 {
+			errs = append(errs, fmt.Errorf("GPU utilization target %d: want a percentage in [1, 100]", u))
+		}
+	}
+	for _, q := range g.Queue {
+		in("queue target", q, policy.MinSetPoint, MaxRate)
+	}
+	for _, v := range g.KV {
+		in("KV-cache usage target", v, policy.MinSetPoint, 1)
+	}
+	in("fused queue set point", g.SaturationQueue, policy.MinSetPoint, MaxRate)
+	for _, v := range g.SaturationKV {
+		in("fused KV-cache set point", v, policy.MinSetPoint, 1)
+	}
+	in("demand-rate KV-cache set point", g.DemandKV, policy.MinSetPoint, 1)
+	for _, r := range g.DemandRate {
+		in("demand rate", r, policy.MinSetPoint, MaxRate)
+	}
+	for _, f := range g.Floors {
+		if !(f > 0 && f <= simulate.MaxFleet) {
+			errs = append(errs, fmt.Errorf("floor %g: want a number of replicas in (0, %d]", f, simulate.MaxFleet))
+		}
+	}
+	if g.DemandWindow < time.Second || g.DemandWindow > time.Hour {
+		errs = append(errs, fmt.Errorf("demand-rate window %v: want one in [1s, 1h]", g.DemandWindow))
+	}
+	return errors.Join(errs...)
+}
+
 // The metric names of the families served from a catalog of their own.
 const (
 	metricAhead = "llm_scoreboard"
@@ -76,6 +126,9 @@ const (
 // fused saturation, with a demand-rate term, with a held peak, with a
 // scheduled minimum).
 func Families(g Grid) ([]Family, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
 	b, err := newFamilyBuilder(g)
 	if err != nil {
 		return nil, err

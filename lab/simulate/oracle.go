@@ -88,7 +88,7 @@ func runOracle(cfg Config, w Workload, attainable []bool) (*oracleResult, error)
 	}
 	maxR := cfg.MaxReplicas
 	if maxR == 0 {
-		maxR = 1024
+		maxR = MaxFleet
 	}
 
 	raw, infeasible, unachievable, err := greedySchedule(cfg, w, attainable, bounds, allowed, maxR)

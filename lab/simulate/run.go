@@ -106,6 +106,13 @@ func DefaultConfig() Config {
 	}
 }
 
+// MinClockInterval is the shortest period of a replay's clocks (scrapes,
+// Prometheus, KEDA, the HPA's sync, the samples): 100 ms.
+const MinClockInterval = 100 * time.Millisecond
+
+// MaxFleet is the most replicas a simulated fleet runs: the oracle's cap.
+const MaxFleet = 1024
+
 // Validate reports every invalid field at once.
 func (c Config) Validate() error {
 	var errs []error
@@ -128,21 +135,33 @@ func (c Config) Validate() error {
 	if err := c.coldStart().Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	nonNeg("abandon after", c.AbandonAfter)
-	pos("TTFT SLO", c.TTFTSLO)
-	nonNeg("TPOT SLO", c.TPOTSLO)
-	pos("oracle interval", c.OracleInterval)
-	pos("scrape interval", c.ScrapeInterval)
+	// within bounds the clocks of a replay: an interval far under a second
+	// multiplies the events of an hour's replay past any memory, one far over
+	// an hour (or an SLO of days) only overflows time arithmetic.
+	within := func(name string, d, lo, hi time.Duration) {
+		if d < lo || d > hi {
+			errs = append(errs, fmt.Errorf("%s must be in [%v, %v], got %v", name, lo, hi, d))
+		}
+	}
+	within("abandon after", c.AbandonAfter, 0, time.Hour)
+	within("TTFT SLO", c.TTFTSLO, time.Millisecond, time.Hour)
+	within("TPOT SLO", c.TPOTSLO, 0, time.Minute)
+	within("oracle interval", c.OracleInterval, time.Second, time.Hour)
+	within("scrape interval", c.ScrapeInterval, MinClockInterval, time.Hour)
 	pos("max sample age", c.MaxSampleAge)
-	pos("Prometheus scrape interval", c.PrometheusScrapeInterval)
-	pos("KEDA polling interval", c.KEDAPollingInterval)
-	pos("sample interval", c.SampleInterval)
+	within("Prometheus scrape interval", c.PrometheusScrapeInterval, MinClockInterval, time.Hour)
+	within("KEDA polling interval", c.KEDAPollingInterval, MinClockInterval, time.Hour)
+	within("sample interval", c.SampleInterval, MinClockInterval, time.Hour)
+	within("HPA sync period", c.HPA.SyncPeriod, MinClockInterval, time.Hour)
 	nonNeg("drain limit", c.DrainLimit)
 	if !(c.SLOTarget > 0 && c.SLOTarget <= 1) {
 		errs = append(errs, fmt.Errorf("SLO target must be in (0, 1], got %g", c.SLOTarget))
 	}
-	if c.MinReplicas < 1 {
-		errs = append(errs, fmt.Errorf("min replicas must be >= 1, got %d", c.MinReplicas))
+	if c.MinReplicas < 1 || c.MinReplicas > MaxFleet {
+		errs = append(errs, fmt.Errorf("min replicas must be in [1, %d], got %d", MaxFleet, c.MinReplicas))
+	}
+	if c.MaxReplicas < 0 || c.MaxReplicas > MaxFleet {
+		errs = append(errs, fmt.Errorf("max replicas must be in [0, %d] (0: twice the oracle's peak), got %d", MaxFleet, c.MaxReplicas))
 	}
 	if c.MaxReplicas != 0 && c.MaxReplicas < c.MinReplicas {
 		errs = append(errs, fmt.Errorf("max replicas %d is below min replicas %d", c.MaxReplicas, c.MinReplicas))
@@ -299,6 +318,9 @@ func Run(cfg Config, w Workload, policies []Autoscaler) (*Report, error) {
 		names[p.Name] = true
 		if p.HPA == nil {
 			return nil, fmt.Errorf("autoscaler %s has no HPA", p.Name)
+		}
+		if p.HPA.Spec.MaxReplicas > MaxFleet {
+			return nil, fmt.Errorf("autoscaler %s: maxReplicas %d: the simulated fleet runs at most %d replicas", p.Name, p.HPA.Spec.MaxReplicas, MaxFleet)
 		}
 	}
 	ps := cfg.phases()

@@ -185,10 +185,30 @@ spec:
 	if _, err := Run(testConfig(0), w, []Autoscaler{{Name: "oracle", HPA: h}}); err == nil {
 		t.Error("Run accepted a policy named oracle")
 	}
+	big := h.DeepCopy()
+	big.Spec.MaxReplicas = 100000
+	if _, err := Run(testConfig(0), w, []Autoscaler{{Name: "big", HPA: big}}); err == nil || !strings.Contains(err.Error(), "maxReplicas 100000: the simulated fleet runs at most 1024 replicas") {
+		t.Errorf("Run with maxReplicas 100000 = %v, want it refused", err)
+	}
 	bad := testConfig(0)
 	bad.TTFTSLO, bad.SLOTarget, bad.MinReplicas = 0, 2, 0
 	_, err = Run(bad, w, nil)
-	for _, want := range []string{"TTFT SLO must be > 0", "SLO target must be in (0, 1]", "min replicas must be >= 1"} {
+	for _, want := range []string{"TTFT SLO must be in [1ms, 1h0m0s], got 0s", "SLO target must be in (0, 1]", "min replicas must be in [1, 1024], got 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run error = %v, want one containing %q", err, want)
+		}
+	}
+	// Clocks that would multiply a replay's events past any memory (an oracle
+	// interval of 1 ns asked for 6e10 intervals), time arithmetic that would
+	// overflow (a TPOT SLO of 100,000 h scored worse than one of 1 h), and
+	// fleets past the oracle's cap are refused before anything runs.
+	bad = testConfig(0)
+	bad.OracleInterval, bad.ScrapeInterval, bad.SampleInterval, bad.HPA.SyncPeriod = time.Nanosecond, time.Nanosecond, time.Nanosecond, time.Nanosecond
+	bad.TPOTSLO, bad.MinReplicas, bad.MaxReplicas = 100000*time.Hour, 5000, 6000
+	_, err = Run(bad, w, nil)
+	for _, want := range []string{"oracle interval must be in [1s, 1h0m0s], got 1ns", "scrape interval must be in [100ms, 1h0m0s]",
+		"sample interval must be in [100ms", "HPA sync period must be in [100ms", "TPOT SLO must be in [0s, 1m0s]",
+		"min replicas must be in [1, 1024], got 5000", "max replicas must be in [0, 1024] (0: twice the oracle's peak), got 6000"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Run error = %v, want one containing %q", err, want)
 		}

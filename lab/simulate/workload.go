@@ -94,9 +94,15 @@ func (o WorkloadOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
+// MinReplay is the shortest replay NewWorkload accepts: one second of virtual
+// time. A shorter one has no arrival rate, and its GPU-hours (the oracle's
+// too) are about 0, so every ratio to them would be 0/0.
+const MinReplay = time.Second
+
 // NewWorkload turns the rows of tr into a workload: the window's rows, after
 // the warm-up's (WorkloadOptions.WarmUp, Workload.ScoreFrom). It fails on
-// invalid options and on a window without requests.
+// invalid options, on a window without requests, on a replay shorter than
+// MinReplay and on one longer than trace.MaxSpan (virtual time).
 func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 	if err := o.Validate(); err != nil {
 		return Workload{}, err
@@ -113,9 +119,15 @@ func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	whole, frac := math.Modf(o.RateScale)
 	var w Workload
+	// tooLong reports whether trace time d lasts longer than trace.MaxSpan once
+	// scaled (computed in float64: the scaled Duration could overflow).
+	tooLong := func(d time.Duration) bool { return float64(d)*o.TimeScale > float64(trace.MaxSpan) }
 	for _, r := range rows {
 		if r.Offset < from || r.Offset >= end {
 			continue
+		}
+		if tooLong(r.Offset - from) {
+			return Workload{}, fmt.Errorf("the replay would last more than %v of virtual time (the window after %v of warm-up, × time scale %g): shorten --length or the time scale", trace.MaxSpan, warm, o.TimeScale)
 		}
 		at := scale(r.Offset - from)
 		copies := int(whole)
@@ -137,7 +149,13 @@ func NewWorkload(tr trace.Trace, o WorkloadOptions) (Workload, error) {
 	}
 	w.Duration = w.Requests[len(w.Requests)-1].At
 	if o.Length > 0 {
+		if tooLong(warm + o.Length) {
+			return Workload{}, fmt.Errorf("the replay would last more than %v of virtual time (%v of warm-up and %v of window, × time scale %g): shorten --length or the time scale", trace.MaxSpan, warm, o.Length, o.TimeScale)
+		}
 		w.Duration = max(w.Duration, scale(warm+o.Length))
+	}
+	if w.Duration < MinReplay {
+		return Workload{}, fmt.Errorf("the replay lasts %v, under %v: every arrival of the window falls at one instant (a single row, equal timestamps, or a time scale of %g); give a --length or a longer window", w.Duration, MinReplay, o.TimeScale)
 	}
 	return w, nil
 }

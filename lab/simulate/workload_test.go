@@ -49,6 +49,15 @@ func TestNewWorkload(t *testing.T) {
 		{name: "negative warm-up", tr: rows(0), opts: func(o *WorkloadOptions) { o.WarmUp = -sec(1) }, wantErr: "warm-up must be >= 0"},
 		{name: "empty window", tr: rows(0, 1), opts: func(o *WorkloadOptions) { o.Start = sec(5) }, wantErr: "no request in the trace window"},
 		{name: "bad options", tr: rows(0), opts: func(o *WorkloadOptions) { o.TimeScale, o.RateScale, o.Start = 0, -1, -sec(1) }, wantErr: "time scale must be"},
+		// No replay of zero length (a 0/0 cost), none beyond trace.MaxSpan (a
+		// run of hours), and no overflowing scaled time.
+		{name: "one row", tr: rows(0), opts: func(*WorkloadOptions) {}, wantErr: "under 1s"},
+		{name: "equal timestamps", tr: rows(0, 0, 0), opts: func(*WorkloadOptions) {}, wantErr: "under 1s"},
+		{name: "one row with a length", tr: rows(5), opts: func(o *WorkloadOptions) { o.Length = time.Minute }, want: []time.Duration{sec(5)}, dur: time.Minute},
+		{name: "vanishing time scale", tr: rows(0, 60), opts: func(o *WorkloadOptions) { o.TimeScale = 1e-300 }, wantErr: "under 1s"},
+		{name: "huge time scale", tr: rows(0, 60), opts: func(o *WorkloadOptions) { o.TimeScale = 1e6 }, wantErr: "more than 744h0m0s"},
+		{name: "overflowing time scale", tr: rows(0, 60), opts: func(o *WorkloadOptions) { o.TimeScale = 1e12 }, wantErr: "more than 744h0m0s"},
+		{name: "huge length", tr: rows(0, 60), opts: func(o *WorkloadOptions) { o.Length = 1000 * time.Hour }, wantErr: "shorten --length"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,9 +32,8 @@ const TimestampLayout = "2006-01-02 15:04:05.999999999"
 type Request struct {
 	// Time is the arrival time of the request (UTC).
 	Time time.Time
-	// Offset is the arrival time relative to the first request of the trace; the
-	// first request has Offset 0. Rows need not be sorted, so Offset may be negative
-	// for a row earlier than the first one.
+	// Offset is the arrival time relative to the earliest request of the trace,
+	// >= 0; rows need not be sorted, and the earliest has Offset 0.
 	Offset time.Duration
 	// PromptTokens is the prompt ("context") length in tokens, >= 1.
 	PromptTokens int
@@ -48,19 +47,27 @@ type Trace struct {
 	Requests []Request
 }
 
-// Duration is the time from the first to the last arrival, 0 for fewer than two
-// requests.
+// MaxSpan is the longest time a trace may span, from its earliest to its
+// latest arrival: 31 days. The published Azure traces span one hour (2023) and
+// one week (2024); a longer span is a mistyped timestamp, and replaying it on a
+// virtual clock would run for hours.
+const MaxSpan = 31 * 24 * time.Hour
+
+// Duration is the time from the earliest to the latest arrival, 0 for fewer
+// than two requests.
 func (t Trace) Duration() time.Duration {
-	if len(t.Requests) < 2 {
-		return 0
+	var d time.Duration
+	for _, r := range t.Requests {
+		d = max(d, r.Offset)
 	}
-	return t.Requests[len(t.Requests)-1].Offset - t.Requests[0].Offset
+	return d
 }
 
 // Read parses a trace in the Azure LLM inference trace format from r. The header
 // row is required and matched case-insensitively. It fails with the line number on
 // the first malformed row: a bad timestamp, a non-integer token count, a prompt
-// length below 1 or an output length below 1.
+// length below 1 or an output length below 1; and on a trace spanning more than
+// MaxSpan.
 func Read(r io.Reader) (Trace, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 3
@@ -99,11 +106,27 @@ func Read(r io.Reader) (Trace, error) {
 		if err != nil || output < 1 {
 			return Trace{}, fmt.Errorf("trace line %d: GeneratedTokens %q: want an integer >= 1", line, rec[2])
 		}
-		req := Request{Time: at, PromptTokens: prompt, OutputTokens: output}
-		if len(t.Requests) > 0 {
-			req.Offset = at.Sub(t.Requests[0].Time)
+		t.Requests = append(t.Requests, Request{Time: at, PromptTokens: prompt, OutputTokens: output})
+	}
+	if len(t.Requests) == 0 {
+		return t, nil
+	}
+	first, last := t.Requests[0].Time, t.Requests[0].Time
+	for _, r := range t.Requests {
+		if r.Time.Before(first) {
+			first = r.Time
 		}
-		t.Requests = append(t.Requests, req)
+		if r.Time.After(last) {
+			last = r.Time
+		}
+	}
+	// Compared before subtracting: Sub saturates beyond 292 years.
+	if last.After(first.Add(MaxSpan)) {
+		return Trace{}, fmt.Errorf("reading trace: the rows span %s to %s, more than %v: a timestamp is likely wrong",
+			first.Format(TimestampLayout), last.Format(TimestampLayout), MaxSpan)
+	}
+	for i := range t.Requests {
+		t.Requests[i].Offset = t.Requests[i].Time.Sub(first)
 	}
 	return t, nil
 }

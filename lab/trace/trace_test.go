@@ -31,6 +31,30 @@ func TestRead(t *testing.T) {
 			in:   "timestamp,contexttokens,generatedtokens\r\n2023-11-16 18:15:46,1,1",
 			want: []Request{{Time: time.Date(2023, 11, 16, 18, 15, 46, 0, time.UTC), PromptTokens: 1, OutputTokens: 1}},
 		},
+		{
+			// Offsets count from the earliest row, wherever it stands: a row
+			// earlier than the first is replayed, not dropped.
+			name: "unsorted rows",
+			in: "TIMESTAMP,ContextTokens,GeneratedTokens\n" +
+				"2023-11-16 18:15:50.9951690,396,109\n" +
+				"2023-11-16 18:15:46.6805900,374,44\n" +
+				"2023-11-16 18:15:48,10,20\n",
+			want: []Request{
+				{Time: time.Date(2023, 11, 16, 18, 15, 50, 995169000, time.UTC), Offset: 4314579 * time.Microsecond, PromptTokens: 396, OutputTokens: 109},
+				{Time: t0, PromptTokens: 374, OutputTokens: 44},
+				{Time: time.Date(2023, 11, 16, 18, 15, 48, 0, time.UTC), Offset: 1319410 * time.Microsecond, PromptTokens: 10, OutputTokens: 20},
+			},
+		},
+		{
+			name:    "a year-2300 row",
+			in:      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,1\n2300-01-01 00:00:00,1,1\n",
+			wantErr: "more than 744h0m0s",
+		},
+		{
+			name:    "years 1 and 9999 (Sub saturates)",
+			in:      "TIMESTAMP,ContextTokens,GeneratedTokens\n9999-12-31 23:59:59,1,1\n0001-01-01 00:00:00,1,1\n",
+			wantErr: "a timestamp is likely wrong",
+		},
 		{name: "header only", in: "TIMESTAMP,ContextTokens,GeneratedTokens\n"},
 		{name: "empty", in: "", wantErr: "empty input"},
 		{name: "wrong header", in: "time,prompt,output\n", wantErr: "column 1"},

@@ -14,8 +14,8 @@ import (
 // Name is the lab tool's name in its --version output.
 const Name = "saturation-lab"
 
-// NewCommand returns the lab command and its subcommands; long-running ones
-// stop when ctx is done.
+// NewCommand returns the lab command and its subcommands; every one stops
+// when ctx is done (the first SIGINT or SIGTERM).
 func NewCommand(ctx context.Context) *cobra.Command {
 	var printVersion bool
 	cmd := &cobra.Command{
@@ -44,6 +44,23 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&printVersion, "version", false, "Print the version and exit.")
-	cmd.AddCommand(NewSimulateCommand(), NewScoreboardCommand(), NewCalibrateCommand(ctx), NewEmulatorCommand(ctx))
+	cmd.AddCommand(NewSimulateCommand(ctx), NewScoreboardCommand(ctx), NewCalibrateCommand(ctx), NewEmulatorCommand(ctx))
 	return cmd
+}
+
+// untilDone runs f and returns its error, or, as soon as ctx is done, an
+// error saying the run was interrupted. The replays of simulate and scoreboard
+// are CPU-bound loops without a cancellation point; returning lets the process
+// exit on the first signal (main exits on the error) rather than only on the
+// second, leaving them behind (the reports are written when the replays are
+// done, so an interrupted run leaves none).
+func untilDone(ctx context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted before the run finished: %w", context.Cause(ctx))
+	}
 }

@@ -1,8 +1,10 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -92,12 +94,22 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	return fss
 }
 
+// MaxSeeds is the most seeds per slice --seeds takes: each replays every
+// point on both slices, and results are kept for all of them.
+const MaxSeeds = 1000
+
 // Validate reports every invalid flag at once.
 func (o *ScoreboardOptions) Validate() error {
 	errs := o.validate()
-	if o.Seeds < 1 {
-		errs = append(errs, fmt.Errorf("--seeds=%d: want at least 1", o.Seeds))
+	if o.Seeds < 1 || o.Seeds > MaxSeeds {
+		errs = append(errs, fmt.Errorf("--seeds=%d: want 1 to %d", o.Seeds, MaxSeeds))
+	} else if o.FirstSeed > math.MaxUint64-uint64(o.Seeds-1) {
+		errs = append(errs, fmt.Errorf("--first-seed=%d --seeds=%d: the seeds would wrap around past %d", o.FirstSeed, o.Seeds, uint64(math.MaxUint64)))
 	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("--workers=%d: want 0 (GOMAXPROCS) or more", o.Workers))
+	}
+	errs = append(errs, checkOutputs(o.inputs(), output{"json", o.JSON}, output{"svg", o.SVG})...)
 	if o.SliceLength <= 0 {
 		errs = append(errs, fmt.Errorf("--slice-length=%v: want > 0", o.SliceLength))
 	}
@@ -174,7 +186,7 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 }
 
 // NewScoreboardCommand returns `lab scoreboard`.
-func NewScoreboardCommand() *cobra.Command {
+func NewScoreboardCommand(ctx context.Context) *cobra.Command {
 	o := NewScoreboardOptions()
 	cmd := &cobra.Command{
 		Use:   "scoreboard --trace FILE [flags]",
@@ -204,7 +216,7 @@ output does not depend on how many.`),
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.Run(cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return untilDone(ctx, func() error { return o.Run(cmd.OutOrStdout(), cmd.ErrOrStderr()) })
 		},
 	}
 	help.Set(cmd, o.Flags())

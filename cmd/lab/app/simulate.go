@@ -1,10 +1,12 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -225,7 +227,49 @@ func (o *SimulateOptions) Validate() error {
 			errs = append(errs, fmt.Errorf("--autoscalers: unknown autoscaler %q, want some of %v", p, simulate.BuiltinAutoscalerNames()))
 		}
 	}
+	errs = append(errs, checkOutputs(append(o.inputs(), o.HPAFiles...), output{"json", o.JSON}, output{"svg", o.SVG})...)
 	return utilerrors.NewAggregate(errs)
+}
+
+// inputs are the files the fleet flags read.
+func (o *FleetOptions) inputs() []string { return []string{o.Trace, o.Profile, o.PolicyFile} }
+
+// output is an output flag and its path ("" for none).
+type output struct{ flag, path string }
+
+// checkOutputs refuses, before anything runs, an output file that is one of
+// the inputs (--json naming the trace once overwrote it) or another output,
+// and one whose directory does not exist (which would fail only after the
+// whole replay).
+func checkOutputs(inputs []string, outs ...output) []error {
+	var errs []error
+	same := func(a, b string) bool {
+		if filepath.Clean(a) == filepath.Clean(b) {
+			return true
+		}
+		fa, errA := os.Stat(a)
+		fb, errB := os.Stat(b)
+		return errA == nil && errB == nil && os.SameFile(fa, fb)
+	}
+	for i, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		for _, in := range inputs {
+			if in != "" && same(o.path, in) {
+				errs = append(errs, fmt.Errorf("--%s=%s: is an input of this run; it would be overwritten", o.flag, o.path))
+			}
+		}
+		for _, prev := range outs[:i] {
+			if prev.path != "" && same(o.path, prev.path) {
+				errs = append(errs, fmt.Errorf("--%s=%s: --%s writes the same file", o.flag, o.path, prev.flag))
+			}
+		}
+		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
+			errs = append(errs, fmt.Errorf("--%s=%s: its directory does not exist", o.flag, o.path))
+		}
+	}
+	return errs
 }
 
 // Run loads the inputs, runs the simulation and writes the table to out and the
@@ -279,7 +323,7 @@ func (o *SimulateOptions) Run(out, progress io.Writer) error {
 }
 
 // NewSimulateCommand returns `lab simulate`.
-func NewSimulateCommand() *cobra.Command {
+func NewSimulateCommand(ctx context.Context) *cobra.Command {
 	o := NewSimulateOptions()
 	cmd := &cobra.Command{
 		Use:   "simulate --trace FILE [flags]",
@@ -312,7 +356,7 @@ seeds, tuned on one slice and scored on another) use lab scoreboard.`),
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.Run(cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return untilDone(ctx, func() error { return o.Run(cmd.OutOrStdout(), cmd.ErrOrStderr()) })
 		},
 	}
 	help.Set(cmd, o.Flags())

@@ -2,7 +2,10 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,5 +206,83 @@ func TestSimulateNeverServed(t *testing.T) {
 		if len(f) < 6 || f[1] == "100.00%" || f[5] != "never" {
 			t.Errorf("line %q: want a TTFT share below 100%% and p99 TTFT never", line)
 		}
+	}
+}
+
+// TestHostileLabInputs: inputs that once crashed the lab tool, hung it or
+// destroyed a file are refused before any replay, each naming the flag: a
+// NaN target reached a quantity parser that panics, a 1 ns oracle interval
+// or two billion seeds ran out of memory, a huge time scale ran for hours,
+// and --json naming the trace overwrote it.
+func TestHostileLabInputs(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "conv.csv")
+	data, err := os.ReadFile(azureConvTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(trace, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := []string{"scoreboard", "--trace", trace, "--tune-start", "20m", "--score-start", "22m", "--slice-length", "1m", "--seeds", "1"}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"NaN queue target", append(sb, "--families", "queue", "--queue-targets", "NaN"), []string{"queue target NaN"}},
+		{"infinite and NaN KV targets", append(sb, "--families", "kv", "--kv-targets", "Inf,NaN"), []string{"KV-cache usage target +Inf", "KV-cache usage target NaN"}},
+		{"rates out of range", append(sb, "--rates", "-1,1e308"), []string{"demand rate -1", "demand rate 1e+308"}},
+		{"GPU utilization over 100 %", append(sb, "--gpu-utilization-targets", "1000"), []string{"GPU utilization target 1000"}},
+		{"two billion seeds", append(sb[:len(sb)-1], "2000000000"), []string{"--seeds=2000000000: want 1 to 1000"}},
+		{"seeds wrapping around", append(sb, "--first-seed", "18446744073709551615", "--seeds", "2"), []string{"wrap around"}},
+		{"negative workers", append(sb, "--workers", "-1"), []string{"--workers=-1"}},
+		{"scoreboard JSON over the trace", append(sb, "--json", trace), []string{"is an input of this run"}},
+		{"simulate JSON over the trace", []string{"simulate", "--trace", trace, "--length", "1m", "--json", trace}, []string{"--json=" + trace + ": is an input of this run"}},
+		{"JSON and SVG to one file", []string{"simulate", "--trace", trace, "--length", "1m", "--json", filepath.Join(dir, "x"), "--svg", filepath.Join(dir, "x")}, []string{"--json writes the same file"}},
+		{"output into a missing directory", []string{"simulate", "--trace", trace, "--length", "1m", "--svg", filepath.Join(dir, "no", "x.svg")}, []string{"its directory does not exist"}},
+		{"1 ns oracle interval", []string{"simulate", "--trace", trace, "--length", "1m", "--oracle-interval", "1ns"}, []string{"oracle interval must be in [1s, 1h0m0s], got 1ns"}},
+		{"huge time scale", []string{"simulate", "--trace", trace, "--start", "20m", "--length", "1m", "--time-scale", "1e6"}, []string{"more than 744h0m0s"}},
+		{"min replicas past the oracle's cap", []string{"simulate", "--trace", trace, "--length", "1m", "--min-replicas", "5000"}, []string{"min replicas must be in [1, 1024], got 5000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runRoot(tt.args...)
+			for _, want := range tt.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("error = %v, want it to contain %q", err, want)
+				}
+			}
+		})
+	}
+	if after, err := os.ReadFile(trace); err != nil || !bytes.Equal(after, data) {
+		t.Errorf("the trace changed (%v)", err)
+	}
+}
+
+// TestInterruptedRunReturns: with its context done (the first SIGINT or
+// SIGTERM), a command returns at once, without waiting for its replays.
+func TestInterruptedRunReturns(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	block := make(chan struct{})
+	defer close(block)
+	err := untilDone(ctx, func() error { <-block; return nil })
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("untilDone = %v, want an interruption", err)
+	}
+	if err := untilDone(context.Background(), func() error { return errors.New("bad flag") }); err == nil || err.Error() != "bad flag" {
+		t.Errorf("untilDone = %v, want the run's own error", err)
+	}
+	// The assembled command: a scoreboard of many seconds returns with the
+	// interruption (its replays go on in the background until the test
+	// binary exits, so the slice is short).
+	cmd := NewCommand(ctx)
+	cmd.SetArgs([]string{"scoreboard", "--trace", azureConvTrace, "--tune-start", "20m", "--score-start", "22m", "--slice-length", "1m",
+		"--seeds", "2", "--families", "queue", "--queue-targets", "5"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("scoreboard with its context done = %v, want an interruption", err)
 	}
 }
