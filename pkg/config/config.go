@@ -422,7 +422,7 @@ func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 		return sp, errs
 	}
 	if err := sp.Validate(); err != nil {
-		errs = append(errs, field.Invalid(fieldPath(path, err.Field), err.Value, err.Msg))
+		errs = append(errs, field.Invalid(fieldPath(path, err.Field), shown(err.Value), err.Msg))
 	}
 	return sp, errs
 }
@@ -534,7 +534,7 @@ func (t *Term) convert(path *field.Path) (policy.Term, field.ErrorList) {
 		if name == "setPoint" && st.Kind.IsLatency() {
 			name = "slo"
 		}
-		errs = append(errs, field.Invalid(path.Child(name), err.Value, err.Msg))
+		errs = append(errs, field.Invalid(path.Child(name), shown(err.Value), err.Msg))
 	}
 	return st, errs
 }
@@ -606,3 +606,12 @@ policies:
   minimums:
   - {schedule: "0 8 * * 1-5", duration: 4h, timeZone: Europe/Berlin, demand: 6}
 `
+
+// shown is a policy error's value as the message shows it: a duration as
+// written ("-1s"), where field.Invalid would print its nanoseconds.
+func shown(v any) any {
+	if d, ok := v.(time.Duration); ok {
+		return d.String()
+	}
+	return v
+}

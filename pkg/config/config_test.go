@@ -367,6 +367,12 @@ func TestAheadParseErrors(t *testing.T) {
 		{"bad zone", "  minimums: [{schedule: \"@daily\", duration: 1h, timeZone: Nowhere/Land, demand: 2}]\n",
 			[]string{"policies[0].minimums[0].timeZone: Invalid value: \"Nowhere/Land\""}},
 		{"missing duration", "  minimums: [{schedule: \"@daily\", demand: 2}]\n", []string{"policies[0].minimums[0].duration: Required value"}},
+		// A duration is shown as written, not in nanoseconds.
+		{"negative half-life", "  peak: {window: 10m, halfLife: -1s}\n", []string{"policies[0].peak.halfLife: Invalid value: \"-1s\""}},
+		{"never opens", "  minimums: [{schedule: \"0 0 30 2 *\", duration: 1h, demand: 7}]\n",
+			[]string{"policies[0].minimums[0].schedule: Invalid value: \"0 0 30 2 *\": never opens"}},
+		{"local time zone", "  minimums: [{schedule: \"0 9 * * *\", duration: 1h, timeZone: Local, demand: 7}]\n",
+			[]string{"policies[0].minimums[0].timeZone: Invalid value: \"Local\""}},
 		{"signal policy", "- name: s\n  kind: signal\n  signal: queueDepth\n  peak: {window: 1m}\n",
 			[]string{"policies[1].kind: Invalid value: \"signal\""}},
 	}
