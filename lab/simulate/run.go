@@ -144,6 +144,13 @@ func (c Config) Validate() error {
 		}
 	}
 	within("abandon after", c.AbandonAfter, 0, time.Hour)
+	if c.AbandonAfter > 0 && c.AbandonAfter < c.TTFTSLO {
+		// An abort takes effect when the engine step under way ends (as
+		// vLLM's does), so a request can reach its first token after its
+		// client left; with the patience at least the SLO that token is a
+		// miss anyway, and the score does not depend on the step.
+		errs = append(errs, fmt.Errorf("abandon after %v is under the TTFT SLO %v: clients must wait at least the SLO (or 0 for ever)", c.AbandonAfter, c.TTFTSLO))
+	}
 	within("TTFT SLO", c.TTFTSLO, time.Millisecond, time.Hour)
 	within("TPOT SLO", c.TPOTSLO, 0, time.Minute)
 	within("oracle interval", c.OracleInterval, time.Second, time.Hour)

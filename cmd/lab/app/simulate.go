@@ -93,7 +93,7 @@ func (o *FleetOptions) addFlags(fss *cliflag.NamedFlagSets, window bool) {
 	fs.DurationVar(&c.ReadinessProbePeriod, "readiness-probe-period", c.ReadinessProbePeriod, "periodSeconds of the pods' readiness probe: a pod is Ready at the first probe after its engine is up.")
 	fs.DurationVar(&c.NodeProvisioning, "node-provisioning", c.NodeProvisioning, "Added to the cold start of a pod that needs a new GPU node (more pods than --warm-nodes); 0 for none.")
 	fs.IntVar(&c.WarmNodes, "warm-nodes", c.WarmNodes, "GPU nodes ready before any scaling, one pod each (with --node-provisioning).")
-	fs.DurationVar(&c.AbandonAfter, "abandon-after", c.AbandonAfter, "Clients give up on a request without a first token after this long (it is aborted and counts as a miss); 0 waits forever.")
+	fs.DurationVar(&c.AbandonAfter, "abandon-after", c.AbandonAfter, "Clients give up on a request without a first token after this long, at least --ttft-slo (it is aborted and counts as a miss); 0 waits forever.")
 	fs.IntVar(&c.MinReplicas, "min-replicas", c.MinReplicas, "minReplicas of the built-in HPAs and the oracle's floor.")
 	fs.IntVar(&c.MaxReplicas, "max-replicas", c.MaxReplicas, "maxReplicas of the built-in HPAs and the oracle's cap; 0 for twice the oracle's peak (cap 1024 for the oracle).")
 

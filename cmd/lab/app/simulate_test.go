@@ -243,6 +243,7 @@ func TestHostileLabInputs(t *testing.T) {
 		{"output into a missing directory", []string{"simulate", "--trace", trace, "--length", "1m", "--svg", filepath.Join(dir, "no", "x.svg")}, []string{"its directory does not exist"}},
 		{"1 ns oracle interval", []string{"simulate", "--trace", trace, "--length", "1m", "--oracle-interval", "1ns"}, []string{"oracle interval must be in [1s, 1h0m0s], got 1ns"}},
 		{"huge time scale", []string{"simulate", "--trace", trace, "--start", "20m", "--length", "1m", "--time-scale", "1e6"}, []string{"more than 744h0m0s"}},
+		{"clients that leave before the SLO", []string{"simulate", "--trace", trace, "--length", "1m", "--abandon-after", "1ns"}, []string{"abandon after 1ns is under the TTFT SLO 2s"}},
 		{"min replicas past the oracle's cap", []string{"simulate", "--trace", trace, "--length", "1m", "--min-replicas", "5000"}, []string{"min replicas must be in [1, 1024], got 5000"}},
 	}
 	for _, tt := range tests {
