@@ -77,8 +77,8 @@ const MaxRate = 1e6
 // that panics): GPU utilization in [1, 100] percent, queue targets and set
 // points and demand rates in [policy.MinSetPoint, MaxRate], KV-cache targets
 // and set points in [policy.MinSetPoint, 1], floors in (0,
-// simulate.MaxFleet], a demand window in [1s, 1h], and the peak hold as the
-// policy validates it.
+// simulate.MaxFleet] and a demand window in [1s, 1h]. The peak hold is the
+// policy's to validate (policy.NewCatalog, when the families are built).
 func (g Grid) Validate() error {
 	var errs []error
 	in := func(name string, v, lo, hi float64) {
