@@ -144,7 +144,10 @@ func NewHPA(name string, minReplicas int32, behavior *autoscalingv2.HorizontalPo
 }
 
 // ExternalMetric returns an External metric spec of metric (selector
-// app=vllm) with a target of type typ (Value or AverageValue) at v.
+// app=vllm) with a target of type typ (Value or AverageValue) at v. v must be
+// finite and >= 0: its callers take it from validated set points
+// (setpoints.Flags, scoreboard.Grid.Validate), and a NaN or Inf panics in
+// resource.MustParse.
 func ExternalMetric(metric string, typ autoscalingv2.MetricTargetType, v float64) autoscalingv2.MetricSpec {
 	q := resource.MustParse(strconv.FormatFloat(v, 'f', -1, 64))
 	t := autoscalingv2.MetricTarget{Type: typ}
