@@ -375,6 +375,10 @@ func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 		if !slices.Contains(servable, p.Signal) {
 			errs = append(errs, field.NotSupported(path.Child("signal"), p.Signal, servable))
 		}
+		if p.UnknownPodSaturation != nil {
+			errs = append(errs, field.Forbidden(path.Child("unknownPodSaturation"),
+				"a signal policy serves a raw signal, not a saturation: a pod without a fresh signal counts at the higher of its last good value and the other pods' mean"))
+		}
 		sp.Signal = s
 	default:
 		errs = append(errs, field.NotSupported(path.Child("kind"), p.Kind, []string{"mean", "demand", "signal"}))

@@ -73,6 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: gpuUtil, setPoint: 1}]\n", []string{`policies[0].terms[0].kind: Unsupported value: "gpuUtil"`}},
 		{"no terms", head + "policies:\n- name: a\n  kind: mean\n", []string{"policies[0].terms: Invalid value"}},
 		{"signal kind", head + "policies:\n- name: a\n  kind: signal\n  signal: preemptions\n", []string{`policies[0].signal: Unsupported value: "preemptions"`}},
+		{"saturation of an unknown pod on a signal policy", head + "policies:\n- name: a\n  kind: signal\n  signal: running\n  unknownPodSaturation: 2\n", []string{`policies[0].unknownPodSaturation: Forbidden: a signal policy serves a raw signal`}},
 		{"unknown kind", head + "policies:\n- name: a\n  kind: median\n", []string{`policies[0].kind: Unsupported value: "median"`}},
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
 		{"window on a gauge term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, window: 1m}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
