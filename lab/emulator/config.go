@@ -116,31 +116,54 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid field of c at once. Besides positivity it
-// requires, like vLLM at start-up, that a request of MaxModelLen tokens fits in
-// the KV cache (NumBlocks - 1 usable blocks), and a positive step time so that
-// a simulation always advances.
+// Bounds of an engine's shape, far above any GPU's (the default engine holds
+// 432,000 tokens of KV cache in 27,000 blocks) and low enough that no token
+// count or step time computed from them overflows.
+const (
+	MaxSeqs      = 1 << 20 // MaxNumSeqs
+	MaxTokens    = 1 << 31 // MaxNumBatchedTokens and MaxModelLen
+	MaxBlocks    = 1 << 26 // NumBlocks
+	MaxBlockSize = 1 << 10 // BlockSize, tokens
+	// MaxStepBase and MaxStepPerSeq bound Base and PerSeq; MaxPerPrefillToken
+	// and MaxPerContextToken the per-token costs.
+	MaxStepBase        = time.Minute
+	MaxStepPerSeq      = time.Minute
+	MaxPerPrefillToken = time.Second
+	MaxPerContextToken = time.Millisecond
+)
+
+// Validate reports every invalid field of c at once. Besides positivity and the
+// bounds above it requires, like vLLM at start-up, that a request of
+// MaxModelLen tokens fits in the KV cache (NumBlocks - 1 usable blocks), and a
+// positive step time so that a simulation always advances.
 func (c Config) Validate() error {
 	var errs []error
-	positive := func(name string, v int) {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", name, v))
+	within := func(name string, v, hi int) {
+		if v <= 0 || v > hi {
+			errs = append(errs, fmt.Errorf("%s must be in [1, %d], got %d", name, hi, v))
 		}
 	}
-	positive("max-num-seqs", c.MaxNumSeqs)
-	positive("max-num-batched-tokens", c.MaxNumBatchedTokens)
-	positive("block-size", c.BlockSize)
-	positive("max-model-len", c.MaxModelLen)
-	if c.NumBlocks < 2 {
+	within("max-num-seqs", c.MaxNumSeqs, MaxSeqs)
+	within("max-num-batched-tokens", c.MaxNumBatchedTokens, MaxTokens)
+	within("block-size", c.BlockSize, MaxBlockSize)
+	within("max-model-len", c.MaxModelLen, MaxTokens)
+	switch {
+	case c.NumBlocks < 2:
 		errs = append(errs, fmt.Errorf("num-gpu-blocks must be >= 2 (one is the reserved null block), got %d", c.NumBlocks))
-	} else if c.BlockSize > 0 && c.MaxModelLen > (c.NumBlocks-1)*c.BlockSize {
+	case c.NumBlocks > MaxBlocks:
+		errs = append(errs, fmt.Errorf("num-gpu-blocks must be at most %d, got %d", MaxBlocks, c.NumBlocks))
+	case c.BlockSize > 0 && c.BlockSize <= MaxBlockSize && c.MaxModelLen > (c.NumBlocks-1)*c.BlockSize:
 		errs = append(errs, fmt.Errorf("max-model-len %d is larger than the KV cache holds (%d usable blocks of %d tokens = %d tokens)",
 			c.MaxModelLen, c.NumBlocks-1, c.BlockSize, (c.NumBlocks-1)*c.BlockSize))
 	}
 	st := c.StepTime
-	if st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 || st.PerContextToken < 0 {
+	switch {
+	case st.Base < 0 || st.PerSeq < 0 || st.PerPrefillToken < 0 || st.PerContextToken < 0:
 		errs = append(errs, fmt.Errorf("step time coefficients must be >= 0, got %+v", st))
-	} else if st.Duration(1, 0, 0) <= 0 {
+	case st.Base > MaxStepBase || st.PerSeq > MaxStepPerSeq || st.PerPrefillToken > MaxPerPrefillToken || st.PerContextToken > MaxPerContextToken:
+		errs = append(errs, fmt.Errorf("step time coefficients must be at most base %v, perSeq %v, perPrefillToken %v, perContextToken %v; got base %v, perSeq %v, perPrefillToken %v, perContextToken %v",
+			MaxStepBase, MaxStepPerSeq, MaxPerPrefillToken, MaxPerContextToken, st.Base, st.PerSeq, st.PerPrefillToken, st.PerContextToken))
+	case st.Duration(1, 0, 0) <= 0:
 		errs = append(errs, errors.New("step time of a one-request decode step must be > 0"))
 	}
 	return errors.Join(errs...)

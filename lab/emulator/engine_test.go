@@ -3,6 +3,9 @@ package emulator
 import (
 	"errors"
 	"fmt"
+	"math"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +67,9 @@ func TestStepTimeModel(t *testing.T) {
 	}
 }
 
+// negativeNumber matches a negative number in a message.
+var negativeNumber = regexp.MustCompile(`(^|[ (=\[])-[0-9]`)
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -78,13 +84,36 @@ func TestConfigValidate(t *testing.T) {
 		{"model longer than cache", func(c *Config) { c.NumBlocks = 100 }, true},
 		{"zero step time", func(c *Config) { c.StepTime = StepTimeModel{} }, true},
 		{"negative coefficient", func(c *Config) { c.StepTime.PerSeq = -1 }, true},
+		// Bounds: beyond them token counts and step times overflowed (a
+		// profile of 2^63-1 blocks was refused as holding "-32 tokens").
+		{"blocks past the bound", func(c *Config) { c.NumBlocks = math.MaxInt64 }, true},
+		{"block size past the bound", func(c *Config) { c.BlockSize = math.MaxInt64 / 2 }, true},
+		{"seqs past the bound", func(c *Config) { c.MaxNumSeqs = MaxSeqs + 1 }, true},
+		{"model length past the bound", func(c *Config) { c.MaxModelLen = math.MaxInt64 }, true},
+		{"step base past the bound", func(c *Config) { c.StepTime.Base = time.Duration(math.MaxInt64) }, true},
+		{"context cost past the bound", func(c *Config) { c.StepTime.PerContextToken = time.Second }, true},
+		{"largest of everything", func(c *Config) {
+			*c = Config{MaxNumSeqs: MaxSeqs, MaxNumBatchedTokens: MaxTokens, BlockSize: MaxBlockSize, NumBlocks: MaxBlocks, MaxModelLen: MaxTokens,
+				StepTime: StepTimeModel{Base: MaxStepBase, PerSeq: MaxStepPerSeq, PerPrefillToken: MaxPerPrefillToken, PerContextToken: MaxPerContextToken}}
+		}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			tt.mutate(&c)
-			if err := c.Validate(); (err != nil) != tt.wantErr {
+			err := c.Validate()
+			if (err != nil) != tt.wantErr {
 				t.Errorf("Validate() = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err != nil && negativeNumber.MatchString(err.Error()) && !strings.Contains(tt.name, "negative") {
+				t.Errorf("Validate() = %v: a negative number in the message of a bound", err)
+			}
+			if err == nil {
+				// The longest step this shape can take does not overflow.
+				held := (c.NumBlocks - 1) * c.BlockSize
+				if d := c.StepTime.Duration(c.MaxNumSeqs, c.MaxNumBatchedTokens, held); d <= 0 {
+					t.Errorf("longest step = %v, want > 0", d)
+				}
 			}
 		})
 	}

@@ -140,7 +140,8 @@ func TestProfile(t *testing.T) {
 		"maxNumSeq: 64\n":                       `unknown field "maxNumSeq"`,
 		"numGPUBlocks: 10\n":                    "larger than the KV cache holds",
 		"stepTime: {base: fast}\n":              "decoding engine profile",
-		"maxNumSeqs: 0\nmaxNumBatchedTokens: 0": "max-num-seqs must be > 0",
+		"maxNumSeqs: 0\nmaxNumBatchedTokens: 0": "max-num-seqs must be in [1, 1048576], got 0",
+		"numGPUBlocks: 9223372036854775807\n":   "num-gpu-blocks must be at most 67108864, got 9223372036854775807",
 	} {
 		if _, err := ParseProfile([]byte(in)); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseProfile(%q) error = %v, want %q", in, err, wantErr)
