@@ -1,5 +1,5 @@
 // Package scoreboard compares autoscaler families fairly, the way a skeptical
-// SRE would (issue 21): every family is a frontier (its target swept), every
+// SRE would: every family is a frontier (its target swept), every
 // point is run on many seeds and reported as the median and the spread (min
 // and max) of its share of requests within the TTFT SLO and of its GPU-hours
 // against the oracle's; set points are tuned on one slice of a trace and

@@ -2,7 +2,7 @@
 // engines under several autoscalers, on a virtual clock, and compares them: SLO
 // attainment, TTFT quantiles, GPU-hours against a perfect-foresight oracle,
 // scale events and reaction to load steps. It is the core of `lab simulate`
-// (issue 11) and of lab/scoreboard (issue 21). Runs are deterministic: the
+// and of lab/scoreboard. Runs are deterministic: the
 // same inputs and Config.Seed give the same Report, byte for byte.
 //
 // # The fleet
