@@ -2,6 +2,8 @@ package calibrate
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -20,6 +22,36 @@ type ProfileCheck struct {
 	CapacityRequestsPerSecond float64 `json:"capacityRequestsPerSecond"`
 	// Steps are the simulated steps.
 	Steps []StepReport `json:"steps"`
+	// Agrees reports whether the profile reproduces the engine: the replay's
+	// saturation point is within SaturationTolerance of the measured one (or
+	// neither run has one). Disagreement says how they differ when not.
+	Agrees       bool   `json:"agrees"`
+	Disagreement string `json:"disagreement,omitempty"`
+}
+
+// SaturationTolerance is how far, as a fraction of the measured saturation
+// rate, the fitted profile's saturation point may lie from it and still count
+// as reproducing the engine: the tolerance the project holds the emulator's
+// default profile to against a published benchmark.
+const SaturationTolerance = 0.1
+
+// judge sets Agrees and Disagreement against the measured saturation point
+// (nil when the engine's first step already failed).
+func (c *ProfileCheck) judge(measured *Saturation) {
+	got := c.SaturationRateRequestsPerSecond
+	switch {
+	case measured == nil && got == nil:
+		c.Agrees = true
+	case measured == nil:
+		c.Disagreement = fmt.Sprintf("the profile saturates at %g requests/s, the engine failed the first step", *got)
+	case got == nil:
+		c.Disagreement = fmt.Sprintf("the profile fails the first step, the engine saturated at %g requests/s", measured.RateRequestsPerSecond)
+	case math.Abs(*got-measured.RateRequestsPerSecond) > SaturationTolerance*measured.RateRequestsPerSecond:
+		c.Disagreement = fmt.Sprintf("the profile saturates at %g requests/s, the engine at %g (more than %.0f %% apart)",
+			*got, measured.RateRequestsPerSecond, 100*SaturationTolerance)
+	default:
+		c.Agrees = true
+	}
 }
 
 // errNoToken marks a replayed request that got no token: the simulated engine

@@ -1,7 +1,7 @@
 // Package calibrate runs a stepped load test against one live inference engine
 // (an OpenAI-compatible server such as vLLM) and turns what it observes into the
-// adapter's set points and an engine profile for `lab simulate` (issue 11,
-// part 2). It is the core of `lab calibrate`.
+// adapter's set points and an engine profile for `lab simulate`.
+// It is the core of `lab calibrate`.
 //
 // # The test
 //
@@ -44,13 +44,18 @@
 //     linearly between the steps and the idle engine (KV usage rises with load
 //     well before a queue forms, so this term is what holds the fleet at the
 //     target rate), to 2 decimals (3 below 0.1);
-//   - queue depth set point: twice the mean queue the test counts as near 0
-//     (Config.MaxQueue), at least 1. Below saturation the queue is noise
-//     (requests that arrived during the engine's current step); above it, it
-//     grows without bound. The set point sits above the noise, so that noise
-//     alone does not reach 1, and no higher, because a new pod takes a cold
-//     start to arrive: a queue term that waits for a long queue scales up after
-//     the SLO is lost.
+//   - queue depth set point: measured, just above the queue the engine shows
+//     below saturation (the 95th percentile of the passing steps' readings over
+//     their second halves, rounded up, plus one; at least 1) and at most the
+//     queue that would spend the TTFT budget left at the saturation point,
+//     waiting behind it at the measured capacity. Below saturation the queue is
+//     noise (requests that arrived during the engine's current step); above
+//     it, it grows without bound. The set point sits above the noise, so that
+//     noise alone does not reach it, and no higher than the bound, because a
+//     new pod takes a cold start to arrive: a queue term that waits for a long
+//     queue scales up after the SLO is lost;
+//   - demandRate set point: the target rate itself, in requests per second per
+//     replica.
 //
 // These are starting points: `lab simulate` with the fitted profile and
 // the user's trace shows what they cost and keep, and what its neighbours do.
@@ -58,17 +63,25 @@
 // # Profile
 //
 // The fit is for lab/emulator's step-time model (Base + PerSeq × scheduled
-// requests + PerPrefillToken × prefill tokens), from client timings and the
-// engine's gauges:
+// requests + PerPrefillToken × prefill tokens + PerContextToken × context
+// tokens held), from client timings, the engine's gauges and its step counter
+// (vllm:iteration_tokens_total):
 //
-//   - alone on an idle engine, a decode step is Base + PerSeq (the warm-up's
-//     inter-token latency) and the prefill step adds PerPrefillToken × prompt
-//     tokens (TTFT − inter-token latency, fitted over the warm-up requests);
-//   - under load the mean inter-token latency τ of a step is Base + b × PerSeq +
-//     x × PerPrefillToken with b the mean running requests and x the prefill
-//     tokens per engine step (prompt tokens completed per second × τ); with
-//     PerPrefillToken known, Base and PerSeq are a least-squares line over the
-//     steps and the idle point;
+//   - alone on an idle engine, a decode step is Base + PerSeq +
+//     PerContextToken × the context the request holds (a line over the
+//     warm-up's inter-token latencies against their contexts) and the prefill
+//     step adds PerPrefillToken × prompt tokens (TTFT less the idle decode
+//     step, per prompt token, over the one-chunk prompts);
+//   - under load a passing step's engine step time τ is Base + b × PerSeq + x ×
+//     PerPrefillToken + C × PerContextToken, with b the mean running requests,
+//     x the prefill tokens per engine step and C the context they hold; net of
+//     the prefill and context costs, Base and PerSeq are a least-squares line
+//     over the steps and the idle point;
+//   - when that line would need a negative Base or PerSeq, the idle slope
+//     overstated the context cost (its timings are the noisiest measurement:
+//     a fraction of a millisecond over thousands of tokens), and Base, PerSeq
+//     and PerContextToken are fitted together over the warm-up and the steps,
+//     each at least 0, so that the profile serves what the steps measured;
 //   - maxNumSeqs is the most running requests seen while requests were waiting,
 //     when the batch sat at that count (a full batch); when the token budget or
 //     the KV cache stopped admissions first it is only a lower bound, and the
@@ -80,6 +93,8 @@
 // The profile is then checked: the same arrivals are replayed on lab/emulator's
 // simulator with the fitted profile, judged by the same rules, and the report
 // gives the saturation rate the profile predicts beside the measured one.
+// ProfileCheck.Agrees holds when they are within SaturationTolerance (10 %);
+// `lab calibrate --profile-out` writes only a profile that agrees.
 //
 // Traffic goes only to Config.URL and Config.MetricsURL. Point them at one pod
 // (for example through kubectl port-forward): the test measures one engine.

@@ -15,9 +15,10 @@ type Fit struct {
 	// a request alone on an idle engine.
 	IdleTTFTSeconds              float64 `json:"idleTTFTSeconds"`
 	IdleInterTokenLatencySeconds float64 `json:"idleInterTokenLatencySeconds"`
-	// Points are the (mean running requests, step time net of prefill, seconds)
-	// pairs the line Base + PerSeq × running was fitted to: the idle point first,
-	// then one per step.
+	// Points are (mean running requests, step time in seconds net of its
+	// prefill and of the fitted context cost) pairs: the idle engine first
+	// (IdleInterTokenLatencySeconds at 1), then one per passing step. On them
+	// the fitted model is the line Base + PerSeq × running.
 	Points [][2]float64 `json:"points"`
 	// MaxNumSeqsFrom, KVCacheFrom and MaxModelLenFrom say where those fields came
 	// from ("observed", "cache_config_info", "estimated", "/v1/models",
@@ -188,31 +189,177 @@ func (r *runner) fitMaxModelLen(cfg *emulator.Config, fit *Fit) []string {
 }
 
 // fitStepTime fits lab/emulator's step-time model (see the package
-// documentation): alone on the idle engine, the warm-up's inter-token latency
-// against the context its request holds gives Base + PerSeq (the intercept) and
-// PerContextToken (the slope), its TTFT of a one-chunk prompt PerPrefillToken;
-// under load, each step's mean inter-token latency net of its prefill and
-// context costs against its mean running requests gives Base and PerSeq (a
-// line through the idle point and the steps).
+// documentation). Alone on the idle engine, a warm-up request's inter-token
+// latency is one decode step, Base + PerSeq + PerContextToken × the context it
+// holds: a line over the warm-up gives Base + PerSeq (its intercept, a0) and
+// PerContextToken (its slope), and the TTFT of a one-chunk prompt
+// PerPrefillToken. Under load, each passing step's engine step time net of its
+// prefill and context costs, against its running requests, is a line through
+// the idle point (1, a0) whose intercept is Base and slope PerSeq.
+//
+// The idle slope is the only measurement that tells PerContextToken from
+// PerSeq (under load the context held grows with the running requests), and
+// the weakest: on the default engine it moves a lone request's inter-token
+// latency by 0.3 ms over 8,000 tokens, which a shared CPU or a busy host hides.
+// When it is so far off that the steps' line would need a PerSeq below 0
+// (measured against `lab emulator`'s default engine on a loaded machine: 134–222
+// ns per token against 40, then PerSeq 0 and a profile that saturated at 12
+// requests/s against 16), the three are fitted together instead, over the
+// warm-up and the steps, each at least 0 (fitStepModel): the steps then fix
+// what they measure well, PerSeq + PerContextToken × the context held, and the
+// profile replays them.
 func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPrefill, perCtx float64, notes []string) {
-	a0, perCtx, perPrefill, notes := r.fitIdle(fit)
-	pts := r.loadPoints(steps, a0, perPrefill, perCtx)
-	fit.Points = pts
-	base, perSeq = lineFit(pts)
-	if perSeq < 0 {
-		notes = append(notes, fmt.Sprintf("step time fell as the batch grew (slope %.3gs per request): perSeq set to 0", perSeq))
-		perSeq, base = 0, median(column(pts, 1))
-	}
-	if base < 0 {
-		// Through the origin instead.
-		var sxy, sxx float64
-		for _, p := range pts {
-			sxy += p[0] * p[1]
-			sxx += p[0] * p[0]
+	idle, a0, perCtx, perPrefill, notes := r.fitIdle(fit)
+	load := r.loadPoints(steps, perPrefill)
+	// line is the idle point and the steps net of the context cost perCtx.
+	line := func(perCtx float64) [][2]float64 {
+		l := [][2]float64{}
+		if a0 > 0 {
+			l = append(l, [2]float64{1, a0})
 		}
-		base, perSeq = 0, math.Max(0, sxy/math.Max(sxx, 1e-12))
+		for _, p := range load {
+			l = append(l, [2]float64{p.running, p.seconds - perCtx*p.context})
+		}
+		return l
+	}
+	base, perSeq = lineFit(line(perCtx))
+	if perSeq < 0 || base < 0 {
+		coef, held := fitStepModel(append(idle, load...))
+		notes = append(notes, fmt.Sprintf("the steps do not bear the warm-up's context cost (%.3g ns per token; its timings are noisy, e.g. on a shared CPU): base, perSeq and perContextToken fitted together over the warm-up and the steps",
+			perCtx*1e9))
+		base, perSeq, perCtx = coef[0], coef[1], coef[2]
+		for i, name := range []string{"base", "perSeq", "perContextToken"} {
+			if held[i] {
+				notes = append(notes, fmt.Sprintf("%s fitted as 0: its least-squares value was negative", name))
+			}
+		}
+	}
+	fit.Points = [][2]float64{}
+	for _, p := range line(perCtx) {
+		fit.Points = append(fit.Points, [2]float64{round(p[0]), round(p[1])})
 	}
 	return base, perSeq, perPrefill, perCtx, notes
+}
+
+// stepPoint is one observation of an engine step: running requests, the
+// context tokens they hold, and the step's time in seconds net of its prefill
+// cost.
+type stepPoint struct{ running, context, seconds float64 }
+
+// fitStepModel fits seconds = c[0] + c[1] × running + c[2] × context to pts by
+// least squares with every coefficient at least 0 (non-negative least squares,
+// exactly, by trying each set of free coefficients: the optimum is the
+// unconstrained fit on its free set, so the feasible fit with the least squared
+// error is it). held reports the coefficients the constraint holds at 0. With
+// no point, or none that can be solved, every coefficient is 0 and held.
+func fitStepModel(pts []stepPoint) (c [3]float64, held [3]bool) {
+	best, nfree := math.Inf(1), 0
+	held = [3]bool{true, true, true}
+	for free := 1; free < 8; free++ {
+		var idx []int
+		for j := range 3 {
+			if free&(1<<j) != 0 {
+				idx = append(idx, j)
+			}
+		}
+		sol, ok := leastSquares(pts, idx)
+		if !ok {
+			continue
+		}
+		var cand [3]float64
+		feasible := true
+		for k, j := range idx {
+			cand[j] = sol[k]
+			feasible = feasible && sol[k] >= 0
+		}
+		if !feasible {
+			continue
+		}
+		var sse float64
+		for _, p := range pts {
+			e := p.seconds - cand[0] - cand[1]*p.running - cand[2]*p.context
+			sse += e * e
+		}
+		// A tie (a fit as good with fewer coefficients) keeps the larger set:
+		// a coefficient is held at 0 only when the constraint binds.
+		if sse < best*(1-1e-9) || (sse <= best*(1+1e-9) && len(idx) > nfree) {
+			best, nfree, c = sse, len(idx), cand
+			held = [3]bool{true, true, true}
+			for _, j := range idx {
+				held[j] = false
+			}
+		}
+	}
+	return c, held
+}
+
+// leastSquares solves the normal equations of seconds against the regressors
+// idx of (1, running, context) over pts; false when they are singular (fewer
+// points than unknowns, or a regressor that does not vary independently).
+func leastSquares(pts []stepPoint, idx []int) ([]float64, bool) {
+	n := len(idx)
+	if len(pts) < n {
+		return nil, false
+	}
+	x := func(p stepPoint, j int) float64 {
+		switch j {
+		case 1:
+			return p.running
+		case 2:
+			return p.context
+		}
+		return 1
+	}
+	// Columns scaled to unit size, so that the singularity test does not
+	// depend on their units (context tokens are thousands, the intercept 1).
+	scale := make([]float64, n)
+	for k, j := range idx {
+		for _, p := range pts {
+			scale[k] = math.Max(scale[k], math.Abs(x(p, j)))
+		}
+		if scale[k] == 0 {
+			return nil, false
+		}
+	}
+	a := make([][]float64, n)
+	for r := range a {
+		a[r] = make([]float64, n+1)
+		for c := range n {
+			for _, p := range pts {
+				a[r][c] += x(p, idx[r]) / scale[r] * x(p, idx[c]) / scale[c]
+			}
+		}
+		for _, p := range pts {
+			a[r][n] += x(p, idx[r]) / scale[r] * p.seconds
+		}
+	}
+	// Gaussian elimination with partial pivoting.
+	for col := range n {
+		piv := col
+		for r := col + 1; r < n; r++ {
+			if math.Abs(a[r][col]) > math.Abs(a[piv][col]) {
+				piv = r
+			}
+		}
+		if math.Abs(a[piv][col]) < 1e-9*float64(len(pts)) {
+			return nil, false
+		}
+		a[col], a[piv] = a[piv], a[col]
+		for r := range n {
+			if r == col {
+				continue
+			}
+			f := a[r][col] / a[col][col]
+			for c := col; c <= n; c++ {
+				a[r][c] -= f * a[col][c]
+			}
+		}
+	}
+	sol := make([]float64, n)
+	for k := range n {
+		sol[k] = a[k][n] / a[k][k] / scale[k]
+	}
+	return sol, true
 }
 
 // idleWarmup returns the warm-up requests that got a first token, less the
@@ -230,13 +377,15 @@ func (r *runner) idleWarmup() []*record {
 	return warm
 }
 
-// fitIdle fits the idle engine from the warm-up: a0 is the inter-token latency
-// of a request alone (Base + PerSeq) and perCtx its slope over the context the
-// request holds, when the contexts varied enough; perPrefill is the median
-// TTFT net of a0 per prompt token of the one-chunk prompts. It records the idle
+// fitIdle reads the warm-up: one point per request that generated two tokens
+// or more (running 1, the context it held on average, its inter-token
+// latency); a0 and perCtx, the intercept and slope of a line over them when
+// their contexts varied (else their median and 0); perPrefill, the median TTFT
+// net of a0 per prompt token of the one-chunk prompts. It records the idle
 // medians in fit and returns notes on what it could not observe.
-func (r *runner) fitIdle(fit *Fit) (a0, perCtx, perPrefill float64, notes []string) {
-	var alone, ttfts [][2]float64 // (context, ITL), (prompt, TTFT)
+func (r *runner) fitIdle(fit *Fit) (pts []stepPoint, a0, perCtx, perPrefill float64, notes []string) {
+	var alone [][2]float64 // (context, ITL)
+	var ttfts [][2]float64 // (prompt, TTFT)
 	var idleTTFT []float64
 	for _, rec := range r.idleWarmup() {
 		d, _ := rec.ttft()
@@ -244,7 +393,9 @@ func (r *runner) fitIdle(fit *Fit) (a0, perCtx, perPrefill float64, notes []stri
 		if rec.tokens >= 2 && rec.last > rec.first {
 			itl := (rec.last - rec.first).Seconds() / float64(rec.tokens-1)
 			// A request's k-th decode reads its prompt and k-1 outputs: P + n/2 on average.
-			alone = append(alone, [2]float64{float64(rec.prompt) + float64(rec.tokens)/2, itl})
+			ctx := float64(rec.prompt) + float64(rec.tokens)/2
+			alone = append(alone, [2]float64{ctx, itl})
+			pts = append(pts, stepPoint{running: 1, context: ctx, seconds: itl})
 		}
 		if rec.prompt > 0 && rec.prompt <= emulator.DefaultConfig().MaxNumBatchedTokens {
 			ttfts = append(ttfts, [2]float64{float64(rec.prompt), d.Seconds()})
@@ -276,22 +427,19 @@ func (r *runner) fitIdle(fit *Fit) (a0, perCtx, perPrefill float64, notes []stri
 	for _, p := range ttfts {
 		perToken = append(perToken, math.Max(0, p[1]-a0)/p[0])
 	}
-	return a0, perCtx, median(perToken), notes
+	return pts, a0, perCtx, median(perToken), notes
 }
 
-// loadPoints returns the (mean running requests, step time net of prefill and
-// context costs) points the line Base + PerSeq × running is fitted to: the idle
-// point (1, a0) when a0 > 0, then one per passing step.
+// loadPoints returns one point per passing step: its mean running requests,
+// the context they hold and its engine step time net of its prefill cost
+// (perPrefill × prefill tokens per engine step).
 //
 // Under load, per step, τ = base + perSeq × b + perPrefill × x + perCtx × C
 // with x the prefill tokens per engine step and C the context the running
 // requests hold (each request holds its prompt and, on average, half its
 // output, weighted by the steps it runs: its output tokens).
-func (r *runner) loadPoints(steps []StepReport, a0, perPrefill, perCtx float64) [][2]float64 {
-	pts := [][2]float64{}
-	if a0 > 0 {
-		pts = append(pts, [2]float64{1, a0})
-	}
+func (r *runner) loadPoints(steps []StepReport, perPrefill float64) []stepPoint {
+	var pts []stepPoint
 	for i, s := range steps {
 		// An overloaded step's requests run on into the next step, at another
 		// batch than the one its gauges saw: only passing steps are points.
@@ -312,8 +460,7 @@ func (r *runner) loadPoints(steps []StepReport, a0, perPrefill, perCtx float64) 
 		if s.EngineStepSeconds != nil {
 			tau, x = *s.EngineStepSeconds, math.Max(0, *s.TokensPerEngineStep-s.Running.Mean)
 		}
-		ctx := s.Running.Mean * r.heldContext(i)
-		pts = append(pts, [2]float64{round(s.Running.Mean), round(tau - x*perPrefill - ctx*perCtx)})
+		pts = append(pts, stepPoint{running: s.Running.Mean, context: s.Running.Mean * r.heldContext(i), seconds: tau - x*perPrefill})
 	}
 	return pts
 }

@@ -168,7 +168,11 @@ func (r *runner) analyse(windows []window, warmupEnd time.Duration) *Report {
 		if err != nil {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the fitted profile could not be replayed: %v", err))
 		} else {
+			chk.judge(rep.Saturation)
 			rep.ProfileCheck = chk
+			if !chk.Agrees {
+				rep.Notes = append(rep.Notes, "the fitted profile does not reproduce the engine: "+chk.Disagreement+"; `lab simulate` with it would not be right about this engine (run the test again on a quiet machine, with more warm-up requests or longer steps)")
+			}
 		}
 	}
 	return rep
@@ -318,6 +322,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "; replayed on it the steps saturate at %g req/s (capacity %g req/s)", *c.SaturationRateRequestsPerSecond, c.CapacityRequestsPerSecond)
 		} else {
 			fmt.Fprintf(w, "; replayed on it the first step already fails (capacity %g req/s)", c.CapacityRequestsPerSecond)
+		}
+		if c.Agrees {
+			fmt.Fprint(w, ", as the engine did")
+		} else {
+			fmt.Fprint(w, ", NOT as the engine did")
 		}
 	}
 	fmt.Fprintln(w)

@@ -89,7 +89,7 @@ func (o *CalibrateOptions) Flags() cliflag.NamedFlagSets {
 
 	fs = fss.FlagSet("output")
 	fs.StringVar(&o.JSON, "json", o.JSON, "Write the full report (steps, saturation point, set points, profile and its check) as JSON to this file.")
-	fs.StringVar(&o.ProfileOut, "profile-out", o.ProfileOut, "Write the fitted engine profile as YAML to this file, for lab simulate --profile.")
+	fs.StringVar(&o.ProfileOut, "profile-out", o.ProfileOut, "Write the fitted engine profile as YAML to this file, for lab simulate --profile, if replaying the steps on it reproduces the engine's saturation point within 10 %; otherwise write nothing there and fail.")
 	return fss
 }
 
@@ -151,11 +151,15 @@ func (o *CalibrateOptions) Validate() error {
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkOutputs([]string{o.Trace}, output{"json", o.JSON}, output{"profile-out", o.ProfileOut})...)
 	return utilerrors.NewAggregate(errs)
 }
 
 // Run completes and validates the options, calibrates, writes the table to out
-// and the JSON and profile files; progress goes to progress.
+// and the JSON and profile files; progress goes to progress. Errors: invalid
+// flags; the run's (calibrate.Run); a profile the replay shows does not
+// reproduce the engine (calibrate.ProfileCheck), which is not written (the
+// table and the JSON report are).
 func (o *CalibrateOptions) Run(ctx context.Context, out, progress io.Writer) error {
 	if err := utilerrors.NewAggregate([]error{o.Complete(), o.Validate()}); err != nil {
 		return utilerrors.Flatten(err)
@@ -169,7 +173,27 @@ func (o *CalibrateOptions) Run(ctx context.Context, out, progress io.Writer) err
 	if err != nil {
 		return err
 	}
-	return writeReport(out, rep, o.JSON, o.ProfileOut, rep.WriteProfile)
+	return writeCalibration(out, rep, o.JSON, o.ProfileOut)
+}
+
+// writeCalibration writes the report's table to out, the JSON report to
+// jsonPath and the profile to profilePath ("" for none) only if its replay
+// reproduced the engine; otherwise it returns an error saying why the profile
+// was not written.
+func writeCalibration(out io.Writer, rep *calibrate.Report, jsonPath, profilePath string) error {
+	if err := writeReport(out, rep, jsonPath, "", nil); err != nil {
+		return err
+	}
+	if profilePath == "" {
+		return nil
+	}
+	switch c := rep.ProfileCheck; {
+	case c == nil:
+		return fmt.Errorf("--profile-out=%s not written: the fitted profile could not be checked (no step was run, or its replay failed; see the notes)", profilePath)
+	case !c.Agrees:
+		return fmt.Errorf("--profile-out=%s not written: the fitted profile does not reproduce the engine: %s (--json keeps it, as \"profile\", with the steps it was fitted to)", profilePath, c.Disagreement)
+	}
+	return writeFile(profilePath, rep.WriteProfile)
 }
 
 // NewCalibrateCommand returns `lab calibrate`; it stops when ctx is done.
@@ -191,7 +215,7 @@ replaying the steps on it to check the fit. Requests go only to --url (and
 		Example: `  # The emulator's default engine on loopback, stepped with requests sized like the conversation trace
   lab emulator --port 8000 &
   lab calibrate --url http://127.0.0.1:8000 --trace data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv \
-    --rates 8,10,12,14,16,18,20,22 --step-length 30s --json conv.json --profile-out conv-profile.yaml
+    --rates 8,10,12,14,16,18,20,22 --step-length 30s --json calibrate-conv.json --profile-out conv-profile.yaml
 
   # One pod of a cluster through a port-forward: fixed 1000 + 200 token requests, bursty arrivals
   kubectl port-forward pod/vllm-0 8000 &

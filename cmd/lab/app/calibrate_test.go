@@ -141,4 +141,62 @@ func TestCalibrateFlagErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "want an http or https URL") {
 		t.Errorf("error = %v, want the URL's scheme rejected", err)
 	}
+	// Outputs are checked before the load test, which would otherwise run for
+	// minutes and then overwrite the trace or find no directory to write to.
+	tr := filepath.Join(t.TempDir(), "trace.csv")
+	if err := os.WriteFile(tr, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runRoot("calibrate", "--url", "http://127.0.0.1:1", "--trace", tr, "--json", tr, "--profile-out", filepath.Join(t.TempDir(), "no", "such", "profile.yaml"))
+	for _, want := range []string{"--json=" + tr + ": is an input of this run", "profile.yaml: its directory does not exist"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v, want it to contain %q", err, want)
+		}
+	}
+	same := filepath.Join(t.TempDir(), "out")
+	if _, _, err = runRoot("calibrate", "--url", "http://127.0.0.1:1", "--json", same, "--profile-out", same); err == nil || !strings.Contains(err.Error(), "--json writes the same file") {
+		t.Errorf("error = %v, want --json and --profile-out on one file refused", err)
+	}
+}
+
+// TestCalibrationWritesOnlyACheckedProfile: --profile-out is written only when
+// the replay of the steps on the fitted profile reproduced the engine; else
+// the command fails saying why, and the table and the JSON report, which keep
+// the profile, are still written.
+func TestCalibrationWritesOnlyACheckedProfile(t *testing.T) {
+	sat := 16.0
+	for _, tt := range []struct {
+		name  string
+		check *calibrate.ProfileCheck
+		want  string // "" for a written profile
+	}{
+		{"reproduces", &calibrate.ProfileCheck{SaturationRateRequestsPerSecond: &sat, Agrees: true}, ""},
+		{"does not", &calibrate.ProfileCheck{Disagreement: "the profile saturates at 12 requests/s, the engine at 16 (more than 10 % apart)"},
+			"not written: the fitted profile does not reproduce the engine: the profile saturates at 12 requests/s, the engine at 16"},
+		{"unchecked", nil, "not written: the fitted profile could not be checked"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			jsonPath, profilePath := filepath.Join(dir, "calibration.json"), filepath.Join(dir, "profile.yaml")
+			rep := &calibrate.Report{Profile: simulate.ProfileOf(emulator.DefaultConfig()), ProfileCheck: tt.check}
+			var out strings.Builder
+			err := writeCalibration(&out, rep, jsonPath, profilePath)
+			if _, jerr := os.Stat(jsonPath); jerr != nil || !strings.Contains(out.String(), "engine profile:") {
+				t.Errorf("JSON report %v, table %q; want both written", jerr, out.String())
+			}
+			_, perr := os.Stat(profilePath)
+			if tt.want == "" {
+				if err != nil || perr != nil {
+					t.Fatalf("write = %v, profile %v; want the profile written", err, perr)
+				}
+				if _, err := simulate.LoadProfile(profilePath); err != nil {
+					t.Errorf("the written profile does not load: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--profile-out="+profilePath) || perr == nil {
+				t.Errorf("write = %v, profile file %v; want an error containing %q and no profile", err, perr, tt.want)
+			}
+		})
+	}
 }
