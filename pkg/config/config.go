@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	promparser "github.com/prometheus/prometheus/promql/parser"
+	goyaml "go.yaml.in/yaml/v3"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -229,6 +231,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 func Parse(data []byte) (*File, error) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
+		if path, value, ok := nonFinite(data); ok {
+			return nil, field.ErrorList{field.Invalid(path, value, "must be a finite number")}.ToAggregate()
+		}
 		return nil, fmt.Errorf("decoding the configuration: %w", err)
 	}
 	var f File
@@ -249,6 +254,59 @@ func Parse(data []byte) (*File, error) {
 		return nil, errs.ToAggregate()
 	}
 	return &f, nil
+}
+
+// nonFinite finds the first YAML scalar of data that is a NaN or an infinity
+// (.nan, .inf, -.Inf, ...), which the conversion to JSON refuses with
+// "json: unsupported value: NaN" and no field: it returns its path and its
+// text as written; false when there is none or data is not YAML.
+func nonFinite(data []byte) (*field.Path, string, bool) {
+	var doc goyaml.Node
+	if err := goyaml.Unmarshal(data, &doc); err != nil {
+		return nil, "", false
+	}
+	var walk func(n *goyaml.Node, path *field.Path) (*field.Path, string, bool)
+	walk = func(n *goyaml.Node, path *field.Path) (*field.Path, string, bool) {
+		switch n.Kind {
+		case goyaml.DocumentNode:
+			for _, c := range n.Content {
+				if p, v, ok := walk(c, path); ok {
+					return p, v, ok
+				}
+			}
+		case goyaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				child := field.NewPath(n.Content[i].Value)
+				if path != nil {
+					child = path.Child(n.Content[i].Value)
+				}
+				if p, v, ok := walk(n.Content[i+1], child); ok {
+					return p, v, ok
+				}
+			}
+		case goyaml.SequenceNode:
+			for i, c := range n.Content {
+				child := field.NewPath("").Index(i)
+				if path != nil {
+					child = path.Index(i)
+				}
+				if p, v, ok := walk(c, child); ok {
+					return p, v, ok
+				}
+			}
+		case goyaml.AliasNode:
+			if n.Alias != nil {
+				return walk(n.Alias, path)
+			}
+		case goyaml.ScalarNode:
+			var f float64
+			if n.ShortTag() == "!!float" && n.Decode(&f) == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
+				return path, n.Value, true
+			}
+		}
+		return nil, "", false
+	}
+	return walk(&doc, nil)
 }
 
 // validate checks the section: matchers and every selector parse as PromQL,

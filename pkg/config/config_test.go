@@ -73,6 +73,10 @@ func TestParseErrors(t *testing.T) {
 		{"unknown term", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: gpuUtil, setPoint: 1}]\n", []string{`policies[0].terms[0].kind: Unsupported value: "gpuUtil"`}},
 		{"no terms", head + "policies:\n- name: a\n  kind: mean\n", []string{"policies[0].terms: Invalid value"}},
 		{"signal kind", head + "policies:\n- name: a\n  kind: signal\n  signal: preemptions\n", []string{`policies[0].signal: Unsupported value: "preemptions"`}},
+		// JSON holds no NaN: the conversion refused it without naming the field.
+		{"NaN set point", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: .nan}]\n", []string{`policies[0].terms[0].setPoint: Invalid value: ".nan": must be a finite number`}},
+		{"infinite queue cap", head + "policies:\n- name: a\n  kind: mean\n  queueCap: -.Inf\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].queueCap: Invalid value: "-.Inf": must be a finite number`}},
+		{"NaN in a peak hold", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth}]\n  peak: {window: 1m, headroom: .NaN}\n", []string{`policies[0].peak.headroom: Invalid value: ".NaN": must be a finite number`}},
 		{"saturation of an unknown pod on a signal policy", head + "policies:\n- name: a\n  kind: signal\n  signal: running\n  unknownPodSaturation: 2\n", []string{`policies[0].unknownPodSaturation: Forbidden: a signal policy serves a raw signal`}},
 		{"unknown kind", head + "policies:\n- name: a\n  kind: median\n", []string{`policies[0].kind: Unsupported value: "median"`}},
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
