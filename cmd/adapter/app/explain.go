@@ -247,6 +247,8 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 	inputs := make([]explainInput, len(pods))
 	for i, arg := range pods {
 		inputs[i].source = arg
+		var prev *signals.Reading
+		var prevFile string
 		for k, f := range strings.Split(arg, ",") {
 			body, err := readFile(f, stdin)
 			if err != nil {
@@ -260,6 +262,14 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			if !r.SampleTime.IsZero() {
 				r.Time = r.SampleTime
 			}
+			// The server drops a scrape older than the pod's newest (and a
+			// scrape as old replaces it: the engine has not updated); here the
+			// order is the user's, so an older one is a mistake to name.
+			if prev != nil && r.Time.Before(prev.Time) {
+				return Explanation{}, fmt.Errorf("%s: its samples are from %s, before those of %s (%s): give one pod's scrapes in time order",
+					f, r.Time.UTC().Format(time.RFC3339Nano), prevFile, prev.Time.UTC().Format(time.RFC3339Nano))
+			}
+			prev, prevFile = &r, f
 			inputs[i].h = inputs[i].h.Append(&r, hopts)
 			inputs[i].scrapes++
 		}

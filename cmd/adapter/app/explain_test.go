@@ -105,6 +105,10 @@ func TestExplainErrors(t *testing.T) {
 		{[]string{"/nonexistent/metrics.prom"}, "reading /nonexistent/metrics.prom"},
 		{[]string{"testdata/malformed.prom"}, "testdata/malformed.prom: parsing exposition"},
 		{[]string{filepath.Join(samples, "sglang_v0.4-docs.prom"), "--kv-cache-usage-set-point", "1.5"}, "--kv-cache-usage-set-point=1.5"},
+		// A pod's scrapes out of time order: the older one silently replaced
+		// the newer, and explain showed one scrape.
+		{[]string{"testdata/timestamped-10s.prom,testdata/timestamped-0s.prom"},
+			"testdata/timestamped-0s.prom: its samples are from 2023-11-14T22:13:20Z, before those of testdata/timestamped-10s.prom (2023-11-14T22:13:30Z): give one pod's scrapes in time order"},
 	} {
 		cmd := newExplainCommand()
 		cmd.SetOut(new(bytes.Buffer))
@@ -475,5 +479,17 @@ func TestExplainDuplicates(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `"duplicates":{"disagree":1}`) {
 		t.Errorf("explain's JSON lacks the duplicates: %s", out)
+	}
+}
+
+// TestExplainScrapesInTimeOrder: a pod's scrapes in time order are read, and
+// two with the same sample time are the server's re-scrape of an engine that
+// has not updated (the second replaces the first), not an error.
+func TestExplainScrapesInTimeOrder(t *testing.T) {
+	for _, pod := range []string{"testdata/timestamped-0s.prom,testdata/timestamped-10s.prom", "testdata/timestamped-0s.prom,testdata/timestamped-0s.prom"} {
+		ex, err := Explain([]string{pod}, NewScoringOptions(), ExplainOptions{}, nil)
+		if err != nil || len(ex.Pods) != 1 || ex.Pods[0].Scrapes != 2 {
+			t.Errorf("explain %s = %+v, %v; want one pod of 2 scrapes", pod, ex.Pods, err)
+		}
 	}
 }
