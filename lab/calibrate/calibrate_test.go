@@ -359,6 +359,14 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("Validate = %v, want it to contain %q", err, want)
 		}
 	}
+	// A --start-rate past the bound: one error, not one per step.
+	cfg = DefaultConfig()
+	cfg.URL = "http://127.0.0.1:8000"
+	cfg.Rates, _ = StepRates(1e300, 1, 10)
+	err = cfg.Validate()
+	if err == nil || strings.Count(err.Error(), "rate 1e+300: want a number in (0, 1e+06]") != 1 || strings.Contains(err.Error(), "must increase") {
+		t.Errorf("Validate of 10 rates of 1e300 = %v, want one error naming the bound", err)
+	}
 	if _, err := StepRates(1, 0, 3); err == nil {
 		t.Error("StepRates accepted a step of 0")
 	}

@@ -143,8 +143,13 @@ func DefaultConfig() Config {
 	}
 }
 
+// MaxRate is the highest request rate a step may send, requests per second:
+// far above what one engine serves, and a gap between requests of at least 1 µs.
+const MaxRate = 1e6
+
 // StepRates returns count rates from start, step apart: start, start+step, ...
-// It fails on a count below 1 or a rate that is not > 0 and finite.
+// It fails on a count below 1 or a rate that is not > 0 and finite (Validate
+// bounds them by MaxRate).
 func StepRates(start, step float64, count int) ([]float64, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("step count must be >= 1, got %d", count)
@@ -214,11 +219,21 @@ func (c Config) validateLoad() []error {
 	if len(c.Rates) == 0 {
 		errs = append(errs, errors.New("no request rate"))
 	}
+	// One error of each kind, the first: a --start-rate of 1e300 made every
+	// step "not increase" (1e300 + 1 is 1e300), once per step.
+	var badRate, notIncreasing error
 	for i, r := range c.Rates {
-		if !(r > 0) || math.IsInf(r, 0) {
-			errs = append(errs, fmt.Errorf("rate %g: want a finite number > 0 (requests per second)", r))
-		} else if i > 0 && !(r > c.Rates[i-1]) {
-			errs = append(errs, fmt.Errorf("rates must increase: %g follows %g", r, c.Rates[i-1]))
+		if !(r > 0) || r > MaxRate {
+			if badRate == nil {
+				badRate = fmt.Errorf("rate %g: want a number in (0, %g] (requests per second)", r, MaxRate)
+			}
+		} else if i > 0 && !(r > c.Rates[i-1]) && notIncreasing == nil {
+			notIncreasing = fmt.Errorf("rates must increase: %g follows %g", r, c.Rates[i-1])
+		}
+	}
+	for _, err := range []error{badRate, notIncreasing} {
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.StepDuration <= 0 {
