@@ -113,7 +113,7 @@ func (c Config) Validate() error {
 		for _, p := range f.Points {
 			n := f.Name + "/" + p.Label
 			if names[n] {
-				errs = append(errs, fmt.Errorf("point %s given twice", n))
+				errs = append(errs, fmt.Errorf("point %s given twice (points are told apart by their labels, which keep 3 decimals)", n))
 			}
 			names[n] = true
 		}

@@ -234,6 +234,7 @@ func TestHostileLabInputs(t *testing.T) {
 		{"infinite and NaN KV targets", append(sb, "--families", "kv", "--kv-targets", "Inf,NaN"), []string{"KV-cache usage target +Inf", "KV-cache usage target NaN"}},
 		{"rates out of range", append(sb, "--rates", "-1,1e308"), []string{"demand rate -1", "demand rate 1e+308"}},
 		{"GPU utilization over 100 %", append(sb, "--gpu-utilization-targets", "1000"), []string{"GPU utilization target 1000"}},
+		{"two rates one label", append(sb, "--families", "saturation+rate", "--rates", "8.4,8.40000001"), []string{"point saturation+rate/rate=8.4 given twice (points are told apart by their labels, which keep 3 decimals)"}},
 		{"two billion seeds", append(sb[:len(sb)-1], "2000000000"), []string{"--seeds=2000000000: want 1 to 1000"}},
 		{"seeds wrapping around", append(sb, "--first-seed", "18446744073709551615", "--seeds", "2"), []string{"wrap around"}},
 		{"negative workers", append(sb, "--workers", "-1"), []string{"--workers=-1"}},
