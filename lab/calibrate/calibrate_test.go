@@ -562,3 +562,25 @@ func TestFitStepModel(t *testing.T) {
 		t.Errorf("fit of no point = %v held %v, want zeros, all held", c, held)
 	}
 }
+
+// TestRoundDuration: 4 significant digits, at least 1 ns when positive, and
+// an engine's absurd timings saturate instead of wrapping to a negative step
+// time (which the profile's bounds then refuse by name).
+func TestRoundDuration(t *testing.T) {
+	for _, tt := range []struct {
+		sec  float64
+		want time.Duration
+	}{
+		{0.0061234, 6123 * time.Microsecond},
+		{1e-12, time.Nanosecond},
+		{0, 0},
+		{-1, 0},
+		{math.NaN(), 0},
+		{1e300, time.Duration(math.MaxInt64)},
+		{math.Inf(1), time.Duration(math.MaxInt64)},
+	} {
+		if got := roundDuration(tt.sec); got != tt.want {
+			t.Errorf("roundDuration(%g) = %v, want %v", tt.sec, got, tt.want)
+		}
+	}
+}

@@ -541,10 +541,15 @@ func (r *runner) estimateBlocks(steps []StepReport, blockSize int) (int, bool) {
 }
 
 // roundDuration rounds seconds to a duration of 4 significant digits (at
-// least 1 ns when positive).
+// least 1 ns when positive; 0 for NaN; the longest duration past it).
 func roundDuration(sec float64) time.Duration {
-	if sec <= 0 {
+	switch {
+	case !(sec > 0): // NaN too
 		return 0
+	case sec >= float64(math.MaxInt64)/float64(time.Second):
+		// Saturated, not wrapped to a negative duration: the profile's
+		// bounds then refuse it by name.
+		return time.Duration(math.MaxInt64)
 	}
 	return max(time.Nanosecond, time.Duration(math.Round(round(sec)*float64(time.Second))))
 }
