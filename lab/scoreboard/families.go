@@ -46,6 +46,12 @@ type Grid struct {
 	// (simulate.RecommendedBehavior when nil).
 	MinReplicas int32
 	Behavior    *autoscalingv2.HorizontalPodAutoscalerBehavior
+	// ScaleUpWindows, when it holds more than one window, sweeps every
+	// family's points over these scale-up stabilization windows too: each
+	// point once per window, its label ending ",up=60s", so that every family
+	// chooses its window on the tune slice as it chooses its target. The
+	// point at Behavior's own window keeps the family's default mark.
+	ScaleUpWindows []time.Duration
 }
 
 // DefaultGrid returns a grid around the defaults of every family; the fused
@@ -113,6 +119,16 @@ func (g Grid) Validate() error {
 	if g.DemandWindow < time.Second || g.DemandWindow > time.Hour {
 		errs = append(errs, fmt.Errorf("demand-rate window %v: want one in [1s, 1h]", g.DemandWindow))
 	}
+	seen := map[time.Duration]bool{}
+	for _, w := range g.ScaleUpWindows {
+		switch {
+		case w < 0 || w > time.Hour || w%time.Second != 0:
+			errs = append(errs, fmt.Errorf("scale-up window %v: want whole seconds in [0, 1h] (the HPA API's range)", w))
+		case seen[w]:
+			errs = append(errs, fmt.Errorf("scale-up window %v given twice", w))
+		}
+		seen[w] = true
+	}
 	return errors.Join(errs...)
 }
 
@@ -154,7 +170,43 @@ func Families(g Grid) ([]Family, error) {
 		}
 		out = append(out, f)
 	}
+	if len(g.ScaleUpWindows) > 1 {
+		for i := range out {
+			out[i].Points = b.perScaleUpWindow(out[i].Points)
+		}
+	}
 	return out, nil
+}
+
+// perScaleUpWindow returns each of points once per window of the grid's
+// ScaleUpWindows, in sweep order (a point's windows together), each HPA with
+// that scale-up stabilization window and a label ending ",up=" and the window
+// in seconds. A point keeps its default mark at the behavior's own window.
+func (b *familyBuilder) perScaleUpWindow(points []Point) []Point {
+	own := time.Duration(-1)
+	if up := b.behavior.ScaleUp; up != nil && up.StabilizationWindowSeconds != nil {
+		own = time.Duration(*up.StabilizationWindowSeconds) * time.Second
+	}
+	var out []Point
+	for _, p := range points {
+		for _, w := range b.g.ScaleUpWindows {
+			q := p
+			q.Label = fmt.Sprintf("%s,up=%ds", p.Label, int64(w/time.Second))
+			q.Default = p.Default && w == own
+			hpa := p.Autoscaler.HPA.DeepCopy()
+			if hpa.Spec.Behavior == nil {
+				hpa.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{}
+			}
+			if hpa.Spec.Behavior.ScaleUp == nil {
+				hpa.Spec.Behavior.ScaleUp = &autoscalingv2.HPAScalingRules{}
+			}
+			secs := int32(w / time.Second)
+			hpa.Spec.Behavior.ScaleUp.StabilizationWindowSeconds = &secs
+			q.Autoscaler.HPA = hpa
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // familyBuilder makes the families of a grid: every HPA gets the grid's

@@ -3,6 +3,7 @@ package scoreboard
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,55 @@ func TestWarmUp(t *testing.T) {
 	}
 	if want := "each slice after 300s of unscored warm-up"; !strings.Contains(table.String(), want) {
 		t.Errorf("table lacks %q:\n%s", want, table.String())
+	}
+}
+
+// TestScaleUpWindowSweep: with several scale-up windows every family's points
+// are swept over them too (each point once per window, its HPA at that window
+// and its label ending ",up=<seconds>s"), the default mark staying at the
+// behavior's own window; with one window the points are the grid's own.
+func TestScaleUpWindowSweep(t *testing.T) {
+	g := DefaultGrid(3, 0.3, 12)
+	plain, err := Families(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.ScaleUpWindows = []time.Duration{30 * time.Second, 60 * time.Second}
+	swept, err := Families(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range swept {
+		p := plain[i]
+		if len(f.Points) != 2*len(p.Points) {
+			t.Fatalf("%s: %d points, want %d", f.Name, len(f.Points), 2*len(p.Points))
+		}
+		for j, q := range f.Points {
+			base, w := p.Points[j/2], []int32{30, 60}[j%2]
+			if want := fmt.Sprintf("%s,up=%ds", base.Label, w); q.Label != want {
+				t.Errorf("%s point %d: label %q, want %q", f.Name, j, q.Label, want)
+			}
+			if got := *q.Autoscaler.HPA.Spec.Behavior.ScaleUp.StabilizationWindowSeconds; got != w {
+				t.Errorf("%s: scale-up window %d, want %d", q.Label, got, w)
+			}
+			if q.Default != (base.Default && w == 30) {
+				t.Errorf("%s: default %v, want it only at the recommended 30 s", q.Label, q.Default)
+			}
+			if diff := cmp.Diff(base.Autoscaler.HPA.Spec.Behavior.ScaleDown, q.Autoscaler.HPA.Spec.Behavior.ScaleDown); diff != "" {
+				t.Errorf("%s: scale-down changed: %s", q.Label, diff)
+			}
+		}
+		// The base point's HPA is not shared with the copies.
+		if *p.Points[0].Autoscaler.HPA.Spec.Behavior.ScaleUp.StabilizationWindowSeconds != 30 {
+			t.Errorf("%s: the grid's own point was changed", f.Name)
+		}
+	}
+	g.ScaleUpWindows = []time.Duration{45 * time.Second}
+	one, err := Families(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one[0].Points) != len(plain[0].Points) || one[0].Points[0].Label != plain[0].Points[0].Label {
+		t.Errorf("one window: points %d (%q), want the grid's own %d (%q)", len(one[0].Points), one[0].Points[0].Label, len(plain[0].Points), plain[0].Points[0].Label)
 	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -34,9 +35,12 @@ type ScoreboardOptions struct {
 	// empty).
 	Grid     scoreboard.Grid
 	Families []string
-	// ScaleDownWindow and ScaleDownPeriod are every HPA's scale-down
+	// ScaleUpWindows are every HPA's scale-up stabilization windows: one is
+	// every family's, several are swept like targets (scoreboard.Grid's
+	// ScaleUpWindows). ScaleDownWindow and ScaleDownPeriod are its scale-down
 	// stabilization window and the period in which it may remove one pod
-	// (simulate.RecommendedBehavior's 300 s and 120 s by default).
+	// (simulate.RecommendedBehavior's 30 s, 300 s and 120 s by default).
+	ScaleUpWindows                   []time.Duration
 	ScaleDownWindow, ScaleDownPeriod time.Duration
 	// JSON and SVG are output files ("" for none).
 	JSON, SVG string
@@ -51,7 +55,7 @@ type ScoreboardOptions struct {
 func NewScoreboardOptions() *ScoreboardOptions {
 	o := &ScoreboardOptions{FleetOptions: NewFleetOptions(), ScoreStart: 30 * time.Minute, SliceLength: 30 * time.Minute,
 		Seeds: 10, FirstSeed: 1, SLOGoal: 0.99, CostGoal: 1.15, Grid: scoreboard.DefaultGrid(3, 0.3, 12),
-		ScaleDownWindow: 300 * time.Second, ScaleDownPeriod: 120 * time.Second}
+		ScaleUpWindows: []time.Duration{30 * time.Second}, ScaleDownWindow: 300 * time.Second, ScaleDownPeriod: 120 * time.Second}
 	o.Window.WarmUp = 10 * time.Minute
 	return o
 }
@@ -85,7 +89,8 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	fs.Float64Var(&g.Peak.Headroom, "peak-headroom", g.Peak.Headroom, "Headroom above the held peak (0.1: 10 %).")
 	fs.DurationVar(&g.Peak.HalfLife, "peak-half-life", g.Peak.HalfLife, "Half-life of a held peak; 0 holds it whole for the window.")
 	fs.Float64SliceVar(&g.Floors, "minimums", g.Floors, "Least replicas saturation+minimum sweeps (a scheduled minimum open over the slice).")
-	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds (the scale-up side stays the recommended 30 s, +2 pods per 60 s).")
+	fs.DurationSliceVar(&o.ScaleUpWindows, "scale-up-windows", o.ScaleUpWindows, "Every HPA's behavior.scaleUp.stabilizationWindowSeconds (its policy stays the recommended +2 pods per 60 s); several, e.g. 30s,60s, are swept like targets: every point once per window (labels end ,up=60s), each family choosing its window on the tune slice.")
+	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds.")
 	fs.DurationVar(&o.ScaleDownPeriod, "scale-down-period", o.ScaleDownPeriod, "Every HPA's scale-down policy: one pod per this period.")
 
 	fs = fss.FlagSet("output")
@@ -113,6 +118,9 @@ func (o *ScoreboardOptions) Validate() error {
 	if o.SliceLength <= 0 {
 		errs = append(errs, fmt.Errorf("--slice-length=%v: want > 0", o.SliceLength))
 	}
+	if len(o.ScaleUpWindows) == 0 {
+		errs = append(errs, errors.New("--scale-up-windows: want at least one window"))
+	}
 	if o.ScaleDownWindow < 0 || o.ScaleDownWindow > time.Hour || o.ScaleDownPeriod < time.Second || o.ScaleDownPeriod > 30*time.Minute {
 		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))
 	}
@@ -120,11 +128,16 @@ func (o *ScoreboardOptions) Validate() error {
 }
 
 // behavior returns every family's HPA behavior: the recommended one
-// (simulate.RecommendedBehavior) with the scale-down window and period of
-// --scale-down-window and --scale-down-period.
+// (simulate.RecommendedBehavior) with the scale-up window of
+// --scale-up-windows when it names one, and the scale-down window and period
+// of --scale-down-window and --scale-down-period.
 func (o *ScoreboardOptions) behavior() *autoscalingv2.HorizontalPodAutoscalerBehavior {
 	b := simulate.RecommendedBehavior()
 	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
+	if len(o.ScaleUpWindows) == 1 {
+		up := int32(o.ScaleUpWindows[0] / time.Second)
+		b.ScaleUp.StabilizationWindowSeconds = &up
+	}
 	b.ScaleDown.StabilizationWindowSeconds = &window
 	b.ScaleDown.Policies[0].PeriodSeconds = period
 	return b
@@ -143,6 +156,7 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 	g := o.Grid
 	g.MinReplicas = int32(cfg.MinReplicas)
 	g.Behavior = o.behavior()
+	g.ScaleUpWindows = o.ScaleUpWindows
 	families, err := scoreboard.Families(g)
 	if err != nil {
 		return err

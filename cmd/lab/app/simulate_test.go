@@ -10,6 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 )
 
 const azureConvTrace = "../../../data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv"
@@ -234,6 +239,7 @@ func TestHostileLabInputs(t *testing.T) {
 		{"infinite and NaN KV targets", append(sb, "--families", "kv", "--kv-targets", "Inf,NaN"), []string{"KV-cache usage target +Inf", "KV-cache usage target NaN"}},
 		{"rates out of range", append(sb, "--rates", "-1,1e308"), []string{"demand rate -1", "demand rate 1e+308"}},
 		{"GPU utilization over 100 %", append(sb, "--gpu-utilization-targets", "1000"), []string{"GPU utilization target 1000"}},
+		{"scale-up windows past the API's range", append(sb, "--scale-up-windows", "2h,1500ms,0s,0s"), []string{"scale-up window 2h0m0s: want whole seconds in [0, 1h]", "scale-up window 1.5s: want whole seconds", "scale-up window 0s given twice"}},
 		{"two rates one label", append(sb, "--families", "saturation+rate", "--rates", "8.4,8.40000001"), []string{"point saturation+rate/rate=8.4 given twice (points are told apart by their labels, which keep 3 decimals)"}},
 		{"two billion seeds", append(sb[:len(sb)-1], "2000000000"), []string{"--seeds=2000000000: want 1 to 1000"}},
 		{"seeds wrapping around", append(sb, "--first-seed", "18446744073709551615", "--seeds", "2"), []string{"wrap around"}},
@@ -286,5 +292,30 @@ func TestInterruptedRunReturns(t *testing.T) {
 	cmd.SetErr(io.Discard)
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "interrupted") {
 		t.Errorf("scoreboard with its context done = %v, want an interruption", err)
+	}
+}
+
+// TestScoreboardBehaviorFlags: one --scale-up-windows, --scale-down-window and
+// --scale-down-period set every family's HPA behavior; the rest stays the
+// recommended one.
+func TestScoreboardBehaviorFlags(t *testing.T) {
+	o := NewScoreboardOptions()
+	fs := pflag.NewFlagSet("scoreboard", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse([]string{"--scale-up-windows", "60s", "--scale-down-window", "90s", "--scale-down-period", "30s"}); err != nil {
+		t.Fatal(err)
+	}
+	want := simulate.RecommendedBehavior()
+	up, down := int32(60), int32(90)
+	want.ScaleUp.StabilizationWindowSeconds = &up
+	want.ScaleDown.StabilizationWindowSeconds = &down
+	want.ScaleDown.Policies[0].PeriodSeconds = 30
+	if diff := cmp.Diff(want, o.behavior()); diff != "" {
+		t.Errorf("behavior (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(simulate.RecommendedBehavior(), NewScoreboardOptions().behavior()); diff != "" {
+		t.Errorf("default behavior is not the recommended one (-want +got):\n%s", diff)
 	}
 }
