@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
@@ -74,7 +76,8 @@ func TestScoreboardDocReplay(t *testing.T) {
 }
 
 // TestScoreboardDocFullTables reproduces the doc's frontier tables (both
-// traces, both half-hours, 10 seeds, and again with a faster scale-down):
+// traces, both half-hours, 10 seeds, and again with a faster scale-down and
+// with the scale-up window swept):
 // about a quarter to half an hour of CPU each, so only with
 // LAB_FULL_SCOREBOARD=1.
 func TestScoreboardDocFullTables(t *testing.T) {
@@ -90,6 +93,7 @@ func TestScoreboardDocFullTables(t *testing.T) {
 		{"conversation", "The conversation trace", 1},
 		{"code", "The code trace", 1},
 		{"faster-scale-down", "Faster scale-down", 2},
+		{"scale-up-window", "Scale-up window, swept", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) { runDocSection(t, c.section, c.commands) })
 	}
@@ -236,8 +240,10 @@ func shdocWords(t *testing.T, line string) []string {
 	return w
 }
 
-// TestScoreboardDocDemandRateBehavior: the HPA behavior the doc pairs with a
-// demand-rate term is the one its faster scale-down scoreboards ran with.
+// TestScoreboardDocDemandRateBehavior: the behavior the doc pairs with a
+// demand-rate term is the one its scale-up sweep chose for it: the scale-down
+// of the sweep's first command (the conversation trace) and the scale-up
+// window of saturation+rate's tuned point in the table that command prints.
 func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 	md := scoreboardDocText(t)
 	section := doctest.Section(t, md, "The controls that see ahead")
@@ -250,9 +256,9 @@ func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nspec:\n"+block), &hpa); err != nil {
 		t.Fatalf("the doc's behavior does not parse as an HPA's spec.behavior: %v\n%s", err, block)
 	}
-	cmds := doctest.Commands(t, scoreboardDoc, md, "Faster scale-down", "lab")
+	cmds := doctest.Commands(t, scoreboardDoc, md, "Scale-up window, swept", "lab")
 	if len(cmds) == 0 {
-		t.Fatal("no lab command in Faster scale-down")
+		t.Fatal("no lab command in Scale-up window, swept")
 	}
 	o := NewScoreboardOptions()
 	fs := pflag.NewFlagSet("scoreboard", pflag.ContinueOnError)
@@ -262,8 +268,19 @@ func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 	if err := fs.Parse(cmds[0].Args[1:]); err != nil { // Args[0] is the subcommand
 		t.Fatalf("%s: %v", cmds[0].Line, err)
 	}
+	// The forward table's row of saturation+rate names its tuned point.
+	out := doctest.Output(t, md, cmds[0].Block)
+	m := regexp.MustCompile(`(?m)^\| saturation\+rate \| rate=[0-9.]+,up=([0-9]+)s \| [^\n]*\| (yes|no)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no tuned saturation+rate point in the output of %s", cmds[0].Line)
+	}
+	up, err := time.ParseDuration(m[1] + "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.ScaleUpWindows = []time.Duration{up}
 	if diff := cmp.Diff(o.behavior(), hpa.Spec.Behavior); diff != "" {
-		t.Errorf("the doc's behavior is not the one %s ran with (-ran +doc):\n%s", cmds[0].Line, diff)
+		t.Errorf("the doc's behavior is not the one %s chose for saturation+rate (-chosen +doc):\n%s", cmds[0].Line, diff)
 	}
 }
 
