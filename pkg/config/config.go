@@ -231,6 +231,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 func Parse(data []byte) (*File, error) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
+		if !strings.Contains(err.Error(), "unsupported value") {
+			return nil, fmt.Errorf("decoding the configuration: %w", err)
+		}
 		if path, value, ok := nonFinite(data); ok {
 			return nil, field.ErrorList{field.Invalid(path, value, "must be a finite number")}.ToAggregate()
 		}
@@ -259,7 +262,10 @@ func Parse(data []byte) (*File, error) {
 // nonFinite finds the first YAML scalar of data that is a NaN or an infinity
 // (.nan, .inf, -.Inf, ...), which the conversion to JSON refuses with
 // "json: unsupported value: NaN" and no field: it returns its path and its
-// text as written; false when there is none or data is not YAML.
+// text as written; false when there is none or data is not YAML. It does not
+// follow aliases: an anchored node is walked where it is defined, once (a
+// self-referencing anchor or nested aliases would otherwise recurse without
+// end, or for minutes).
 func nonFinite(data []byte) (*field.Path, string, bool) {
 	var doc goyaml.Node
 	if err := goyaml.Unmarshal(data, &doc); err != nil {
@@ -293,10 +299,6 @@ func nonFinite(data []byte) (*field.Path, string, bool) {
 				if p, v, ok := walk(c, child); ok {
 					return p, v, ok
 				}
-			}
-		case goyaml.AliasNode:
-			if n.Alias != nil {
-				return walk(n.Alias, path)
 			}
 		case goyaml.ScalarNode:
 			var f float64

@@ -77,6 +77,10 @@ func TestParseErrors(t *testing.T) {
 		{"NaN set point", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: .nan}]\n", []string{`policies[0].terms[0].setPoint: Invalid value: ".nan": must be a finite number`}},
 		{"infinite queue cap", head + "policies:\n- name: a\n  kind: mean\n  queueCap: -.Inf\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].queueCap: Invalid value: "-.Inf": must be a finite number`}},
 		{"NaN in a peak hold", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth}]\n  peak: {window: 1m, headroom: .NaN}\n", []string{`policies[0].peak.headroom: Invalid value: ".NaN": must be a finite number`}},
+		// Aliases are not followed by the walk that names a non-finite
+		// number: a self-referencing anchor overflowed its stack.
+		{"self-referencing anchor", head + "policies: &p\n- name: a\n  kind: mean\n  terms: *p\n", []string{"decoding the configuration"}},
+		{"nested aliases", head + "x0: &a0 [.nan,1,1,1,1,1,1,1,1]\nx1: &a1 [*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0]\nx2: &a2 [*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1]\nx3: &a3 [*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2]\nx4: &a4 [*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3]\nx5: &a5 [*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4]\nx6: &a6 [*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5]\nx7: &a7 [*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6]\nx8: &a8 [*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7]\n", []string{"decoding the configuration"}},
 		{"saturation of an unknown pod on a signal policy", head + "policies:\n- name: a\n  kind: signal\n  signal: running\n  unknownPodSaturation: 2\n", []string{`policies[0].unknownPodSaturation: Forbidden: a signal policy serves a raw signal`}},
 		{"unknown kind", head + "policies:\n- name: a\n  kind: median\n", []string{`policies[0].kind: Unsupported value: "median"`}},
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},
