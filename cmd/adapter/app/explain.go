@@ -262,6 +262,15 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			if !r.SampleTime.IsZero() {
 				r.Time = r.SampleTime
 			}
+			// Times of files without timestamps are made up (--interval
+			// apart): they cannot be ordered against real ones.
+			if prev != nil && prev.SampleTime.IsZero() != r.SampleTime.IsZero() {
+				stamped, bare := f, prevFile
+				if r.SampleTime.IsZero() {
+					stamped, bare = prevFile, f
+				}
+				return Explanation{}, fmt.Errorf("%s: its samples carry timestamps and those of %s do not: give one pod's scrapes all with timestamps or all without", stamped, bare)
+			}
 			// The server drops a scrape older than the pod's newest (and a
 			// scrape as old replaces it: the engine has not updated); here the
 			// order is the user's, so an older one is a mistake to name.

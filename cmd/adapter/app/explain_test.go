@@ -109,6 +109,10 @@ func TestExplainErrors(t *testing.T) {
 		// the newer, and explain showed one scrape.
 		{[]string{"testdata/timestamped-10s.prom,testdata/timestamped-0s.prom"},
 			"testdata/timestamped-0s.prom: its samples are from 2023-11-14T22:13:20Z, before those of testdata/timestamped-10s.prom (2023-11-14T22:13:30Z): give one pod's scrapes in time order"},
+		// Timestamped and bare scrapes of one pod: the bare ones' times are
+		// made up, so they cannot be ordered against the others.
+		{[]string{"testdata/timestamped-0s.prom," + filepath.Join(samples, "sglang_v0.4-docs.prom")},
+			"testdata/timestamped-0s.prom: its samples carry timestamps and those of " + filepath.Join(samples, "sglang_v0.4-docs.prom") + " do not"},
 	} {
 		cmd := newExplainCommand()
 		cmd.SetOut(new(bytes.Buffer))
