@@ -3,6 +3,7 @@ package emulator
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -120,10 +121,10 @@ func DefaultConfig() Config {
 // 432,000 tokens of KV cache in 27,000 blocks) and low enough that no token
 // count or step time computed from them overflows.
 const (
-	MaxSeqs      = 1 << 20 // MaxNumSeqs
-	MaxTokens    = 1 << 31 // MaxNumBatchedTokens and MaxModelLen
-	MaxBlocks    = 1 << 26 // NumBlocks
-	MaxBlockSize = 1 << 10 // BlockSize, tokens
+	MaxSeqs      = 1 << 20       // MaxNumSeqs
+	MaxTokens    = math.MaxInt32 // MaxNumBatchedTokens and MaxModelLen
+	MaxBlocks    = 1 << 26       // NumBlocks
+	MaxBlockSize = 1 << 10       // BlockSize, tokens
 	// MaxStepBase and MaxStepPerSeq bound Base and PerSeq; MaxPerPrefillToken
 	// and MaxPerContextToken the per-token costs.
 	MaxStepBase        = time.Minute
@@ -152,9 +153,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("num-gpu-blocks must be >= 2 (one is the reserved null block), got %d", c.NumBlocks))
 	case c.NumBlocks > MaxBlocks:
 		errs = append(errs, fmt.Errorf("num-gpu-blocks must be at most %d, got %d", MaxBlocks, c.NumBlocks))
-	case c.BlockSize > 0 && c.BlockSize <= MaxBlockSize && c.MaxModelLen > (c.NumBlocks-1)*c.BlockSize:
+	case c.BlockSize > 0 && c.BlockSize <= MaxBlockSize && int64(c.MaxModelLen) > int64(c.NumBlocks-1)*int64(c.BlockSize):
 		errs = append(errs, fmt.Errorf("max-model-len %d is larger than the KV cache holds (%d usable blocks of %d tokens = %d tokens)",
-			c.MaxModelLen, c.NumBlocks-1, c.BlockSize, (c.NumBlocks-1)*c.BlockSize))
+			c.MaxModelLen, c.NumBlocks-1, c.BlockSize, int64(c.NumBlocks-1)*int64(c.BlockSize)))
 	}
 	st := c.StepTime
 	switch {
