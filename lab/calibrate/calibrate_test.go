@@ -367,6 +367,14 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil || strings.Count(err.Error(), "rate 1e+300: want a number in (0, 1e+06]") != 1 || strings.Contains(err.Error(), "must increase") {
 		t.Errorf("Validate of 10 rates of 1e300 = %v, want one error naming the bound", err)
 	}
+	// A NaN rate is one error: the next rate is not compared with it.
+	cfg.Rates = []float64{5, math.NaN(), 3}
+	if err := cfg.Validate(); err == nil || strings.Contains(err.Error(), "follows NaN") || !strings.Contains(err.Error(), "rate NaN") {
+		t.Errorf("Validate of 5, NaN, 3 = %v, want the NaN named and nothing compared with it", err)
+	}
+	if _, err := StepRates(1, 1, 100_000_000); err == nil || !strings.Contains(err.Error(), "step count must be in [1, 1000]") {
+		t.Errorf("StepRates of 10^8 steps = %v, want it refused before allocating", err)
+	}
 	if _, err := StepRates(1, 0, 3); err == nil {
 		t.Error("StepRates accepted a step of 0")
 	}
@@ -509,7 +517,8 @@ func TestCalibrateWithNoisyWarmup(t *testing.T) {
 }
 
 // TestProfileCheckJudge: the fitted profile reproduces the engine when their
-// saturation points are within 10 % of the measured one, or neither has one.
+// saturation points are within 10 % of the measured one; without a measured
+// one nothing checks it.
 func TestProfileCheckJudge(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	for _, tt := range []struct {
@@ -523,7 +532,7 @@ func TestProfileCheckJudge(t *testing.T) {
 		{"within 10 %", &Saturation{RateRequestsPerSecond: 10}, f(11), true, ""},
 		{"one step below", &Saturation{RateRequestsPerSecond: 16}, f(14), false, "the profile saturates at 14 requests/s, the engine at 16 (more than 10 % apart)"},
 		{"one step above", &Saturation{RateRequestsPerSecond: 16}, f(18), false, "the profile saturates at 18 requests/s, the engine at 16"},
-		{"neither", nil, nil, true, ""},
+		{"neither: nothing checks the profile", nil, nil, false, "the engine failed the first step, so no saturation point checks the profile"},
 		{"profile fails at once", &Saturation{RateRequestsPerSecond: 4}, nil, false, "the profile fails the first step, the engine saturated at 4 requests/s"},
 		{"engine failed at once", nil, f(4), false, "the profile saturates at 4 requests/s, the engine failed the first step"},
 	} {

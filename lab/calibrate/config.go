@@ -147,12 +147,16 @@ func DefaultConfig() Config {
 // far above what one engine serves, and a gap between requests of at least 1 µs.
 const MaxRate = 1e6
 
+// MaxSteps is the most steps a run may have: at the shortest step (1 s),
+// more than a quarter of an hour of load.
+const MaxSteps = 1000
+
 // StepRates returns count rates from start, step apart: start, start+step, ...
 // It fails on a count below 1 or a rate that is not > 0 and finite (Validate
 // bounds them by MaxRate).
 func StepRates(start, step float64, count int) ([]float64, error) {
-	if count < 1 {
-		return nil, fmt.Errorf("step count must be >= 1, got %d", count)
+	if count < 1 || count > MaxSteps {
+		return nil, fmt.Errorf("step count must be in [1, %d], got %d", MaxSteps, count)
 	}
 	if !(start > 0) || math.IsInf(start, 0) || !(step > 0) || math.IsInf(step, 0) {
 		return nil, fmt.Errorf("start rate and rate step must be finite numbers > 0, got %g and %g", start, step)
@@ -222,12 +226,16 @@ func (c Config) validateLoad() []error {
 	// One error of each kind, the first: a --start-rate of 1e300 made every
 	// step "not increase" (1e300 + 1 is 1e300), once per step.
 	var badRate, notIncreasing error
+	if len(c.Rates) > MaxSteps {
+		errs = append(errs, fmt.Errorf("%d steps: want at most %d", len(c.Rates), MaxSteps))
+	}
+	ok := func(r float64) bool { return r > 0 && r <= MaxRate }
 	for i, r := range c.Rates {
-		if !(r > 0) || r > MaxRate {
+		if !ok(r) {
 			if badRate == nil {
 				badRate = fmt.Errorf("rate %g: want a number in (0, %g] (requests per second)", r, MaxRate)
 			}
-		} else if i > 0 && !(r > c.Rates[i-1]) && notIncreasing == nil {
+		} else if i > 0 && ok(c.Rates[i-1]) && !(r > c.Rates[i-1]) && notIncreasing == nil {
 			notIncreasing = fmt.Errorf("rates must increase: %g follows %g", r, c.Rates[i-1])
 		}
 	}

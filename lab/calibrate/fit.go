@@ -230,8 +230,17 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 		base, perSeq, perCtx = coef[0], coef[1], coef[2]
 		for i, name := range []string{"base", "perSeq", "perContextToken"} {
 			if held[i] {
-				notes = append(notes, fmt.Sprintf("%s fitted as 0: its least-squares value was negative", name))
+				notes = append(notes, fmt.Sprintf("%s fitted as 0: its least-squares value was negative, or the points could not tell it from the others", name))
 			}
+		}
+		// The idle point net of the context cost now fitted: the median of
+		// the warm-up's inter-token latencies less it.
+		if len(idle) > 0 {
+			net := make([]float64, len(idle))
+			for i, p := range idle {
+				net[i] = p.seconds - perCtx*p.context
+			}
+			a0 = median(net)
 		}
 	}
 	fit.Points = [][2]float64{}

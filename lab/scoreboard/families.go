@@ -119,6 +119,16 @@ func (g Grid) Validate() error {
 	if g.DemandWindow < time.Second || g.DemandWindow > time.Hour {
 		errs = append(errs, fmt.Errorf("demand-rate window %v: want one in [1s, 1h]", g.DemandWindow))
 	}
+	if err := g.ValidateScaleUpWindows(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateScaleUpWindows reports every scale-up window of g that is not whole
+// seconds in [0, 1h] (the HPA API's range), or is given twice.
+func (g Grid) ValidateScaleUpWindows() error {
+	var errs []error
 	seen := map[time.Duration]bool{}
 	for _, w := range g.ScaleUpWindows {
 		switch {

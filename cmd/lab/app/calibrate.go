@@ -62,7 +62,7 @@ func (o *CalibrateOptions) Flags() cliflag.NamedFlagSets {
 	fs.Float64SliceVar(&o.RateList, "rates", o.RateList, "Request rates of the steps in requests per second, increasing, e.g. 2,4,6,8; instead of --start-rate, --rate-step and --steps.")
 	fs.Float64Var(&o.StartRate, "start-rate", o.StartRate, "Request rate of the first step, requests per second.")
 	fs.Float64Var(&o.RateStep, "rate-step", o.RateStep, "Increase of the request rate from one step to the next, requests per second.")
-	fs.IntVar(&o.Steps, "steps", o.Steps, "Number of steps.")
+	fs.IntVar(&o.Steps, "steps", o.Steps, "Number of steps, at most 1000.")
 	fs.DurationVar(&c.StepDuration, "step-length", c.StepDuration, "How long each step sends requests.")
 	fs.IntVar(&c.Warmup, "warmup-requests", c.Warmup, "Requests sent one at a time before the steps: they warm the engine up and measure it idle (with one request size, every other one has a 4 times longer prompt).")
 	fs.StringVar(&o.Arrivals, "arrivals", o.Arrivals, "Spacing of a step's requests: uniform (a fixed rate, as stepped load tests do) or poisson (bursty, seeded).")

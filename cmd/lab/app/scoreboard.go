@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -89,7 +88,7 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	fs.Float64Var(&g.Peak.Headroom, "peak-headroom", g.Peak.Headroom, "Headroom above the held peak (0.1: 10 %).")
 	fs.DurationVar(&g.Peak.HalfLife, "peak-half-life", g.Peak.HalfLife, "Half-life of a held peak; 0 holds it whole for the window.")
 	fs.Float64SliceVar(&g.Floors, "minimums", g.Floors, "Least replicas saturation+minimum sweeps (a scheduled minimum open over the slice).")
-	fs.DurationSliceVar(&o.ScaleUpWindows, "scale-up-windows", o.ScaleUpWindows, "Every HPA's behavior.scaleUp.stabilizationWindowSeconds (its policy stays the recommended +2 pods per 60 s); several, e.g. 30s,60s, are swept like targets: every point once per window (labels end ,up=60s), each family choosing its window on the tune slice.")
+	fs.DurationSliceVar(&o.ScaleUpWindows, "scale-up-windows", o.ScaleUpWindows, "Every HPA's behavior.scaleUp.stabilizationWindowSeconds (its policy stays the recommended +2 pods per 60 s); several (at most 10), e.g. 30s,60s, are swept like targets: every point once per window (labels end ,up=60s), each family choosing its window on the tune slice.")
 	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds.")
 	fs.DurationVar(&o.ScaleDownPeriod, "scale-down-period", o.ScaleDownPeriod, "Every HPA's scale-down policy: one pod per this period.")
 
@@ -102,6 +101,10 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 // MaxSeeds is the most seeds per slice --seeds takes: each replays every
 // point on both slices, and results are kept for all of them.
 const MaxSeeds = 1000
+
+// MaxScaleUpWindows is the most windows --scale-up-windows takes: each
+// replays every point again.
+const MaxScaleUpWindows = 10
 
 // Validate reports every invalid flag at once.
 func (o *ScoreboardOptions) Validate() error {
@@ -118,8 +121,13 @@ func (o *ScoreboardOptions) Validate() error {
 	if o.SliceLength <= 0 {
 		errs = append(errs, fmt.Errorf("--slice-length=%v: want > 0", o.SliceLength))
 	}
-	if len(o.ScaleUpWindows) == 0 {
-		errs = append(errs, errors.New("--scale-up-windows: want at least one window"))
+	if n := len(o.ScaleUpWindows); n == 0 || n > MaxScaleUpWindows {
+		errs = append(errs, fmt.Errorf("--scale-up-windows: %d windows, want 1 to %d (each multiplies the replays)", n, MaxScaleUpWindows))
+	}
+	// The grid checks them again (scoreboard.Grid.Validate); here they are
+	// refused before the trace is read, naming the flag.
+	if err := (scoreboard.Grid{ScaleUpWindows: o.ScaleUpWindows}).ValidateScaleUpWindows(); err != nil {
+		errs = append(errs, fmt.Errorf("--scale-up-windows: %w", err))
 	}
 	if o.ScaleDownWindow < 0 || o.ScaleDownWindow > time.Hour || o.ScaleDownPeriod < time.Second || o.ScaleDownPeriod > 30*time.Minute {
 		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))

@@ -239,8 +239,8 @@ type output struct{ flag, path string }
 
 // checkOutputs refuses, before anything runs, an output file that is one of
 // the inputs (--json naming the trace once overwrote it) or another output,
-// and one whose directory does not exist (which would fail only after the
-// whole replay).
+// a directory, and one whose directory does not exist (the last two would
+// fail only after the whole run).
 func checkOutputs(inputs []string, outs ...output) []error {
 	var errs []error
 	same := func(a, b string) bool {
@@ -267,6 +267,9 @@ func checkOutputs(inputs []string, outs ...output) []error {
 		}
 		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
 			errs = append(errs, fmt.Errorf("--%s=%s: its directory does not exist", o.flag, o.path))
+		}
+		if st, err := os.Stat(o.path); err == nil && st.IsDir() {
+			errs = append(errs, fmt.Errorf("--%s=%s: is a directory", o.flag, o.path))
 		}
 	}
 	return errs
