@@ -50,6 +50,9 @@ type Sample struct {
 	// Spec is the Deployment's spec.replicas, Desired the HPA's status.desiredReplicas,
 	// Ready the Deployment's ready replicas.
 	Spec, Desired, Ready int32
+	// HPASynced is false until the HPA controller has reconciled the HPA once (its status
+	// has no condition yet): Desired is then 0 whatever the pool needs.
+	HPASynced bool
 	// HPAValue is the metric value in the HPA's status (what it last used), NaN if none.
 	HPAValue float64
 	// Saturation, Demand, Queue (waiting requests, sum), KV (mean usage ratio) as served
@@ -73,6 +76,7 @@ func (s *Stack) Observe(ctx context.Context, dep, hpa string, selector labels.Se
 	}
 	if h, err := s.Cluster.Client.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Get(ctx, hpa, metav1.GetOptions{}); err == nil {
 		smp.Desired = h.Status.DesiredReplicas
+		smp.HPASynced = len(h.Status.Conditions) > 0
 		smp.HPAValue = HPAMetricValue(h)
 		smp.HPACondition = HPAProblem(h)
 	}

@@ -70,7 +70,7 @@ func panels(spec chartSpec) []panel {
 		}},
 		{title: "replicas", ref: math.NaN(), series: []series{
 			{"desired (HPA)", "#d62728", func(p point) float64 {
-				if p.Desired == 0 && p.Spec > 0 { // the HPA has not synced yet
+				if !p.HPASynced {
 					return math.NaN()
 				}
 				return float64(p.Desired)

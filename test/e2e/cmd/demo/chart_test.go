@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestChart(t *testing.T) {
 		if i > 10 && i < 25 {
 			sat = 12.5 // a burst far above the target
 		}
-		points = append(points, point{Sample: stack.Sample{T: start.Add(time.Duration(i) * 5 * time.Second), Spec: 1, Desired: 1, Ready: 1,
+		points = append(points, point{Sample: stack.Sample{T: start.Add(time.Duration(i) * 5 * time.Second), Spec: 1, Desired: 1, HPASynced: true, Ready: 1,
 			Saturation: sat, Queue: 3, KV: 0.5, HPAValue: sat}, TTFTp95: 0.2, GatewayQueue: math.NaN()})
 	}
 	o := options{calm: 40 * time.Second, length: 150 * time.Second, speedup: 3.5}
@@ -58,5 +59,37 @@ func TestChart(t *testing.T) {
 	}
 	if o, err := parseFlags([]string{"--from-zero"}, &bytes.Buffer{}); err != nil || !o.fromZero {
 		t.Errorf("parseFlags(--from-zero) = %+v, %v", o, err)
+	}
+}
+
+// TestDesiredBeforeFirstSync: until the HPA controller has reconciled the HPA, its status
+// says 0 desired replicas whatever the pool needs; the table shows "-" and the CSV NaN
+// instead of a 0 that reads as "scale to zero", and a reconciled 0 stays 0.
+func TestDesiredBeforeFirstSync(t *testing.T) {
+	start := time.Unix(1e9, 0)
+	unsynced := point{Sample: stack.Sample{T: start, Spec: 1, Ready: 1, HPAValue: math.NaN()}}
+	synced := point{Sample: stack.Sample{T: start.Add(5 * time.Second), Spec: 2, Desired: 2, Ready: 1, HPASynced: true}}
+	zero := point{Sample: stack.Sample{T: start.Add(10 * time.Second), HPASynced: true}}
+	for _, c := range []struct {
+		p         point
+		cell, csv string
+	}{{unsynced, "-", "NaN"}, {synced, "2", "2"}, {zero, "0", "0"}} {
+		if got := desired(c.p); got != c.cell {
+			t.Errorf("desired(%+v) = %q, want %q", c.p.Sample, got, c.cell)
+		}
+		if got := desiredCSV(c.p); got != c.csv {
+			t.Errorf("desiredCSV(%+v) = %q, want %q", c.p.Sample, got, c.csv)
+		}
+	}
+	path := t.TempDir() + "/timeline.csv"
+	if err := writeCSV(path, start, []point{unsynced, synced}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(string(b), "\n"); !strings.HasPrefix(lines[1], "0.0,0.00,1,NaN,1,") || !strings.HasPrefix(lines[2], "5.0,0.00,2,2,1,") {
+		t.Errorf("CSV rows:\n%s", b)
 	}
 }

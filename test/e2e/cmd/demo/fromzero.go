@@ -127,8 +127,8 @@ func (o *options) watchFromZero(ctx context.Context, s *stack.Stack, lg *loadgen
 		}
 		prevT, prevSent = p.T, lg.Sent()
 		points = append(points, p)
-		fmt.Fprintf(o.w, "%6.0fs  %-5s  %6.1f  %7d  %5d  %12s  %13s  %6s  %9s  %8d\n", p.T.Sub(start).Seconds(), o.phaseAt(p.T.Sub(start), !replayEnd.IsZero()),
-			p.OfferedRPS, p.Desired, p.Ready, num(p.Demand, 3), num(p.GatewayQueue, 0), pct(p.KV), secs(p.TTFTp95), lg.Inflight())
+		fmt.Fprintf(o.w, "%6.0fs  %-5s  %6.1f  %7s  %5d  %12s  %13s  %6s  %9s  %8d\n", p.T.Sub(start).Seconds(), o.phaseAt(p.T.Sub(start), !replayEnd.IsZero()),
+			p.OfferedRPS, desired(p), p.Ready, num(p.Demand, 3), num(p.GatewayQueue, 0), pct(p.KV), secs(p.TTFTp95), lg.Inflight())
 		if firstReady.IsZero() && p.Ready > 0 {
 			firstReady = time.Now()
 		}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -277,8 +278,8 @@ func (o *options) watch(ctx context.Context, s *stack.Stack, gw *loadgen.Gateway
 		}
 		prevT, prevSent = p.T, sent
 		points = append(points, p)
-		fmt.Fprintf(o.w, "%6.0fs  %-5s  %6.1f  %7d  %5d  %14s  %6s  %6s  %9s  %8d\n", p.T.Sub(start).Seconds(), o.phaseAt(p.T.Sub(start), !doneAt.IsZero()),
-			p.OfferedRPS, p.Desired, p.Ready, num(p.Saturation, 3), num(p.Queue, 0), pct(p.KV), secs(p.TTFTp95), gw.Inflight())
+		fmt.Fprintf(o.w, "%6.0fs  %-5s  %6.1f  %7s  %5d  %14s  %6s  %6s  %9s  %8d\n", p.T.Sub(start).Seconds(), o.phaseAt(p.T.Sub(start), !doneAt.IsZero()),
+			p.OfferedRPS, desired(p), p.Ready, num(p.Saturation, 3), num(p.Queue, 0), pct(p.KV), secs(p.TTFTp95), gw.Inflight())
 		if doneAt.IsZero() {
 			select {
 			case <-replayDone:
@@ -286,7 +287,7 @@ func (o *options) watch(ctx context.Context, s *stack.Stack, gw *loadgen.Gateway
 				fmt.Fprintln(o.w, "-- replay finished; watching the scale-down --")
 			default:
 			}
-		} else if (p.Desired <= 1 && p.Ready <= 1) || time.Since(doneAt) > scaleDownWait(o.maxReplicas) {
+		} else if (p.HPASynced && p.Desired <= 1 && p.Ready <= 1) || time.Since(doneAt) > scaleDownWait(o.maxReplicas) {
 			return start, points, nil
 		}
 		select {
@@ -383,10 +384,28 @@ func writeCSV(path string, start time.Time, points []point) error {
 	var b strings.Builder
 	b.WriteString("seconds,offered_rps,spec,desired,ready,hpa_value,llm_saturation,llm_demand_replicas,queue,kv,gateway_queue,ttft_p95_seconds\n")
 	for _, p := range points {
-		fmt.Fprintf(&b, "%.1f,%.2f,%d,%d,%d,%g,%g,%g,%g,%g,%g,%g\n", p.T.Sub(start).Seconds(), p.OfferedRPS, p.Spec, p.Desired, p.Ready, p.HPAValue,
+		fmt.Fprintf(&b, "%.1f,%.2f,%d,%s,%d,%g,%g,%g,%g,%g,%g,%g\n", p.T.Sub(start).Seconds(), p.OfferedRPS, p.Spec, desiredCSV(p), p.Ready, p.HPAValue,
 			p.Saturation, p.Demand, p.Queue, p.KV, p.GatewayQueue, p.TTFTp95)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// desired is the HPA's desired replicas for the table, "-" until the HPA controller has
+// reconciled the HPA once (its status then says 0 whatever the pool needs).
+func desired(p point) string {
+	if !p.HPASynced {
+		return "-"
+	}
+	return strconv.Itoa(int(p.Desired))
+}
+
+// desiredCSV is desired for the CSV: NaN, like the other columns' missing values, until
+// the HPA has been reconciled.
+func desiredCSV(p point) string {
+	if !p.HPASynced {
+		return "NaN"
+	}
+	return strconv.Itoa(int(p.Desired))
 }
 
 func num(v float64, prec int) string {
