@@ -710,9 +710,12 @@ func stripExemplar(line []byte) []byte {
 		return line
 	}
 	end := 0
-	if i := bytes.LastIndexByte(line, '}'); i >= 0 && bytes.IndexByte(line, '{') >= 0 {
-		// The exemplar's own braces come after " # ": find the series' closing
-		// brace as the first '}' outside quotes.
+	// A series has a label set when its first '{' comes before its first
+	// space (a metric name has none; a label value's spaces come after the
+	// '{'); otherwise the '{' is the exemplar's. The exemplar's own braces
+	// come after " # ": find the series' closing brace as the first '}'
+	// outside quotes.
+	if open, sp := bytes.IndexByte(line, '{'), bytes.IndexByte(line, ' '); open >= 0 && (sp < 0 || open < sp) {
 		end = closingBrace(line)
 	}
 	if j := bytes.Index(line[end:], []byte(" # {")); j >= 0 {
@@ -1698,6 +1701,11 @@ func (eb *engineBuild) histogram(h Histo, p int, d *Dialect, spelling int, id st
 	}
 	b.bounds = bounds
 	slices.Sort(bounds)
+	if len(bounds) > 0 && bounds[0] < 0 { // -Inf too
+		// Every histogram read counts seconds or tokens: a bound below 0
+		// would give a negative quantile, and -Inf a NaN in a pooled one.
+		return reject(ReasonMalformed, fmt.Sprintf("bucket bound le=%q is below 0 (its observations are seconds or tokens)", strconv.FormatFloat(bounds[0], 'g', -1, 64)))
+	}
 	inf, hasInf := buckets[math.Inf(1)]
 	total := 0.0
 	switch {

@@ -175,6 +175,16 @@ func TestExtractHazards(t *testing.T) {
 			checks: []check{value(QueueDepth, 3)},
 		},
 		{
+			name:   "an exemplar after a series without labels is ignored",
+			body:   "vllm:num_requests_waiting 3 # {trace_id=\"a\"} 1\nvllm:num_requests_running 1\n",
+			checks: []check{value(QueueDepth, 3), value(Running, 1)},
+		},
+		{
+			name:   "an exemplar after a TGI counter without labels is ignored",
+			body:   "tgi_queue_size 3\ntgi_batch_current_size 1\ntgi_request_success 10 # {trace_id=\"abc\"} 1\n",
+			checks: []check{value(QueueDepth, 3)},
+		},
+		{
 			name: "histograms are read with the bounds of each scrape",
 			body: "vllm:num_requests_waiting{engine=\"0\"} 0\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.3\"} 2\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"7\"} 5\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\"} 6\nvllm:time_to_first_token_seconds_count{engine=\"0\"} 6\nvllm:time_to_first_token_seconds_sum{engine=\"0\"} 9\n",
 			checks: []check{func(t *testing.T, r Reading) {
@@ -192,6 +202,18 @@ func TestExtractHazards(t *testing.T) {
 					t.Errorf("histogram %+v invalid %v, want rejected as malformed", r.Hist[TTFT], r.Invalid)
 				}
 			}, warns("not cumulative")},
+		},
+		{
+			// A negative bound gave a negative TTFT quantile (a pool served 0),
+			// and le="-Inf" a NaN once pooled with another pod's layout.
+			name: "a latency histogram with a bound below 0 is rejected and counted",
+			body: "vllm:num_requests_waiting{engine=\"0\"} 0\nvllm:num_requests_running{engine=\"0\"} 1\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"-5\"} 5\nvllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\"} 6\n" +
+				"vllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"-Inf\"} 1\nvllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"1\"} 2\nvllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"+Inf\"} 2\n",
+			checks: []check{value(QueueDepth, 0), value(Running, 1), func(t *testing.T, r Reading) {
+				if r.Hist[TTFT] != nil || r.Hist[InterTokenLatency] != nil || r.Invalid[ReasonMalformed] != 2 {
+					t.Errorf("histograms %+v %+v, invalid %v: want both rejected as malformed", r.Hist[TTFT], r.Hist[InterTokenLatency], r.Invalid)
+				}
+			}, warns("below 0")},
 		},
 		{
 			// (A longer line fails the scrape: TestExtractBounds.)
