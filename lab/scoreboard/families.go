@@ -43,16 +43,23 @@ type Grid struct {
 	// would hold during the trace's hour).
 	Floors []float64
 	// MinReplicas is every HPA's minReplicas; Behavior every HPA's behavior
-	// (simulate.RecommendedBehavior when nil).
+	// (simulate.RecommendedBehavior when nil), its scale-up stabilization
+	// window replaced when ScaleUpWindows holds any.
 	MinReplicas int32
 	Behavior    *autoscalingv2.HorizontalPodAutoscalerBehavior
-	// ScaleUpWindows, when it holds more than one window, sweeps every
-	// family's points over these scale-up stabilization windows too: each
-	// point once per window, its label ending ",up=60s", so that every family
-	// chooses its window on the tune slice as it chooses its target. The
-	// point at Behavior's own window keeps the family's default mark.
+	// ScaleUpWindows are every HPA's scale-up stabilization windows (at most
+	// MaxScaleUpWindows; none keeps Behavior's own). One window replaces
+	// Behavior's in every point's HPA (see HPABehavior); several sweep every
+	// family's points over them too: each point once per window, its label
+	// ending ",up=60s", so that every family chooses its window on the tune
+	// slice as it chooses its target. The point at Behavior's own window keeps
+	// the family's default mark.
 	ScaleUpWindows []time.Duration
 }
+
+// MaxScaleUpWindows is the most scale-up windows a grid takes: each replays
+// every point again.
+const MaxScaleUpWindows = 10
 
 // DefaultGrid returns a grid around the defaults of every family; the fused
 // families at the given calibrated queue and KV set points and per-replica
@@ -83,8 +90,9 @@ const MaxRate = 1e6
 // that panics): GPU utilization in [1, 100] percent, queue targets and set
 // points and demand rates in [policy.MinSetPoint, MaxRate], KV-cache targets
 // and set points in [policy.MinSetPoint, 1], floors in (0,
-// simulate.MaxFleet] and a demand window in [1s, 1h]. The peak hold is the
-// policy's to validate (policy.NewCatalog, when the families are built).
+// simulate.MaxFleet], a demand window in [1s, 1h] and, when there are any,
+// the scale-up windows (ScaleUpWindowErrors). The peak hold is the policy's
+// to validate (policy.NewCatalog, when the families are built).
 func (g Grid) Validate() error {
 	var errs []error
 	in := func(name string, v, lo, hi float64) {
@@ -119,18 +127,26 @@ func (g Grid) Validate() error {
 	if g.DemandWindow < time.Second || g.DemandWindow > time.Hour {
 		errs = append(errs, fmt.Errorf("demand-rate window %v: want one in [1s, 1h]", g.DemandWindow))
 	}
-	if err := g.ValidateScaleUpWindows(); err != nil {
-		errs = append(errs, err)
+	if len(g.ScaleUpWindows) > 0 {
+		errs = append(errs, ScaleUpWindowErrors(g.ScaleUpWindows)...)
 	}
 	return errors.Join(errs...)
 }
 
-// ValidateScaleUpWindows reports every scale-up window of g that is not whole
-// seconds in [0, 1h] (the HPA API's range), or is given twice.
-func (g Grid) ValidateScaleUpWindows() error {
-	var errs []error
+// ScaleUpWindowErrors reports what is wrong with windows as a grid's
+// ScaleUpWindows, naming no flag: at most two errors, the first when there
+// are none or more than MaxScaleUpWindows of them, the other joining one
+// error per window that is not whole seconds in [0, 1h] (the HPA API's
+// range) or is given twice. It returns nil when they are valid. (A grid
+// without any keeps Behavior's window; Validate checks windows only when
+// there are some.)
+func ScaleUpWindowErrors(windows []time.Duration) []error {
+	var out, errs []error
+	if n := len(windows); n == 0 || n > MaxScaleUpWindows {
+		out = append(out, fmt.Errorf("%d windows, want 1 to %d (each multiplies the replays)", n, MaxScaleUpWindows))
+	}
 	seen := map[time.Duration]bool{}
-	for _, w := range g.ScaleUpWindows {
+	for _, w := range windows {
 		switch {
 		case w < 0 || w > time.Hour || w%time.Second != 0:
 			errs = append(errs, fmt.Errorf("scale-up window %v: want whole seconds in [0, 1h] (the HPA API's range)", w))
@@ -139,7 +155,10 @@ func (g Grid) ValidateScaleUpWindows() error {
 		}
 		seen[w] = true
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		out = append(out, err)
+	}
+	return out
 }
 
 // The metric names of the families served from a catalog of their own.
@@ -207,11 +226,7 @@ func (b *familyBuilder) perScaleUpWindow(points []Point) []Point {
 			if hpa.Spec.Behavior == nil {
 				hpa.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{}
 			}
-			if hpa.Spec.Behavior.ScaleUp == nil {
-				hpa.Spec.Behavior.ScaleUp = &autoscalingv2.HPAScalingRules{}
-			}
-			secs := int32(w / time.Second)
-			hpa.Spec.Behavior.ScaleUp.StabilizationWindowSeconds = &secs
+			setScaleUpWindow(hpa.Spec.Behavior, w)
 			q.Autoscaler.HPA = hpa
 			out = append(out, q)
 		}
@@ -219,23 +234,44 @@ func (b *familyBuilder) perScaleUpWindow(points []Point) []Point {
 	return out
 }
 
+// setScaleUpWindow sets b's scale-up stabilization window to w (whole
+// seconds), adding scale-up rules when b has none.
+func setScaleUpWindow(b *autoscalingv2.HorizontalPodAutoscalerBehavior, w time.Duration) {
+	if b.ScaleUp == nil {
+		b.ScaleUp = &autoscalingv2.HPAScalingRules{}
+	}
+	secs := int32(w / time.Second)
+	b.ScaleUp.StabilizationWindowSeconds = &secs
+}
+
+// HPABehavior returns a copy of the behavior every point's HPA starts from:
+// Behavior (simulate.RecommendedBehavior when nil) with the scale-up
+// stabilization window of ScaleUpWindows when it holds one. With several,
+// each point's copies differ from it in that window only (Families).
+func (g Grid) HPABehavior() *autoscalingv2.HorizontalPodAutoscalerBehavior {
+	b := simulate.RecommendedBehavior()
+	if g.Behavior != nil {
+		b = g.Behavior.DeepCopy()
+	}
+	if len(g.ScaleUpWindows) == 1 {
+		setScaleUpWindow(b, g.ScaleUpWindows[0])
+	}
+	return b
+}
+
 // familyBuilder makes the families of a grid: every HPA gets the grid's
-// minReplicas and behavior, and the baselines' metrics come from the built-in
-// catalog at the adapter's default set points.
+// minReplicas and behavior (Grid.HPABehavior), and the baselines' metrics
+// come from the built-in catalog at the adapter's default set points.
 type familyBuilder struct {
 	g        Grid
 	behavior *autoscalingv2.HorizontalPodAutoscalerBehavior
 	builtin  func() simulate.MetricSource
 }
 
-// newFamilyBuilder returns the builder of g's families (behavior
-// simulate.RecommendedBehavior when g sets none). Errors: the built-in
-// catalog's.
+// newFamilyBuilder returns the builder of g's families, every HPA's behavior
+// g.HPABehavior. Errors: the built-in catalog's.
 func newFamilyBuilder(g Grid) (*familyBuilder, error) {
-	behavior := g.Behavior
-	if behavior == nil {
-		behavior = simulate.RecommendedBehavior()
-	}
+	behavior := g.HPABehavior()
 	builtin, err := policy.BuiltinCatalog(policy.DefaultSetPoints(), policy.DefaultUnknownSaturation)
 	if err != nil {
 		return nil, err

@@ -231,3 +231,55 @@ func TestScaleUpWindowSweep(t *testing.T) {
 		t.Errorf("one window: points %d (%q), want the grid's own %d (%q)", len(one[0].Points), one[0].Points[0].Label, len(plain[0].Points), plain[0].Points[0].Label)
 	}
 }
+
+// TestGridScaleUpWindow: the grid applies one scale-up window to every
+// point's HPA (HPABehavior: Behavior's otherwise, which is not changed), and
+// refuses more than MaxScaleUpWindows windows or a bad one; a grid without
+// any keeps Behavior's window.
+func TestGridScaleUpWindow(t *testing.T) {
+	g := DefaultGrid(3, 0.3, 12)
+	g.Behavior = simulate.RecommendedBehavior()
+	g.ScaleUpWindows = []time.Duration{45 * time.Second}
+	want := simulate.RecommendedBehavior()
+	up := int32(45)
+	want.ScaleUp.StabilizationWindowSeconds = &up
+	if diff := cmp.Diff(want, g.HPABehavior()); diff != "" {
+		t.Errorf("HPABehavior (-want +got):\n%s", diff)
+	}
+	families, err := Families(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, p := range f.Points {
+			if got := *p.Autoscaler.HPA.Spec.Behavior.ScaleUp.StabilizationWindowSeconds; got != up {
+				t.Errorf("%s %s: scale-up window %d, want %d", f.Name, p.Label, got, up)
+			}
+		}
+	}
+	if diff := cmp.Diff(simulate.RecommendedBehavior(), g.Behavior); diff != "" {
+		t.Errorf("the grid's Behavior was changed (-want +got):\n%s", diff)
+	}
+	g.ScaleUpWindows = nil
+	if diff := cmp.Diff(simulate.RecommendedBehavior(), g.HPABehavior()); diff != "" {
+		t.Errorf("no window: HPABehavior is not Behavior (-want +got):\n%s", diff)
+	}
+	for _, tt := range []struct {
+		windows []time.Duration
+		want    []string
+	}{
+		{make([]time.Duration, MaxScaleUpWindows+1), []string{"11 windows, want 1 to 10 (each multiplies the replays)", "scale-up window 0s given twice"}},
+		{[]time.Duration{90 * time.Minute}, []string{"scale-up window 1h30m0s: want whole seconds in [0, 1h] (the HPA API's range)"}},
+	} {
+		g.ScaleUpWindows = tt.windows
+		_, err := Families(g)
+		for _, want := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: error %v, want it to contain %q", tt.windows, err, want)
+			}
+		}
+	}
+	if errs := ScaleUpWindowErrors(nil); len(errs) != 1 || errs[0].Error() != "0 windows, want 1 to 10 (each multiplies the replays)" {
+		t.Errorf("ScaleUpWindowErrors(nil) = %v, want the count refused", errs)
+	}
+}

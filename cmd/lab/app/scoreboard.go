@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	cliflag "k8s.io/component-base/cli/flag"
 
@@ -34,11 +33,12 @@ type ScoreboardOptions struct {
 	// empty).
 	Grid     scoreboard.Grid
 	Families []string
-	// ScaleUpWindows are every HPA's scale-up stabilization windows: one is
-	// every family's, several are swept like targets (scoreboard.Grid's
-	// ScaleUpWindows). ScaleDownWindow and ScaleDownPeriod are its scale-down
-	// stabilization window and the period in which it may remove one pod
-	// (simulate.RecommendedBehavior's 30 s, 300 s and 120 s by default).
+	// ScaleUpWindows are every HPA's scale-up stabilization windows, passed
+	// on as the grid's (scoreboard.Grid's ScaleUpWindows: one is every
+	// family's, several are swept like targets). ScaleDownWindow and
+	// ScaleDownPeriod are its scale-down stabilization window and the period
+	// in which it may remove one pod (simulate.RecommendedBehavior's 30 s,
+	// 300 s and 120 s by default).
 	ScaleUpWindows                   []time.Duration
 	ScaleDownWindow, ScaleDownPeriod time.Duration
 	// JSON and SVG are output files ("" for none).
@@ -103,8 +103,8 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 const MaxSeeds = 1000
 
 // MaxScaleUpWindows is the most windows --scale-up-windows takes: each
-// replays every point again.
-const MaxScaleUpWindows = 10
+// replays every point again (scoreboard.MaxScaleUpWindows).
+const MaxScaleUpWindows = scoreboard.MaxScaleUpWindows
 
 // Validate reports every invalid flag at once.
 func (o *ScoreboardOptions) Validate() error {
@@ -121,12 +121,10 @@ func (o *ScoreboardOptions) Validate() error {
 	if o.SliceLength <= 0 {
 		errs = append(errs, fmt.Errorf("--slice-length=%v: want > 0", o.SliceLength))
 	}
-	if n := len(o.ScaleUpWindows); n == 0 || n > MaxScaleUpWindows {
-		errs = append(errs, fmt.Errorf("--scale-up-windows: %d windows, want 1 to %d (each multiplies the replays)", n, MaxScaleUpWindows))
-	}
-	// The grid checks them again (scoreboard.Grid.Validate); here they are
-	// refused before the trace is read, naming the flag.
-	if err := (scoreboard.Grid{ScaleUpWindows: o.ScaleUpWindows}).ValidateScaleUpWindows(); err != nil {
+	// The grid's check (scoreboard.Grid.Validate runs it too, when the
+	// families are built): here the windows are refused before the trace is
+	// read, naming the flag.
+	for _, err := range scoreboard.ScaleUpWindowErrors(o.ScaleUpWindows) {
 		errs = append(errs, fmt.Errorf("--scale-up-windows: %w", err))
 	}
 	if o.ScaleDownWindow < 0 || o.ScaleDownWindow > time.Hour || o.ScaleDownPeriod < time.Second || o.ScaleDownPeriod > 30*time.Minute {
@@ -135,20 +133,20 @@ func (o *ScoreboardOptions) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-// behavior returns every family's HPA behavior: the recommended one
-// (simulate.RecommendedBehavior) with the scale-up window of
-// --scale-up-windows when it names one, and the scale-down window and period
-// of --scale-down-window and --scale-down-period.
-func (o *ScoreboardOptions) behavior() *autoscalingv2.HorizontalPodAutoscalerBehavior {
+// grid returns the grid of the flags, minReplicas aside (Run sets the
+// fleet's): o.Grid with the recommended HPA behavior
+// (simulate.RecommendedBehavior) at the scale-down window and period of
+// --scale-down-window and --scale-down-period, and the scale-up windows of
+// --scale-up-windows, which the grid applies (Grid.HPABehavior, Families).
+func (o *ScoreboardOptions) grid() scoreboard.Grid {
 	b := simulate.RecommendedBehavior()
 	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
-	if len(o.ScaleUpWindows) == 1 {
-		up := int32(o.ScaleUpWindows[0] / time.Second)
-		b.ScaleUp.StabilizationWindowSeconds = &up
-	}
 	b.ScaleDown.StabilizationWindowSeconds = &window
 	b.ScaleDown.Policies[0].PeriodSeconds = period
-	return b
+	g := o.Grid
+	g.Behavior = b
+	g.ScaleUpWindows = o.ScaleUpWindows
+	return g
 }
 
 // Run replays every family's points on both slices and every seed and writes
@@ -161,10 +159,8 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	g := o.Grid
+	g := o.grid()
 	g.MinReplicas = int32(cfg.MinReplicas)
-	g.Behavior = o.behavior()
-	g.ScaleUpWindows = o.ScaleUpWindows
 	families, err := scoreboard.Families(g)
 	if err != nil {
 		return err

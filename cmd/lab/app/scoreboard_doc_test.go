@@ -279,7 +279,7 @@ func TestScoreboardDocDemandRateBehavior(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.ScaleUpWindows = []time.Duration{up}
-	if diff := cmp.Diff(o.behavior(), hpa.Spec.Behavior); diff != "" {
+	if diff := cmp.Diff(o.grid().HPABehavior(), hpa.Spec.Behavior); diff != "" {
 		t.Errorf("the doc's behavior is not the one %s chose for saturation+rate (-chosen +doc):\n%s", cmds[0].Line, diff)
 	}
 }

@@ -314,10 +314,10 @@ func TestScoreboardBehaviorFlags(t *testing.T) {
 	want.ScaleUp.StabilizationWindowSeconds = &up
 	want.ScaleDown.StabilizationWindowSeconds = &down
 	want.ScaleDown.Policies[0].PeriodSeconds = 30
-	if diff := cmp.Diff(want, o.behavior()); diff != "" {
+	if diff := cmp.Diff(want, o.grid().HPABehavior()); diff != "" {
 		t.Errorf("behavior (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(simulate.RecommendedBehavior(), NewScoreboardOptions().behavior()); diff != "" {
+	if diff := cmp.Diff(simulate.RecommendedBehavior(), NewScoreboardOptions().grid().HPABehavior()); diff != "" {
 		t.Errorf("default behavior is not the recommended one (-want +got):\n%s", diff)
 	}
 }
