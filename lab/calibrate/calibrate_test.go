@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
+	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 	"github.com/saturation-adapter/saturation-adapter/lab/trace"
 )
 
@@ -191,6 +193,10 @@ func testEngine() emulator.Config {
 	return c
 }
 
+// probeGap is the time between two groups of the simulated context probe:
+// more than a group takes on the test engines (at most 16 s).
+const probeGap = 30 * time.Second
+
 // simulatedRun builds what a calibration of engine would record, on the
 // emulator's simulator in virtual time: warm-up requests 2 s apart (each alone),
 // then the steps' evenly spaced requests, and a reading every 250 ms (at a phase
@@ -202,7 +208,8 @@ func simulatedRun(t *testing.T, cfg Config, engine emulator.Config) (*runner, []
 
 // replayedRun builds what a calibration of engine would record with request
 // sizes from draw, on the emulator's simulator in virtual time: warm-up
-// requests warmupGap apart, then the steps' evenly spaced requests, a reading
+// requests warmupGap apart, the context probe's groups (cfg.ContextProbe
+// requests sent at once, a group every probeGap), then the steps' evenly spaced requests, a reading
 // every MetricsInterval (at a phase of 0.1 s against the arrivals), and drain
 // after the last step for the requests to end. It returns the runner holding
 // the records and readings, the steps' windows and the end of the warm-up.
@@ -214,6 +221,18 @@ func replayedRun(t *testing.T, cfg Config, engine emulator.Config, warmupGap, dr
 		s := draw()
 		reqs = append(reqs, record{step: -1, sent: at, shape: s, prompt: s.PromptTokens, tokens: s.OutputTokens})
 		at += warmupGap
+	}
+	// The engine publishes its cache size, as vLLM does (vllm:cache_config_info).
+	cache := &cacheConfig{blockSize: engine.BlockSize, numGPUBlocks: engine.NumBlocks}
+	if short, long, ok, _ := probePrompts(cfg.ContextProbe, engine.MaxModelLen, cache); cfg.ContextProbe > 0 && ok {
+		for round := range ProbeRounds {
+			for _, p := range []int{short, long} {
+				for range cfg.ContextProbe {
+					reqs = append(reqs, record{step: stepProbe, round: round, sent: at, shape: Shape{PromptTokens: p, OutputTokens: probeOutput}, prompt: p, tokens: probeOutput})
+				}
+				at += probeGap
+			}
+		}
 	}
 	warmupEnd := at
 	var windows []window
@@ -451,7 +470,77 @@ func TestCalibrateRecoversDefaultEngine(t *testing.T) {
 	if sp := rep.Recommended; sp == nil || sp.SetPoints.QueueDepth < 1 || sp.SetPoints.QueueDepth > sp.QueueSLOBound || sp.QueueNoise <= 0 {
 		t.Errorf("recommended %+v: want a queue set point measured above the noise and within the SLO bound", sp)
 	}
-	got, want := rep.Profile.StepTime, engine.StepTime
+	within(t, rep.Profile.StepTime, engine.StepTime, 0.1)
+}
+
+// TestCalibrateWithNoisyWarmup: when the warm-up's timings overstate the cost
+// of context (as a shared CPU makes them: measured against `lab emulator`'s
+// default engine, 134–222 ns per token against 40), the profile must still
+// saturate where the engine did. The warm-up here is the simulated one with
+// each request's decode stretched by 150 ns per token of context it holds (its
+// inter-token latency then grows about 190 ns per token, a line the warm-up
+// alone takes for the context cost, leaving the steps a negative perSeq).
+//
+// With the context probe (the default), the probe's groups measure the
+// context cost instead, and every coefficient comes back within 10 %. Without
+// it, the three coefficients are fitted together over the warm-up and the
+// steps, the report says so, and what the steps measure, perSeq +
+// perContextToken × the context held, stays within 10 %.
+func TestCalibrateWithNoisyWarmup(t *testing.T) {
+	for _, probe := range []int{8, 0} {
+		t.Run(fmt.Sprintf("probe=%d", probe), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.URL, cfg.Warmup, cfg.StepDuration, cfg.MetricsInterval = "http://127.0.0.1:8000", 20, 30*time.Second, 250*time.Millisecond
+			cfg.Rates = []float64{4, 6, 8, 10, 12, 14, 16, 18, 20}
+			cfg.ContextProbe = probe
+			r, windows, warmupEnd := traceRun(t, cfg, emulator.DefaultConfig())
+			for _, rec := range r.records {
+				if rec.step == stepWarmup && rec.tokens >= 2 {
+					ctx := float64(rec.prompt) + float64(rec.tokens)/2
+					rec.last += time.Duration(150e-9 * ctx * float64(rec.tokens-1) * float64(time.Second))
+				}
+			}
+			rep := r.analyse(windows, warmupEnd)
+			var table strings.Builder
+			if err := rep.WriteTable(&table); err != nil {
+				t.Fatal(err)
+			}
+			t.Log("\n" + table.String())
+			if rep.Saturation == nil || rep.Saturation.RateRequestsPerSecond != 16 {
+				t.Fatalf("saturation %+v, want 16 requests/s (the noise is in the warm-up only)", rep.Saturation)
+			}
+			if c := rep.ProfileCheck; c == nil || !c.Agrees || c.SaturationRateRequestsPerSecond == nil || *c.SaturationRateRequestsPerSecond != 16 {
+				t.Errorf("profile check: %v; want the fitted profile to saturate at 16 requests/s too", c.Disagreement)
+			}
+			st, want := rep.Profile.StepTime, emulator.DefaultConfig().StepTime
+			jointNote := slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "fitted together over the warm-up and the steps") })
+			if probe > 0 {
+				if jointNote || rep.Fit.ContextProbe == nil || len(rep.Fit.ContextProbe.Groups) != 2*ProbeRounds {
+					t.Errorf("notes %q, probe %+v: want the probe's %d groups measured and no joint fit", rep.Notes, rep.Fit.ContextProbe, 2*ProbeRounds)
+				}
+				within(t, st, want, 0.1)
+				return
+			}
+			if !jointNote || rep.Fit.ContextProbe != nil {
+				t.Errorf("notes %q, probe %+v: want no probe and a note saying the step-time coefficients were fitted together", rep.Notes, rep.Fit.ContextProbe)
+			}
+			// What the steps measure, perSeq + perContextToken × the context
+			// held, stays within 10 % of the engine's at the conversation
+			// trace's mean context (about 1,300 tokens).
+			const held = 1300
+			got := st.PerSeq.Seconds() + held*st.PerContextToken.Seconds()
+			truth := want.PerSeq.Seconds() + held*want.PerContextToken.Seconds()
+			if e := math.Abs(got-truth) / truth; e > 0.1 {
+				t.Errorf("perSeq + %d × perContextToken = %.3gs, want %.3gs within 10 %% (off by %.0f %%)", held, got, truth, 100*e)
+			}
+		})
+	}
+}
+
+// within checks each step-time coefficient of got against want within tol
+// (a fraction).
+func within(t *testing.T, got simulate.StepTimeProfile, want emulator.StepTimeModel, tol float64) {
+	t.Helper()
 	for _, c := range []struct {
 		name      string
 		got, want time.Duration
@@ -461,58 +550,11 @@ func TestCalibrateRecoversDefaultEngine(t *testing.T) {
 		{"perPrefillToken", got.PerPrefillToken.Duration, want.PerPrefillToken},
 		{"perContextToken", got.PerContextToken.Duration, want.PerContextToken},
 	} {
-		if e := math.Abs(float64(c.got-c.want)) / float64(c.want); e > 0.1 {
-			t.Errorf("%s = %v, want %v within 10 %% (off by %.0f %%)", c.name, c.got, c.want, 100*e)
+		if e := math.Abs(float64(c.got-c.want)) / float64(c.want); e > tol {
+			t.Errorf("%s = %v, want %v within %.0f %% (off by %.0f %%)", c.name, c.got, c.want, 100*tol, 100*e)
 		} else {
 			t.Logf("%s = %v (true %v, %+.1f %%)", c.name, c.got, c.want, 100*float64(c.got-c.want)/float64(c.want))
 		}
-	}
-}
-
-// TestCalibrateWithNoisyWarmup: when the warm-up's timings overstate the cost
-// of context (as a shared CPU makes them: measured against `lab emulator`'s
-// default engine, 134–222 ns per token against 40), the steps still decide
-// what the profile serves. The warm-up here is the simulated one with each
-// request's decode stretched by 150 ns per token of context it holds (its
-// inter-token latency then grows about 190 ns per token, a line the old fit
-// took for the context cost, leaving the steps a negative perSeq), and the
-// fitted profile must still saturate where the engine did, and say why it
-// fitted the three together.
-func TestCalibrateWithNoisyWarmup(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.URL, cfg.Warmup, cfg.StepDuration, cfg.MetricsInterval = "http://127.0.0.1:8000", 20, 30*time.Second, 250*time.Millisecond
-	cfg.Rates = []float64{4, 6, 8, 10, 12, 14, 16, 18, 20}
-	r, windows, warmupEnd := traceRun(t, cfg, emulator.DefaultConfig())
-	for _, rec := range r.records {
-		if rec.step < 0 && rec.tokens >= 2 {
-			ctx := float64(rec.prompt) + float64(rec.tokens)/2
-			rec.last += time.Duration(150e-9 * ctx * float64(rec.tokens-1) * float64(time.Second))
-		}
-	}
-	rep := r.analyse(windows, warmupEnd)
-	var table strings.Builder
-	if err := rep.WriteTable(&table); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + table.String())
-	if rep.Saturation == nil || rep.Saturation.RateRequestsPerSecond != 16 {
-		t.Fatalf("saturation %+v, want 16 requests/s (the noise is in the warm-up only)", rep.Saturation)
-	}
-	if c := rep.ProfileCheck; c == nil || !c.Agrees || c.SaturationRateRequestsPerSecond == nil || *c.SaturationRateRequestsPerSecond != 16 {
-		t.Errorf("profile check: %v; want the fitted profile to saturate at 16 requests/s too", c.Disagreement)
-	}
-	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "fitted together over the warm-up and the steps") }) {
-		t.Errorf("notes %q: want one saying the step-time coefficients were fitted together", rep.Notes)
-	}
-	// What the steps measure, perSeq + perContextToken × the context held,
-	// stays within 10 % of the engine's at the conversation trace's mean
-	// context (about 1,300 tokens).
-	st, want := rep.Profile.StepTime, emulator.DefaultConfig().StepTime
-	const held = 1300
-	got := st.PerSeq.Seconds() + held*st.PerContextToken.Seconds()
-	truth := want.PerSeq.Seconds() + held*want.PerContextToken.Seconds()
-	if e := math.Abs(got-truth) / truth; e > 0.1 {
-		t.Errorf("perSeq + %d × perContextToken = %.3gs, want %.3gs within 10 %% (off by %.0f %%)", held, got, truth, 100*e)
 	}
 }
 
@@ -590,6 +632,68 @@ func TestRoundDuration(t *testing.T) {
 	} {
 		if got := roundDuration(tt.sec); got != tt.want {
 			t.Errorf("roundDuration(%g) = %v, want %v", tt.sec, got, tt.want)
+		}
+	}
+}
+
+// TestProbeWindow: a probe group measures the step time and the context held
+// while all its requests decode together; a failed, stalled (preempted) or
+// too short request spoils the group; a chunk carrying two tokens counts both.
+func TestProbeWindow(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	// req decodes n tokens one every step ms from start, each chunk carrying per tokens.
+	req := func(prompt int, start, step float64, n, per int) *record {
+		rec := &record{step: stepProbe, prompt: prompt, tokens: n * per}
+		for i := range n {
+			rec.times = append(rec.times, ms(start+float64(i)*step))
+		}
+		return rec
+	}
+	g, ok := probeWindow([]*record{req(100, 0, 10, 100, 1), req(100, 50, 10, 100, 1)})
+	// Window 50–990 ms: the first request's tokens 5–99, the second's 0–94.
+	if !ok || math.Abs(g.StepSeconds-0.010) > 1e-9 || math.Abs(g.ContextTokens-(100+(6+99)/2.0+100+(1+94)/2.0)) > 1e-9 {
+		t.Errorf("two requests 10 ms per token: %+v, %v; want 10 ms and the contexts held in the window", g, ok)
+	}
+	if g, ok := probeWindow([]*record{req(100, 0, 20, 50, 2)}); !ok || math.Abs(g.StepSeconds-0.010) > 1e-9 {
+		t.Errorf("two tokens per chunk every 20 ms: %+v, %v; want 10 ms per token", g, ok)
+	}
+	failed := req(100, 0, 10, 100, 1)
+	failed.err = errNoToken
+	stalled := req(100, 0, 10, 100, 1)
+	for i := 40; i < len(stalled.times); i++ {
+		stalled.times[i] += ms(200) // preempted for 200 ms after its 40th token
+	}
+	for name, recs := range map[string][]*record{
+		"failed":    {req(100, 0, 10, 100, 1), failed},
+		"preempted": {req(100, 0, 10, 100, 1), stalled},
+		"too short": {req(100, 0, 10, 100, 1), req(100, 900, 10, 100, 1)},
+		"none":      nil,
+	} {
+		if g, ok := probeWindow(recs); ok {
+			t.Errorf("%s: %+v measured, want the group refused", name, g)
+		}
+	}
+}
+
+// TestProbePrompts: the long prompt fits max_model_len and the KV cache the
+// engine publishes, and a probe that would tell too little is skipped.
+func TestProbePrompts(t *testing.T) {
+	for _, c := range []struct {
+		batch, maxModelLen int
+		cache              *cacheConfig
+		long               int
+		ok                 bool
+	}{
+		{8, 0, nil, probePromptLong, true},
+		{8, 131072, &cacheConfig{blockSize: 16, numGPUBlocks: 27621}, probePromptLong, true},
+		{8, 4096, nil, 4096 - probeOutput, true},
+		{8, 4096, &cacheConfig{blockSize: 16, numGPUBlocks: 2000}, 28800/8 - probeOutput, true},
+		{8, 1024, nil, 0, false},
+		{256, 0, &cacheConfig{blockSize: 16, numGPUBlocks: 2000}, 0, false},
+	} {
+		short, long, ok, why := probePrompts(c.batch, c.maxModelLen, c.cache)
+		if ok != c.ok || (ok && (short != probePromptShort || long != c.long)) || (!ok && !strings.Contains(why, "skipped")) {
+			t.Errorf("probePrompts(%d, %d, %+v) = %d, %d, %v, %q; want long %d, ok %v", c.batch, c.maxModelLen, c.cache, short, long, ok, why, c.long, c.ok)
 		}
 	}
 }

@@ -175,7 +175,7 @@ func newReplayRun(reqs []record) *replayRun {
 	for i, r := range reqs {
 		id := strconv.Itoa(i)
 		rp.byID[id] = i
-		rp.recs[i] = record{step: r.step, shape: r.shape, sent: r.sent, first: -1, last: -1, done: -1, prompt: max(1, r.prompt)}
+		rp.recs[i] = record{step: r.step, round: r.round, shape: r.shape, sent: r.sent, first: -1, last: -1, done: -1, prompt: max(1, r.prompt)}
 		rp.arrivals[i] = emulator.Arrival{At: r.sent - base, Request: emulator.Request{ID: id, PromptTokens: max(1, r.prompt), MaxTokens: max(1, r.tokens)}}
 	}
 	rp.arrivedAt = make([]time.Duration, len(rp.arrivals))
@@ -205,6 +205,9 @@ func (rp *replayRun) observe(res *emulator.StepResult) {
 		}
 		rp.recs[i].last = end
 		rp.recs[i].tokens = tok.Index + 1
+		if rp.recs[i].step == stepProbe {
+			rp.recs[i].times = append(rp.recs[i].times, end)
+		}
 	}
 	for _, f := range res.Finished {
 		rp.recs[rp.byID[f.ID]].done = end

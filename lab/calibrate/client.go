@@ -17,7 +17,9 @@ import (
 // record is what the client saw of one request. Times are offsets from the
 // run's start; unset ones are -1.
 type record struct {
-	step  int // index into the steps; -1 for the warm-up
+	step int // index into the steps; stepWarmup or stepProbe
+	// round is a probe request's round.
+	round int
 	shape Shape
 	sent  time.Duration
 	// first and last are the arrivals of the first and the last chunk carrying
@@ -26,7 +28,10 @@ type record struct {
 	// prompt and tokens are the prompt and output lengths the engine reported
 	// (stream_options.include_usage), else the shape's and the chunks counted.
 	prompt, tokens int
-	err            error
+	// times are the arrivals of the chunks carrying text, kept for the
+	// context probe's requests only.
+	times []time.Duration
+	err   error
 }
 
 // ttft returns the time to first token, false when none came.
@@ -149,8 +154,8 @@ func (r *runner) send(ctx context.Context, s Shape, id int) (*http.Response, err
 // end of the stream. It sets loc's first and last token times as text chunks
 // arrive (publishing loc at the first) and its prompt tokens from the usage
 // chunk, and returns the text chunks and the usage's completion tokens (-1
-// without a usage chunk). Errors: a chunk that is not JSON, an error chunk, or
-// a broken stream.
+// without a usage chunk). Errors: a chunk that is not JSON, an error chunk, a
+// usage count below 0, or a broken stream.
 func (r *runner) readStream(body io.Reader, loc *record, publish func()) (chunks, usageTokens int, err error) {
 	usageTokens = -1
 	br := bufio.NewReaderSize(body, 16<<10)
@@ -172,12 +177,18 @@ func (r *runner) readStream(body io.Reader, loc *record, publish func()) (chunks
 				now := r.since()
 				loc.last = now
 				chunks++
+				if loc.step == stepProbe {
+					loc.times = append(loc.times, now)
+				}
 				if loc.first < 0 {
 					loc.first = now
 					publish()
 				}
 			}
 			if c.Usage != nil {
+				if c.Usage.PromptTokens < 0 || c.Usage.CompletionTokens < 0 {
+					return 0, 0, fmt.Errorf("stream usage: %d prompt and %d completion tokens: a count below 0", c.Usage.PromptTokens, c.Usage.CompletionTokens)
+				}
 				loc.prompt, usageTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
 			}
 		}

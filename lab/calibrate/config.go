@@ -69,6 +69,10 @@ type Config struct {
 	Model string
 	// Warmup is the number of requests sent one at a time before the steps, >= 1.
 	Warmup int
+	// ContextProbe is the number of requests sent at once in each group of the
+	// context probe, run after the warm-up (ProbeRounds rounds of a short- and
+	// a long-prompt group; see fitStepTime); 0 skips it. At most MaxContextProbe.
+	ContextProbe int
 	// Rates are the steps' request rates in requests per second, each > 0 and
 	// increasing.
 	Rates []float64
@@ -115,7 +119,8 @@ type Config struct {
 	ProgressInterval time.Duration
 }
 
-// DefaultConfig returns the defaults: 20 warm-up requests, 60 s steps of evenly
+// DefaultConfig returns the defaults: 20 warm-up requests, a context probe of
+// 8 requests at once, 60 s steps of evenly
 // spaced requests of 1000 prompt and 200 output tokens (about the Azure
 // conversation trace's means: 1155 and 211), ignore_eos, a TTFT p95 of at most
 // 2 s (simulate's default SLO), a queue near 0 at a mean of at most 1 waiting,
@@ -126,6 +131,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Warmup:              20,
+		ContextProbe:        8,
 		StepDuration:        60 * time.Second,
 		Arrivals:            ArrivalsUniform,
 		Shapes:              []Shape{{PromptTokens: 1000, OutputTokens: 200}},
@@ -220,6 +226,9 @@ func (c Config) validateLoad() []error {
 	if c.Warmup < 1 {
 		errs = append(errs, fmt.Errorf("warm-up requests must be >= 1 (they measure the idle engine), got %d", c.Warmup))
 	}
+	if c.ContextProbe < 0 || c.ContextProbe > MaxContextProbe {
+		errs = append(errs, fmt.Errorf("context probe must be 0 (off) to %d requests at once, got %d", MaxContextProbe, c.ContextProbe))
+	}
 	if len(c.Rates) == 0 {
 		errs = append(errs, errors.New("no request rate"))
 	}
@@ -289,8 +298,8 @@ func (c Config) validateVerdict() []error {
 // the metrics, request and progress intervals.
 func (c Config) validateLimits() []error {
 	var errs []error
-	if c.MaxRequests <= c.Warmup {
-		errs = append(errs, fmt.Errorf("max requests %d leaves none for the steps after %d warm-up requests", c.MaxRequests, c.Warmup))
+	if before := c.Warmup + 2*ProbeRounds*max(0, c.ContextProbe); c.MaxRequests <= before {
+		errs = append(errs, fmt.Errorf("max requests %d leaves none for the steps after %d warm-up and context probe requests", c.MaxRequests, before))
 	}
 	if c.StepsPastSaturation < 0 {
 		errs = append(errs, fmt.Errorf("steps past saturation must be >= 0, got %d", c.StepsPastSaturation))

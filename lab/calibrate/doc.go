@@ -14,14 +14,21 @@
 //     (first-request compilation, CUDA graphs) and, alone on an idle engine,
 //     measure the idle time to first token and inter-token latency that the
 //     profile fit needs.
-//  2. Steps: for each rate of Config.Rates, requests arrive at that rate for
+//  2. Context probe (Config.ContextProbe requests at once, 0 to skip it):
+//     ProbeRounds rounds of a group with 128-token prompts, then one with
+//     prompts of up to 8,000 tokens, 128 output tokens each. While all of a
+//     group decode together the batch is the same, so the step time differs
+//     between the groups by PerContextToken × the context they hold alone.
+//     A long group whose requests did not decode together (preempted: the KV
+//     cache is small for them) halves the next round's long prompt.
+//  3. Steps: for each rate of Config.Rates, requests arrive at that rate for
 //     Config.StepDuration (evenly spaced, or a Poisson process with
 //     Config.Arrivals), back to back, each a streaming POST /v1/completions
 //     whose time to first token (TTFT) and token timings are measured by the
 //     client. Meanwhile the engine's /metrics is read every Config.MetricsInterval
 //     with the adapter's own signal code (pkg/signals): queue depth, running
 //     requests, KV-cache usage, preemptions.
-//  3. A step passes when the mean queue depth over its second half is at most
+//  4. A step passes when the mean queue depth over its second half is at most
 //     Config.MaxQueue ("near 0"), the Config.TTFTQuantile (p95) of its requests'
 //     TTFT is within Config.TTFTSLO, and no request failed. The test stops
 //     Config.StepsPastSaturation steps after the first failing one, or at
@@ -68,21 +75,27 @@
 // (vllm:iteration_tokens_total):
 //
 //   - alone on an idle engine, a decode step is Base + PerSeq +
-//     PerContextToken × the context the request holds (a line over the
-//     warm-up's inter-token latencies against their contexts) and the prefill
-//     step adds PerPrefillToken × prompt tokens (TTFT less the idle decode
-//     step, per prompt token, over the one-chunk prompts);
+//     PerContextToken × the context the request holds and the prefill step
+//     adds PerPrefillToken × prompt tokens (TTFT less the idle decode step,
+//     per prompt token, over the one-chunk prompts);
+//   - PerContextToken is the context probe's (long group's step − short
+//     group's step) / (long group's context − short group's context), the
+//     median over its rounds; without the probe, the slope of a line over the
+//     warm-up's inter-token latencies against their contexts, a fraction of a
+//     millisecond over thousands of tokens that a busy host hides;
 //   - under load a passing step's engine step time τ is Base + b × PerSeq + x ×
 //     PerPrefillToken + C × PerContextToken, with b the mean running requests,
 //     x the prefill tokens per engine step and C the context they hold; net of
 //     the prefill and context costs, Base and PerSeq are a least-squares line
-//     over the steps and the idle point;
-//   - when that line would need a negative Base or PerSeq, the idle slope
-//     overstated the context cost (its timings are the noisiest measurement:
-//     a fraction of a millisecond over thousands of tokens), and Base, PerSeq
-//     and PerContextToken are fitted together over the warm-up and the steps,
-//     each at least 0, so that the profile serves what the steps measured;
-//   - maxNumSeqs is the most running requests seen while requests were waiting,
+//     over the idle point and the steps;
+//   - when that line would need a negative Base or PerSeq, the timings were
+//     noisy: with the probe, Base and PerSeq are fitted at least 0 net of its
+//     context cost; without it, the idle slope overstated the context cost,
+//     and Base, PerSeq and PerContextToken are fitted together over the
+//     warm-up and the steps, each at least 0, so that the profile serves what
+//     the steps measured;
+//   - maxNumSeqs is the most running requests seen while requests were waiting
+//     (from the steps' readings: the probe's groups arrive at once),
 //     when the batch sat at that count (a full batch); when the token budget or
 //     the KV cache stopped admissions first it is only a lower bound, and the
 //     emulator's default is written if larger; numGPUBlocks and blockSize come

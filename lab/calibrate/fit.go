@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/saturation-adapter/saturation-adapter/lab/emulator"
@@ -11,15 +12,20 @@ import (
 
 // Fit is how the engine profile was obtained: the measurements behind each field.
 type Fit struct {
-	// IdleTTFTSeconds and IdleInterTokenLatencySeconds are the warm-up's medians:
-	// a request alone on an idle engine.
+	// IdleTTFTSeconds is the warm-up's median TTFT, IdleInterTokenLatencySeconds
+	// its inter-token latency as the warm-up alone reads it (the intercept of
+	// the line over the contexts, or the median): a request alone on an idle
+	// engine.
 	IdleTTFTSeconds              float64 `json:"idleTTFTSeconds"`
 	IdleInterTokenLatencySeconds float64 `json:"idleInterTokenLatencySeconds"`
 	// Points are (mean running requests, step time in seconds net of its
 	// prefill and of the fitted context cost) pairs: the idle engine first
-	// (IdleInterTokenLatencySeconds at 1), then one per passing step. On them
-	// the fitted model is the line Base + PerSeq × running.
+	// (at 1: the warm-up's inter-token latency net of the fitted context
+	// cost), then one per passing step. On them the fitted model is the line Base +
+	// PerSeq × running.
 	Points [][2]float64 `json:"points"`
+	// ContextProbe is what the context probe measured; nil when it did not run.
+	ContextProbe *ContextProbe `json:"contextProbe,omitempty"`
 	// MaxNumSeqsFrom, KVCacheFrom and MaxModelLenFrom say where those fields came
 	// from ("observed", "cache_config_info", "estimated", "/v1/models",
 	// "default").
@@ -66,9 +72,10 @@ func lineFit(pts [][2]float64) (a, b float64) {
 }
 
 // fitProfile fits the engine configuration (see the package documentation) from
-// the warm-up records, the steps and the samples. It returns the configuration,
+// the warm-up and probe records, the steps and the samples (those from
+// stepsStart, the end of the warm-up and the probe, for the batch limit). It returns the configuration,
 // how each part was obtained and notes on what could not be observed.
-func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string) {
+func (r *runner) fitProfile(steps []StepReport, stepsStart time.Duration) (emulator.Config, Fit, []string) {
 	cfg := emulator.DefaultConfig()
 	var (
 		fit   Fit
@@ -86,7 +93,7 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 		cfg.StepTime.Base = time.Microsecond
 		notes = append(notes, "no step time could be measured: base set to 1us")
 	}
-	notes = append(notes, r.fitMaxNumSeqs(&cfg, &fit)...)
+	notes = append(notes, r.fitMaxNumSeqs(&cfg, &fit, stepsStart)...)
 	notes = append(notes, r.fitKVCache(steps, &cfg, &fit)...)
 	notes = append(notes, r.fitMaxModelLen(&cfg, &fit)...)
 	notes = append(notes, fmt.Sprintf("maxNumBatchedTokens cannot be observed from outside: the emulator's default %d is kept (set it to your --max-num-batched-tokens)", cfg.MaxNumBatchedTokens))
@@ -99,10 +106,18 @@ func (r *runner) fitProfile(steps []StepReport) (emulator.Config, Fit, []string)
 // the limit when the token budget (long prompts) or the KV cache stops
 // admissions; then the limit is not observed, and the most running requests
 // seen is a lower bound. It returns a note when the limit was not observed.
-func (r *runner) fitMaxNumSeqs(cfg *emulator.Config, fit *Fit) []string {
+func (r *runner) fitMaxNumSeqs(cfg *emulator.Config, fit *Fit, from time.Duration) []string {
 	var waitingRunning []float64
 	var maxRunning, kvAtMax float64
+	// The probe's groups arrive at once and may be preempted: their readings
+	// show requests waiting below the batch limit.
+	samples := r.samples[:0:0]
 	for _, s := range r.samples {
+		if s.at >= from {
+			samples = append(samples, s)
+		}
+	}
+	for _, s := range samples {
 		if s.running == nil {
 			continue
 		}
@@ -120,7 +135,7 @@ func (r *runner) fitMaxNumSeqs(cfg *emulator.Config, fit *Fit) []string {
 			atPeak++
 		}
 	}
-	for _, s := range r.samples {
+	for _, s := range samples {
 		if s.running != nil && *s.running == peak && s.queue != nil && *s.queue > 0 && s.kv != nil {
 			kvAtMax = math.Max(kvAtMax, *s.kv)
 		}
@@ -197,11 +212,16 @@ func (r *runner) fitMaxModelLen(cfg *emulator.Config, fit *Fit) []string {
 // prefill and context costs, against its running requests, is a line through
 // the idle point (1, a0) whose intercept is Base and slope PerSeq.
 //
-// The idle slope is the only measurement that tells PerContextToken from
-// PerSeq (under load the context held grows with the running requests), and
-// the weakest: on the default engine it moves a lone request's inter-token
-// latency by 0.3 ms over 8,000 tokens, which a shared CPU or a busy host hides.
-// When it is so far off that the steps' line would need a PerSeq below 0
+// Under load the context held grows with the running requests, so the steps
+// cannot tell PerContextToken from PerSeq. The idle slope can, weakly: on the
+// default engine it moves a lone request's inter-token latency by 0.3 ms over
+// 8,000 tokens, which a shared CPU or a busy host hides. The context probe
+// (see ProbeRounds), when it ran, measures it instead: the same batch at two
+// contexts, 2.5 ms apart on the default engine; the idle point is then the
+// warm-up's inter-token latency net of the probe's context cost. (The
+// probe's groups are not points of the line: at 8 requests at once they
+// would outweigh the steps, and a busy host stretches their steps.)
+// When the context cost is so far off that the steps' line would need a PerSeq below 0
 // (measured against `lab emulator`'s default engine on a loaded machine: 134–222
 // ns per token against 40, then PerSeq 0 and a profile that saturated at 12
 // requests/s against 16), the three are fitted together instead, over the
@@ -210,6 +230,18 @@ func (r *runner) fitMaxModelLen(cfg *emulator.Config, fit *Fit) []string {
 // profile replays them.
 func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPrefill, perCtx float64, notes []string) {
 	idle, a0, perCtx, perPrefill, notes := r.fitIdle(fit)
+	probeCtx, probed, probeNotes := r.fitProbe(fit)
+	if probed {
+		// The probe's difference replaces the lone requests' slope (what the
+		// warm-up could not tell about it no longer matters); the idle point
+		// is their inter-token latency net of it.
+		notes = slices.DeleteFunc(notes, func(n string) bool { return strings.Contains(n, "perContextToken") })
+		perCtx = probeCtx
+		if len(idle) > 0 {
+			a0 = idleNet(idle, perCtx)
+		}
+	}
+	notes = append(notes, probeNotes...)
 	load := r.loadPoints(steps, perPrefill)
 	// line is the idle point and the steps net of the context cost perCtx.
 	line := func(perCtx float64) [][2]float64 {
@@ -224,23 +256,31 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 	}
 	base, perSeq = lineFit(line(perCtx))
 	if perSeq < 0 || base < 0 {
-		coef, held := fitStepModel(append(idle, load...))
-		notes = append(notes, fmt.Sprintf("the steps do not bear the warm-up's context cost (%.3g ns per token; its timings are noisy, e.g. on a shared CPU): base, perSeq and perContextToken fitted together over the warm-up and the steps",
-			perCtx*1e9))
+		pts := slices.Concat(idle, load)
+		if probed {
+			// The probe's context cost stands: base and perSeq alone are
+			// fitted, at least 0, over the points net of it.
+			for i := range pts {
+				pts[i].seconds -= perCtx * pts[i].context
+				pts[i].context = 0
+			}
+		}
+		coef, held := fitStepModel(pts)
+		if probed {
+			coef[2], held[2] = perCtx, false
+			notes = append(notes, fmt.Sprintf("net of the context probe's cost (%.3g ns per token), the steps' line needs a negative base or perSeq (timings are noisy, e.g. on a shared CPU): the two fitted at least 0", perCtx*1e9))
+		} else {
+			notes = append(notes, fmt.Sprintf("the steps do not bear the warm-up's context cost (%.3g ns per token; its timings are noisy, e.g. on a shared CPU): base, perSeq and perContextToken fitted together over the warm-up and the steps",
+				perCtx*1e9))
+		}
 		base, perSeq, perCtx = coef[0], coef[1], coef[2]
 		for i, name := range []string{"base", "perSeq", "perContextToken"} {
 			if held[i] {
 				notes = append(notes, fmt.Sprintf("%s fitted as 0: its least-squares value was negative, or the points could not tell it from the others", name))
 			}
 		}
-		// The idle point net of the context cost now fitted: the median of
-		// the warm-up's inter-token latencies less it.
 		if len(idle) > 0 {
-			net := make([]float64, len(idle))
-			for i, p := range idle {
-				net[i] = p.seconds - perCtx*p.context
-			}
-			a0 = median(net)
+			a0 = idleNet(idle, perCtx)
 		}
 	}
 	fit.Points = [][2]float64{}
@@ -248,6 +288,16 @@ func (r *runner) fitStepTime(steps []StepReport, fit *Fit) (base, perSeq, perPre
 		fit.Points = append(fit.Points, [2]float64{round(p[0]), round(p[1])})
 	}
 	return base, perSeq, perPrefill, perCtx, notes
+}
+
+// idleNet is the idle point net of the context cost perCtx: the median of the
+// warm-up's inter-token latencies less it.
+func idleNet(idle []stepPoint, perCtx float64) float64 {
+	net := make([]float64, len(idle))
+	for i, p := range idle {
+		net[i] = p.seconds - perCtx*p.context
+	}
+	return median(net)
 }
 
 // stepPoint is one observation of an engine step: running requests, the
@@ -376,7 +426,7 @@ func leastSquares(pts []stepPoint, idx []int) ([]float64, bool) {
 func (r *runner) idleWarmup() []*record {
 	var warm []*record
 	for _, rec := range r.records {
-		if rec.step < 0 && rec.err == nil && rec.first >= 0 {
+		if rec.step == stepWarmup && rec.err == nil && rec.first >= 0 {
 			warm = append(warm, rec)
 		}
 	}

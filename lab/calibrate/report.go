@@ -46,9 +46,11 @@ type Report struct {
 
 // Settings echo the run's configuration (Config); durations in seconds.
 type Settings struct {
-	// WarmupRequests is Config.Warmup; Rates the steps' rates (requests per
-	// second), StepSeconds their length and Arrivals their spacing.
+	// WarmupRequests is Config.Warmup, ContextProbe Config.ContextProbe (0:
+	// skipped); Rates the steps' rates (requests per second), StepSeconds
+	// their length and Arrivals their spacing.
 	WarmupRequests int       `json:"warmupRequests"`
+	ContextProbe   int       `json:"contextProbe"`
 	Rates          []float64 `json:"rates"`
 	StepSeconds    float64   `json:"stepSeconds"`
 	Arrivals       Arrivals  `json:"arrivals"`
@@ -122,7 +124,7 @@ func (r *runner) analyse(windows []window, warmupEnd time.Duration) *Report {
 		so += float64(s.OutputTokens)
 	}
 	rep.Settings = Settings{
-		WarmupRequests: cfg.Warmup, Rates: cfg.Rates, StepSeconds: cfg.StepDuration.Seconds(), Arrivals: cfg.Arrivals,
+		WarmupRequests: cfg.Warmup, ContextProbe: cfg.ContextProbe, Rates: cfg.Rates, StepSeconds: cfg.StepDuration.Seconds(), Arrivals: cfg.Arrivals,
 		Shapes: len(cfg.Shapes), MeanPromptTokens: round(sp / float64(len(cfg.Shapes))), MeanOutputTokens: round(so / float64(len(cfg.Shapes))),
 		TTFTSLOSeconds: cfg.TTFTSLO.Seconds(), TTFTQuantile: cfg.TTFTQuantile, MaxQueue: cfg.MaxQueue, MaxRequests: cfg.MaxRequests,
 		StepsPastSaturation: cfg.StepsPastSaturation, Headroom: cfg.Headroom, MetricsIntervalSecond: cfg.MetricsInterval.Seconds(), Seed: cfg.Seed,
@@ -159,7 +161,7 @@ func (r *runner) analyse(windows []window, warmupEnd time.Duration) *Report {
 		}
 	}
 
-	engine, fit, notes := r.fitProfile(rep.Steps)
+	engine, fit, notes := r.fitProfile(rep.Steps, warmupEnd)
 	rep.Profile, rep.Fit = simulate.ProfileOf(engine), fit
 	rep.Profile.Name = fmt.Sprintf("%s at %s, calibrated", r.model, cfg.URL)
 	rep.Notes = append(rep.Notes, notes...)
@@ -330,6 +332,13 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w)
+	if cp := rep.Fit.ContextProbe; cp != nil && cp.PerContextTokenSeconds != nil {
+		fmt.Fprintf(w, "context probe: %d requests at once; step time", cp.Batch)
+		for _, g := range cp.Groups {
+			fmt.Fprintf(w, " %.2fms with %d-token prompts (%.0f tokens held),", 1000*g.StepSeconds, g.PromptTokens, g.ContextTokens)
+		}
+		fmt.Fprintf(w, " so %.3g ns per token of context held (median over the rounds)\n", 1e9**cp.PerContextTokenSeconds)
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -186,7 +186,7 @@ func (r *runner) newRecord(step int) (*record, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := &record{step: step, shape: r.cfg.Shapes[r.rng.IntN(len(r.cfg.Shapes))], sent: r.since(), first: -1, last: -1, done: -1}
-	if step < 0 && len(r.cfg.Shapes) == 1 && len(r.records)%2 == 1 {
+	if step == stepWarmup && len(r.cfg.Shapes) == 1 && len(r.records)%2 == 1 {
 		rec.shape = longWarmup(rec.shape, r.maxModelLen)
 	}
 	r.records = append(r.records, rec)
@@ -209,8 +209,15 @@ func (r *runner) load(ctx context.Context) ([]window, time.Duration, error) {
 	if err := r.warmup(ctx); err != nil {
 		return nil, 0, err
 	}
+	if err := r.contextProbe(ctx); err != nil {
+		return nil, 0, err
+	}
 	warmupEnd := r.since()
-	r.progress("warm-up done in %v", warmupEnd.Round(time.Millisecond))
+	what := "warm-up"
+	if cfg.ContextProbe > 0 {
+		what = "warm-up and context probe"
+	}
+	r.progress("%s done in %v", what, warmupEnd.Round(time.Millisecond))
 
 	var progressC <-chan time.Time // nil: no progress within steps
 	if cfg.ProgressInterval > 0 {
@@ -233,7 +240,7 @@ func (r *runner) load(ctx context.Context) ([]window, time.Duration, error) {
 // request that fails.
 func (r *runner) warmup(ctx context.Context) error {
 	for i := range r.cfg.Warmup {
-		rec, id := r.newRecord(-1)
+		rec, id := r.newRecord(stepWarmup)
 		r.complete(ctx, rec, id)
 		r.finished()
 		if ctx.Err() != nil {
@@ -253,7 +260,9 @@ func (r *runner) warmup(ctx context.Context) error {
 func (r *runner) runSteps(ctx context.Context, wg *sync.WaitGroup, progressC <-chan time.Time) ([]window, error) {
 	cfg := r.cfg
 	var windows []window
-	sent, failing := cfg.Warmup, 0
+	r.mu.Lock()
+	sent, failing := len(r.records), 0 // the warm-up's and the probe's
+	r.mu.Unlock()
 	for i, rate := range cfg.Rates {
 		w, err := r.runStep(ctx, wg, progressC, i, rate, &sent)
 		if err != nil {

@@ -65,8 +65,9 @@ func (o *CalibrateOptions) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.Steps, "steps", o.Steps, "Number of steps, at most 1000.")
 	fs.DurationVar(&c.StepDuration, "step-length", c.StepDuration, "How long each step sends requests.")
 	fs.IntVar(&c.Warmup, "warmup-requests", c.Warmup, "Requests sent one at a time before the steps: they warm the engine up and measure it idle (with one request size, every other one has a 4 times longer prompt).")
+	fs.IntVar(&c.ContextProbe, "context-probe", c.ContextProbe, "After the warm-up, requests sent at once in each group of the context probe (2 rounds of 128-token prompts, then prompts of up to 8,000 tokens, 128 output tokens each): the step time's difference between the two groups measures perContextToken; 0 skips it (the warm-up's lone requests then measure it, less precisely).")
 	fs.StringVar(&o.Arrivals, "arrivals", o.Arrivals, "Spacing of a step's requests: uniform (a fixed rate, as stepped load tests do) or poisson (bursty, seeded).")
-	fs.IntVar(&c.MaxRequests, "max-requests", c.MaxRequests, "Hard cap on the requests of the whole run, warm-up included.")
+	fs.IntVar(&c.MaxRequests, "max-requests", c.MaxRequests, "Hard cap on the requests of the whole run, warm-up and context probe included.")
 	fs.IntVar(&c.StepsPastSaturation, "steps-past-saturation", c.StepsPastSaturation, "Steps to run after the first failing one (they measure the full batch and the throughput).")
 
 	fs = fss.FlagSet("requests")

@@ -62,7 +62,7 @@ func capacity(c emulator.Config, prompt, output int) float64 {
 // analysis and the fit to the engine's known parameters, within 10 %.
 func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a 40 s real-time load test")
+		t.Skip("a 75 s real-time load test")
 	}
 	engine := calibrationEngine()
 	_, url := emulated.Serve(t, emulatorserver.Config{
@@ -82,7 +82,7 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 		t.Fatalf("calibrate: %v\n%s", err, progress)
 	}
 	t.Logf("configured capacity %.3g req/s\n%s", want, table)
-	if !strings.Contains(progress, "step 1/9: 4 req/s for 5s") || !strings.Contains(progress, "warm-up done") {
+	if !strings.Contains(progress, "step 1/9: 4 req/s for 5s") || !strings.Contains(progress, "warm-up and context probe done") {
 		t.Errorf("progress does not show the steps:\n%s", progress)
 	}
 	data, err := os.ReadFile(jsonPath)
@@ -109,6 +109,13 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 		t.Errorf("profile maxNumSeqs %d, maxModelLen %d; want the engine's %d and %d", cfg.MaxNumSeqs, cfg.MaxModelLen, engine.MaxNumSeqs, engine.MaxModelLen)
 	}
 	t.Logf("the fitted profile's capacity: %.3g req/s", capacity(cfg, prompt, output))
+	// The context probe ran after the warm-up and measured at least one round
+	// (its long prompts halved if the KV cache preempted them).
+	if cp := rep.Fit.ContextProbe; cp == nil || cp.Batch != 8 || cp.PerContextTokenSeconds == nil || !strings.Contains(table, "context probe: 8 requests at once") {
+		t.Errorf("context probe %+v: want a round measured and shown in the table", cp)
+	} else {
+		t.Logf("context probe: %+v, %.3g ns per token (the engine's: 0)", cp.Groups, 1e9**cp.PerContextTokenSeconds)
+	}
 	if rep.ProfileCheck == nil || len(rep.ProfileCheck.Steps) == 0 {
 		t.Errorf("profile check %+v, want the steps replayed on the fitted profile", rep.ProfileCheck)
 	}
@@ -125,10 +132,10 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 // TestCalibrateFlagErrors: bad flags are reported together, each with its value.
 func TestCalibrateFlagErrors(t *testing.T) {
 	_, _, err := runRoot("calibrate", "--rates", "4,2", "--steps", "3", "--ttft-quantile", "1.5", "--arrivals", "bursty",
-		"--headroom", "0", "--max-requests", "5", "--warmup-requests", "10")
+		"--headroom", "0", "--max-requests", "5", "--warmup-requests", "10", "--context-probe", "257")
 	for _, want := range []string{"--url is required", "--rates excludes --steps", "rates must increase: 2 follows 4",
 		"TTFT quantile must be in (0, 1], got 1.5", `arrivals "bursty"`, "headroom must be in (0, 1], got 0",
-		"max requests 5 leaves none for the steps after 10 warm-up requests"} {
+		"max requests 5 leaves none for the steps after 1552 warm-up and context probe requests", "context probe must be 0 (off) to 256 requests at once, got 257"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want it to contain %q", err, want)
 		}
