@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -165,4 +166,73 @@ func newDirectFixture(t *testing.T, engines map[string]*httptest.Server, pods []
 		scrape.Reader{Extractor: signals.NewExtractorWith(signals.ExtractOptions{}), History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	prov := provider.New(provider.Options{MaxAge: 45 * time.Second}, provider.StaticCatalog{C: catalog}, sel, provider.Scraped(sc, 2*time.Second), clk, pm)
 	return &fixture{srv: newAPIServer(t, prov), clock: clk, reg: reg, catalog: catalog}
+}
+
+// familyBody is an engine whose own running gauge carries a label named as
+// the adapter's family label, naming another family: it is the engine's label
+// and names nothing, so the gauge is still the running count (40) and the
+// queue is the waiting gauge (0).
+var familyBody = []byte("vllm:num_requests_waiting{engine=\"0\"} 0\n" +
+	"vllm:num_requests_running{engine=\"0\",saturation_adapter_metric=\"vllm:num_requests_waiting\"} 40\n" +
+	"vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n" +
+	// a series of a family not read, whose label names one that is: not read
+	"vllm:cache_config_info{engine=\"0\",saturation_adapter_metric=\"vllm:num_requests_waiting\"} 7\n")
+
+// A label named as the adapter's family label on an engine's own series does
+// not rename it: read through Prometheus, the series gives the same answers
+// as scraped directly.
+func TestFamilyLabelOnEngineSeries(t *testing.T) {
+	pods := []pod{{name: "pod-a", labels: map[string]string{"app": "x"}}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(familyBody) }))
+	t.Cleanup(srv.Close)
+	viaProm := newFixture(t, newFakeProm(t, ok(map[string]string{"series": matrix(t, streamsOf(t, familyBody, "pod-a", t0)...)})), fixtureOptions{}, pods...)
+	direct := newDirectFixture(t, map[string]*httptest.Server{"pod-a": srv}, pods)
+	want := map[string]string{policy.MetricQueueDepth: "0", policy.MetricRunning: "40", policy.MetricSaturation: "625m"}
+	for m, w := range want {
+		d, p := direct.get(t, "llm", m, "app=x"), viaProm.get(t, "llm", m, "app=x")
+		if d.code != http.StatusOK || p.code != http.StatusOK {
+			t.Fatalf("%s: direct HTTP %d (%s), via Prometheus HTTP %d (%s)", m, d.code, d.status.Message, p.code, p.status.Message)
+		}
+		dv, pv := d.list.Items[0].Value, p.list.Items[0].Value
+		if dv.Cmp(pv) != 0 {
+			t.Errorf("%s: direct %s, via Prometheus %s", m, dv.String(), pv.String())
+		}
+		if dv.String() != w {
+			t.Errorf("%s: direct %s, want %s", m, dv.String(), w)
+		}
+	}
+}
+
+// explain reads a saved answer by the same rule: a series with a metric name
+// is read by it (the family label on it is the engine's, kept), as the
+// extractor reads the body; the adapter's own window increases (the family
+// label, no metric name) are still not read.
+func TestReadingsOfFamilyLabelOnEngineSeries(t *testing.T) {
+	e := signals.NewExtractor()
+	want, err := e.Extract(familyBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := &model.SampleStream{Metric: model.Metric{"namespace": "llm", "pod": "pod-a", "engine": "0", familyLabel: "vllm:num_requests_waiting"},
+		Values: []model.SamplePair{{Timestamp: model.TimeFromUnixNano(t0.UnixNano()), Value: 99}}}
+	v, err := Decode([]byte(matrix(t, append(streamsOf(t, familyBody, "pod-a", t0), window)...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, errs := ReadingsOf(v, DefaultLabels(), e)
+	key := types.NamespacedName{Namespace: "llm", Name: "pod-a"}
+	if len(errs) != 0 || len(rs) != 1 || len(rs[key]) != 1 {
+		t.Fatalf("readings %v, errors %v; want one reading of llm/pod-a", rs, errs)
+	}
+	got := rs[key][0]
+	if len(got.Engines) != 1 || len(want.Engines) != 1 {
+		t.Fatalf("engines: saved answer %d, body %d; want 1", len(got.Engines), len(want.Engines))
+	}
+	g, w := fmt.Sprint(got.Engines[0].Values), fmt.Sprint(want.Engines[0].Values)
+	if g != w {
+		t.Errorf("saved answer's engine %s, the body's %s", g, w)
+	}
+	if q, _ := got.Engines[0].Value(signals.QueueDepth); q != 0 {
+		t.Errorf("saved answer's queue %g, want 0 (the waiting gauge)", q)
+	}
 }

@@ -278,6 +278,63 @@ func TestExplainPrometheusResponse(t *testing.T) {
 	})
 }
 
+// A label named as the adapter's own family label (saturation_adapter_metric)
+// on an engine's series is the engine's label: explain reads a saved
+// Prometheus answer holding it as it reads the /metrics body, the running
+// gauge as running, not as the queue its label names.
+func TestExplainPrometheusFamilyLabelOnEngineSeries(t *testing.T) {
+	dir := t.TempDir()
+	body := filepath.Join(dir, "pod.prom")
+	if err := os.WriteFile(body, []byte("vllm:num_requests_waiting{engine=\"0\"} 0\n"+
+		"vllm:num_requests_running{engine=\"0\",saturation_adapter_metric=\"vllm:num_requests_waiting\"} 40\n"+
+		"vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	answer := filepath.Join(dir, "answer.json")
+	series := func(name, value string, extra string) string {
+		return `{"metric":{"__name__":"` + name + `","namespace":"llm","pod":"pod-a","engine":"0"` + extra + `},"values":[[1767225600,"` + value + `"]]}`
+	}
+	if err := os.WriteFile(answer, []byte(`{"status":"success","data":{"resultType":"matrix","result":[`+
+		series("vllm:num_requests_waiting", "0", "")+","+
+		series("vllm:num_requests_running", "40", `,"saturation_adapter_metric":"vllm:num_requests_waiting"`)+","+
+		series("vllm:kv_cache_usage_perc", "0.5", "")+`]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := Explain([]string{body}, NewScoringOptions(), ExplainOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := ExplainPrometheus([]string{answer}, NewScoringOptions(), NewPrometheusOptions(), ExplainOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(direct.Pods) != 1 || len(saved.Pods) != 1 {
+		t.Fatalf("pods: body %d, saved answer %d; want 1", len(direct.Pods), len(saved.Pods))
+	}
+	d, p := direct.Pods[0], saved.Pods[0]
+	str := func(v *float64) string {
+		if v == nil {
+			return "null"
+		}
+		return fmt.Sprint(*v)
+	}
+	for _, c := range []struct {
+		name       string
+		body, resp *float64
+		want       string
+	}{
+		{"queue", d.QueueDepth, p.QueueDepth, "0"},
+		{"running", d.Running, p.Running, "40"},
+		{"KV", d.KVCacheUsage, p.KVCacheUsage, "0.5"},
+		{"saturation", d.Saturation, p.Saturation, "0.625"},
+		{"pool", direct.Pool.Value, saved.Pool.Value, "0.625"},
+	} {
+		if str(c.body) != c.want || str(c.resp) != c.want {
+			t.Errorf("%s: body %s, saved answer %s; want %s", c.name, str(c.body), str(c.resp), c.want)
+		}
+	}
+}
+
 // explain --gateway (issue 8): a policy with a gateway input adds the gateway's
 // queue as the server does (hazard NC-04's 380 held requests at set point 5 add
 // 76 replicas), alone at zero pods; without the gateway's file its queue is
