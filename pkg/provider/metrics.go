@@ -84,6 +84,10 @@ type Metrics struct {
 	ServedValue *prometheus.GaugeVec
 	// PoolPods is the number of pods behind that answer, by PodState.
 	PoolPods *prometheus.GaugeVec
+	// PeakStatesEvicted counts the peak-hold pool states dropped to keep a
+	// namespace within its bound, by who asked about the pool (hpa, request):
+	// that pool's peak hold started afresh.
+	PeakStatesEvicted *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg. It returns an
@@ -102,17 +106,30 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: metricsNamespace, Name: "pool_pods",
 			Help: "Pods behind the last External answer to a HorizontalPodAutoscaler, by state (counted, unknown, held, and by engine state).",
 		}, []string{"namespace", "hpa", "metric", "state"}),
+		PeakStatesEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "peak_states_evicted_total",
+			Help: "Peak-hold pool states dropped because their namespace kept the most pools of that kind (asked by an HPA, or by other requests only); the pool's peak hold starts afresh.",
+		}, []string{"asked_by"}),
 	}
-	for _, c := range []prometheus.Collector{m.Requests, m.ServedValue, m.PoolPods} {
+	for _, c := range []prometheus.Collector{m.Requests, m.ServedValue, m.PoolPods, m.PeakStatesEvicted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	for _, c := range peakClasses {
+		m.PeakStatesEvicted.WithLabelValues(c) // 0 until the first eviction, not absent
 	}
 	return m, nil
 }
 
 func (m *Metrics) request(metric string, r Result) {
 	m.Requests.WithLabelValues(metric, string(r)).Inc()
+}
+
+// peakStateEvicted counts a peak-hold state dropped for room; class is one
+// of peakClasses.
+func (m *Metrics) peakStateEvicted(class string) {
+	m.PeakStatesEvicted.WithLabelValues(class).Inc()
 }
 
 // served records an answer for each HPA it was computed for.

@@ -25,7 +25,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	m.served("llm", []string{"vllm"}, "llm_saturation", 1, policy.Pool{Pods: 2, Known: 1})
 	// namespace, hpa and metric take the operator's names; the rest are fixed.
-	metricdocs.Check(t, reg, "../../", 3, "namespace", "hpa", "metric")
+	metricdocs.Check(t, reg, "../../", 4, "namespace", "hpa", "metric")
 }
 
 // Requests through the real handlers leave this exposition: per-HPA series only

@@ -96,10 +96,9 @@ type Provider struct {
 	warnMu sync.Mutex
 	warned map[string]struct{}
 
-	// states are the pool states of the policies that remember (a peak hold),
+	// peaks are the pool states of the policies that remember (a peak hold),
 	// per namespace, selector and metric.
-	stateMu sync.Mutex
-	states  map[string]*policy.PoolState
+	peaks *peakStates
 
 	// aggs are the pools kept as aggregates when the readings are Watched;
 	// fromAggs counts the answers read from them (tests check the path).
@@ -112,7 +111,7 @@ var _ cmprovider.ExternalMetricsProvider = (*Provider)(nil)
 // New returns a Provider serving the policies of the catalog in force.
 func New(opts Options, catalogs Catalogs, pools Pools, readings Readings, clk clock.PassiveClock, metrics *Metrics) *Provider {
 	p := &Provider{opts: opts, catalogs: catalogs, pools: pools, readings: readings, clock: clk, metrics: metrics, warned: map[string]struct{}{},
-		states: map[string]*policy.PoolState{}}
+		peaks: newPeakStates(metrics.peakStateEvicted)}
 	if w, ok := readings.(Watched); ok {
 		p.aggs = newAggregates()
 		p.watch(w)
@@ -120,27 +119,18 @@ func New(opts Options, catalogs Catalogs, pools Pools, readings Readings, clk cl
 	return p
 }
 
-// poolState returns the state the policy keeps for the pool of namespace and
-// selector, creating it, and drops the states nobody asked for over twice
-// their peak window (a deleted HPA, a changed selector).
-func (p *Provider) poolState(pol *policy.Policy, namespace string, selector labels.Selector, now time.Time) *policy.PoolState {
-	if !pol.Remembers() {
+// poolState returns the state pol keeps for the pool of namespace and
+// selector, whose answer has a value, creating it; nil when pol does not
+// remember, or when the pool has no pod and no HPA asks about it (a state is
+// kept only for a namespace with pods or HPAs, so that requests naming made-up
+// namespaces keep nothing). hpas are the HPAs asking about the pool. The
+// states are bounded per namespace (peakStates): a pool whose state was
+// dropped starts its peak hold afresh.
+func (p *Provider) poolState(pol *policy.Policy, namespace string, selector labels.Selector, pods int, hpas []string, now time.Time) *policy.PoolState {
+	if !pol.Remembers() || (pods == 0 && len(hpas) == 0) {
 		return nil
 	}
-	key := namespace + "\x00" + selector.String() + "\x00" + pol.Name
-	p.stateMu.Lock()
-	defer p.stateMu.Unlock()
-	for k, st := range p.states {
-		if k != key && now.Sub(st.LastUsed()) > 2*pol.Peak.Window && now.Sub(st.LastUsed()) > time.Hour {
-			delete(p.states, k)
-		}
-	}
-	st := p.states[key]
-	if st == nil {
-		st = &policy.PoolState{}
-		p.states[key] = st
-	}
-	return st
+	return p.peaks.get(pol, namespace, selector, len(hpas) > 0, now)
 }
 
 // ListAllExternalMetrics lists the catalog: a static list, no I/O, so API
@@ -205,9 +195,15 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 			return nil, err
 		}
 	}
+	hpas, hpasRead := []string(nil), false
 	if pol.HasAhead() {
 		now := p.clock.Now()
-		a.pool = pol.Ahead(now, p.poolState(pol, namespace, metricSelector, now), a.pool)
+		var st *policy.PoolState
+		if pol.Remembers() && a.pool.Value != nil {
+			hpas, hpasRead = p.pools.HPAsFor(namespace, pol.Name, metricSelector), true
+			st = p.poolState(pol, namespace, metricSelector, len(members), hpas, now)
+		}
+		a.pool = pol.Ahead(now, st, a.pool)
 	}
 	if p.opts.Advice != nil {
 		p.opts.Advice.Answered(namespace, pol.Name, metricSelector, a.pool)
@@ -232,7 +228,10 @@ func (p *Provider) GetExternalMetric(ctx context.Context, namespace string, metr
 			"metric", pol.Name, "unknownSaturation", pol.UnknownSaturation, "held", a.pool.Held, "pods", a.unknown)
 	}
 	p.metrics.request(pol.Name, ResultOK)
-	p.metrics.served(namespace, p.pools.HPAsFor(namespace, pol.Name, metricSelector), pol.Name, q.AsApproximateFloat64(), a.pool)
+	if !hpasRead {
+		hpas = p.pools.HPAsFor(namespace, pol.Name, metricSelector)
+	}
+	p.metrics.served(namespace, hpas, pol.Name, q.AsApproximateFloat64(), a.pool)
 	if len(a.roles) > 1 {
 		p.warnMixedRoles(namespace, metricSelector, pol.Name, catalog.RoleLabel(), a.roles)
 	}

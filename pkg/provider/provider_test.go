@@ -139,6 +139,8 @@ type fixture struct {
 	clock         *clocktesting.FakeClock
 	reg           *prometheus.Registry
 	opts          Options
+	// prov is the provider behind srv, for tests that send many requests.
+	prov *Provider
 }
 
 func builtinCatalog(t testing.TB) *policy.Catalog {
@@ -231,7 +233,7 @@ func newFixtureCatalog(t *testing.T, catalog *policy.Catalog, specs ...object) *
 			History: history.HistoryOptions{Needs: catalog.Needs()}}, clk, sm)
 	opts := Options{MaxAge: 6 * time.Second, StartupGrace: 10 * time.Minute}
 	prov := New(opts, StaticCatalog{catalog}, pools, Scraped(sc, 2*time.Second), clk, pm)
-	return &fixture{srv: newAPIServer(t, prov), scraper: sc, scrapeMetrics: sm, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts}
+	return &fixture{srv: newAPIServer(t, prov), scraper: sc, scrapeMetrics: sm, pools: pools, metrics: pm, clock: clk, reg: reg, opts: opts, prov: prov}
 }
 
 // newAPIServer serves prov through custom-metrics-apiserver's real server and
