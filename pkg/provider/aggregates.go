@@ -3,6 +3,7 @@ package provider
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"sort"
@@ -50,7 +51,18 @@ type aggregates struct {
 	sweep time.Time
 }
 
-type aggKey struct{ namespace, selector, policy string }
+// aggKey identifies a pool: its namespace, the SHA-256 of its selector's
+// canonical form (a 100 KB selector costs 32 bytes here; up to maxAggregates
+// of them are kept) and its policy's name.
+type aggKey struct {
+	namespace string
+	selector  [sha256.Size]byte
+	policy    string
+}
+
+func aggKeyOf(namespace string, selector labels.Selector, pol *policy.Policy) aggKey {
+	return aggKey{namespace: namespace, selector: sha256.Sum256([]byte(selector.String())), policy: pol.Name}
+}
 
 // poolAgg is one pool's aggregate and what its members say beyond their
 // histories.
@@ -180,7 +192,7 @@ func (p *Provider) fromAggregate(ctx context.Context, w Watched, catalog *policy
 	if err := w.Serve(ctx, namespace); err != nil {
 		return answer{}, false, unavailable(fmt.Sprintf("%s: %v", where, err))
 	}
-	pa := p.aggs.pool(aggKey{namespace: namespace, selector: selector.String(), policy: pol.Name}, p.clock.Now())
+	pa := p.aggs.pool(aggKeyOf(namespace, selector, pol), p.clock.Now())
 	pa.mu.Lock()
 	now := p.clock.Now()
 	pa.lastUsed.Store(now.UnixNano())

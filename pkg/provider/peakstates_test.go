@@ -65,9 +65,9 @@ func heapAlloc() uint64 {
 	return m.HeapAlloc
 }
 
-// A 100 KB selector's state is keyed by 32 bytes and the policy's name: the
-// selector's text is not kept.
-func TestPeakKeyIsSmall(t *testing.T) {
+// A 100 KB selector's peak-hold state and aggregate are keyed by 32 bytes
+// and the policy's name (and namespace): the selector's text is not kept.
+func TestPoolKeysAreSmall(t *testing.T) {
 	pol := peakPolicy(t, "held", 10*time.Minute)
 	long := mustParse(t, "app=vllm"+strings.Repeat(",x notin (y)", 100<<10/12))
 	if n := len(long.String()); n < 100<<10-16 {
@@ -83,6 +83,15 @@ func TestPeakKeyIsSmall(t *testing.T) {
 	// Two spellings of one selector are one pool.
 	if peakKeyOf(mustParse(t, "b=2,a=1"), pol) != peakKeyOf(mustParse(t, "a=1, b=2"), pol) {
 		t.Error("two spellings of one selector have different keys")
+	}
+	// So is an aggregate's (up to maxAggregates are kept).
+	ak := aggKeyOf("llm", long, pol)
+	if size := int(unsafe.Sizeof(ak)) + len(ak.namespace) + len(ak.policy); size > 96 {
+		t.Errorf("a 100 KB selector's aggregate key takes %d bytes, want at most 96", size)
+	}
+	if aggKeyOf("llm", mustParse(t, "b=2,a=1"), pol) != aggKeyOf("llm", mustParse(t, "a=1, b=2"), pol) ||
+		aggKeyOf("llm", long, pol) == aggKeyOf("other", long, pol) {
+		t.Error("aggregate keys: want one per namespace and canonical selector")
 	}
 }
 
