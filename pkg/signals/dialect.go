@@ -203,7 +203,8 @@ type Dialect struct {
 	// apart (vLLM: "engine", the data-parallel rank; Triton: "model" and
 	// "version"); empty when the engine has none.
 	EngineLabels []string
-	// ModelLabel carries the served model's name.
+	// ModelLabel carries the served model's name. Series that differ in it are
+	// different engines, never duplicates (see splitModels).
 	ModelLabel string
 	// Spellings, when set, are the alternative prefixes of every metric name of
 	// the dialect (SGLang: "sglang:" as the engine exposes them, "sglang_" as its

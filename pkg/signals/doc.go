@@ -20,14 +20,22 @@
 //
 // A dialect names its engine labels (vLLM: "engine", the data-parallel rank;
 // SGLang: "dp_rank" and the router's "worker_addr"; Triton: "model" and
-// "version"). Series with the same metric name and the same engine label values
-// are the same signal, whatever their other labels say (model_name, pid,
-// tp_rank, a scrape job's relabelling): they collapse to their maximum, which is
+// "version") and its model label (vLLM, SGLang, trtllm: "model_name").
+// Series with the same metric name, the same engine label values and the same
+// model are the same signal, whatever their other labels say (pid, tp_rank, a
+// scrape job's relabelling): they collapse to their maximum, which is
 // independent of order, never their sum and never the last one read. When such
 // duplicates disagree a warning says so. The maximum is chosen because it errs
 // towards "more saturated", the safe direction for an autoscaler. Distinct label
 // values are never one engine, even where an ID must be cut or cleaned (see
 // engineKey).
+//
+// Series that differ in the model label are different engines: when the
+// series of one engine label value carry several models (two servers of one
+// pod scraped together, a multi-model server), each model is an engine of its
+// own, its ID the engine ID and the model joined by "/" ("0/big"), whatever
+// the order of the lines. An engine label value with one model keeps its ID
+// (see splitModels).
 //
 // # One body, one reading
 //

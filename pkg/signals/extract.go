@@ -161,8 +161,10 @@ type scanBuffers struct {
 	nBuilds int
 	ids     []string
 	models  map[string]struct{}
-	bounds  []float64
-	key     []byte
+	// firstModel holds, per engine ID, the first model seen (splitModels).
+	firstModel map[string]string
+	bounds     []float64
+	key        []byte
 	// The series cache's part (see seriesCache): fast holds the samples of the
 	// lines it answered; accepted counts the lines read; global and offsets
 	// give, per line handed to textparse, its place among the lines read and
@@ -911,7 +913,8 @@ func (e *Extractor) parseError(om bool, b *scanBuffers, cause error) error {
 // values as they are (cut to length, control characters or invalid UTF-8
 // replaced, or a "/" inside a value that is not the last), it ends in "#" and
 // a hash of the exact values (FNV-64a), so two engines whose labels differ
-// only past the cut stay two engines (issue 19).
+// only past the cut stay two engines (issue 19). Where the series of one ID
+// carry several models, splitModels adds the model to it.
 func engineKey(d *Dialect, lset *labels.Labels) string {
 	switch len(d.EngineLabels) {
 	case 0:
@@ -982,7 +985,8 @@ func validate(s Signal, v float64) (float64, Reason, bool) {
 }
 
 // fold turns the samples into a Reading, in phases: choose the dialect and its
-// spelling; drop unlabelled aggregates beside engine-labelled series; validate
+// spelling; drop unlabelled aggregates beside engine-labelled series; make
+// each model of an engine label value that carries several an engine; validate
 // every series; per engine and signal choose the first alternative with a valid
 // value (duplicates collapsed to their maximum); build histograms; fold the
 // engines into the pod.
@@ -1005,6 +1009,10 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 		r.warn(fmt.Sprintf("%d lines are not exposition text and were skipped (first: line %d)", st.other, st.first))
 	}
 	samples = dropAggregates(&r, d, spelling, samples)
+	// Before splitModels, which may give an engine without the engine label
+	// an ID.
+	engineLabelled := slices.ContainsFunc(samples, func(s rawSample) bool { return s.engine != "" })
+	samples = splitModels(&r, d, spelling, samples, b)
 
 	engines, ids, models := e.buildEngines(&r, d, samples, b)
 	var oldest int64
@@ -1027,16 +1035,17 @@ func (e *Extractor) fold(samples []rawSample, st filterStats, b *scanBuffers) (R
 	}
 
 	e.resolve(&r, dialect, spelling, engines, ids, b)
-	e.foldPod(&r, d, ids)
+	e.foldPod(&r, d, engineLabelled)
 	return r, nil
 }
 
-// foldPod names a vLLM reading's version, warns about a Triton pod whose models
-// would add up, and folds the engines into the pod's values (for Triton, its
-// default view: see defaultView).
-func (e *Extractor) foldPod(r *Reading, d *Dialect, ids []string) {
+// foldPod names a vLLM reading's version (engineLabelled: some series carry
+// the engine label), warns about a Triton pod whose models would add up, and
+// folds the engines into the pod's values (for Triton, its default view: see
+// defaultView).
+func (e *Extractor) foldPod(r *Reading, d *Dialect, engineLabelled bool) {
 	if d.Name == "vllm" {
-		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], ids)
+		r.Dialect = vllmVersion(r.Sources[KVCacheUsage.String()], engineLabelled)
 	}
 	keep := defaultView(r)
 	if d.BackendPrefix != "" && keep == nil && len(r.Models) > 1 {
@@ -1068,7 +1077,7 @@ func (e *Extractor) buildEngines(r *Reading, d *Dialect, samples []rawSample, b 
 			ids = append(ids, id)
 		}
 		if s.model != "" {
-			if eb.model == "" {
+			if eb.model == "" { // the engine's only model (splitModels)
 				eb.model = e.strs.intern(excerpt.String(s.model, maxLabelBytes))
 			}
 			if len(models) < maxModels {
@@ -1275,6 +1284,127 @@ func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) [
 			d.spell(m, spelling), strings.Join(d.EngineLabels, "/")))
 	}
 	return out
+}
+
+// splitModels makes each model of an engine an engine of its own when the
+// series of one engine ID carry several values of the dialect's model label:
+// two servers of one pod scraped together, or a multi-model server, whose
+// series are not duplicates of one engine whatever their order. Such an
+// engine's ID is the engine ID and the model joined by "/" ("0/big"; see
+// modelEngineID). An engine ID whose series carry one model (the common case)
+// is left as it is, its series without the model label included. Beside
+// several models, a series without the model label is an aggregate of them
+// when they have series of its signal (ignored, with a warning, as
+// dropAggregates does for the engine label); else it stays under the engine
+// ID, an engine of its own without a model.
+func splitModels(r *Reading, d *Dialect, spelling int, samples []rawSample, b *scanBuffers) []rawSample {
+	if d.ModelLabel == "" || slices.Contains(d.EngineLabels, d.ModelLabel) {
+		return samples // the model is part of the engine ID already (Triton)
+	}
+	if b.firstModel == nil {
+		b.firstModel = map[string]string{}
+	}
+	first := b.firstModel
+	defer clear(first) // no label value of this body kept in the pool
+	// One map lookup per change of engine or model, and a map only when an
+	// engine ID has several models.
+	var split map[string]bool
+	var prevEngine, prevModel string
+	have := false
+	for i := range samples {
+		s := &samples[i]
+		if s.model == "" || have && s.engine == prevEngine && s.model == prevModel {
+			continue
+		}
+		prevEngine, prevModel, have = s.engine, s.model, true
+		m, ok := first[s.engine]
+		switch {
+		case !ok:
+			first[s.engine] = s.model
+		case m != s.model:
+			if split == nil {
+				split = map[string]bool{}
+			}
+			split[s.engine] = true
+		}
+	}
+	if split == nil {
+		return samples
+	}
+	type engineWhat struct {
+		engine string
+		what   int
+	}
+	labelled := map[engineWhat]bool{} // the signals and histograms of the models' series
+	for i := range samples {
+		if s := &samples[i]; s.model != "" && split[s.engine] {
+			labelled[engineWhat{s.engine, s.what()}] = true
+		}
+	}
+	var dropped []string
+	out := samples[:0]
+	for _, s := range samples {
+		if s.model == "" && split[s.engine] && labelled[engineWhat{s.engine, s.what()}] {
+			if m := s.metric(d); !slices.Contains(dropped, m) {
+				dropped = append(dropped, m)
+			}
+			continue
+		}
+		out = append(out, s)
+	}
+	for _, m := range dropped {
+		r.warn(fmt.Sprintf("a series of %s without the %s label beside series of several models of one engine is an aggregate, not an engine; ignored",
+			d.spell(m, spelling), d.ModelLabel))
+	}
+	// The IDs: an engine's and a model's, unless two engines would share
+	// one (the engine ID "0/big" beside engine "0" with models "big" and
+	// "small"); then the model's is hashed.
+	type engineModel struct{ engine, model string }
+	ids := map[engineModel]string{}
+	taken := map[string]int{}
+	for i := range out {
+		s := &out[i]
+		switch k := (engineModel{s.engine, s.model}); {
+		case s.model == "" || !split[s.engine]:
+			if _, ok := ids[k]; !ok {
+				ids[k] = s.engine
+				taken[s.engine]++
+			}
+		default:
+			if _, ok := ids[k]; !ok {
+				id := modelEngineID(s.engine, s.model, false)
+				ids[k] = id
+				taken[id]++
+			}
+		}
+	}
+	for k, id := range ids {
+		if k.model != "" && split[k.engine] && taken[id] > 1 {
+			ids[k] = modelEngineID(k.engine, k.model, true)
+		}
+	}
+	for i := range out {
+		if s := &out[i]; s.model != "" && split[s.engine] {
+			s.engine = ids[engineModel{s.engine, s.model}]
+		}
+	}
+	return out
+}
+
+// modelEngineID returns the ID of the engine serving model among the several
+// models of engine ID id: id and model joined by "/", cut and hashed as
+// engineID does; with hash set, always hashed (of id and model apart, so that
+// no two pairs share a hash input).
+func modelEngineID(id, model string, hash bool) string {
+	raw := id + "/" + model
+	if !hash {
+		return engineID(raw, false)
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(model))
+	return excerpt.String(raw, maxLabelBytes-17) + "#" + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // what is the signal of a scalar sample, NumSignals + the histogram of a
@@ -1751,8 +1881,8 @@ func (eb *engineBuild) histogram(h Histo, p int, d *Dialect, spelling int, id st
 
 // vllmVersion names the vLLM metrics generation: V1 exports the engine label and,
 // from 0.9.2, kv_cache_usage_perc; V0 has neither.
-func vllmVersion(kvSource string, ids []string) string {
-	if kvSource == "vllm:kv_cache_usage_perc" || slices.ContainsFunc(ids, func(id string) bool { return id != "" }) {
+func vllmVersion(kvSource string, engineLabelled bool) string {
+	if kvSource == "vllm:kv_cache_usage_perc" || engineLabelled {
 		return "vllm-v1"
 	}
 	return "vllm-v0"

@@ -24,6 +24,8 @@ func seedBodies(f *testing.F) {
 	}
 	f.Add([]byte("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\"} 3 1764590400.5\n# EOF\n"), "application/openmetrics-text; version=1.0.0")
 	f.Add([]byte("\xef\xbb\xbf  vllm:num_requests_waiting{engine=\"0\"} 1e309\r\nvllm:kv_cache_usage_perc 1.0000001\n"), "")
+	// Two models on one engine label: two engines, whatever the order.
+	f.Add([]byte(twoModelsSmall+twoModelsBig+"vllm:num_requests_waiting{engine=\"0\"} 3\n"), "")
 }
 
 // checkReading asserts the invariants of any reading: every value present is

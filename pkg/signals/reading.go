@@ -46,7 +46,10 @@ func (x *Values) Add(s Signal, v float64) { x.v[s], x.has = x.v[s]+v, x.has|1<<s
 // of a multi-model server) of a pod reports, after validity checks.
 type EngineSignals struct {
 	// ID is the engine label's value ("0", "1", ...; for Triton "model/version");
-	// empty for engines without one.
+	// empty for engines without one. When the series of one engine label value
+	// carry several models (two servers of one pod scraped together), each
+	// model is an engine, its ID the value and the model joined by "/"
+	// ("0/big"; "/big" without an engine label).
 	ID string
 	// Model is the served model name of the engine's series, if labelled.
 	Model string

@@ -48,8 +48,8 @@ func TestOneBodyNeverChangesAnother(t *testing.T) {
 			if diff := cmp.Diff(want, attacker, cmpReading); diff != "" {
 				t.Errorf("attacker body (-textparse +extracted):\n%s", diff)
 			}
-			if q, _ := attacker.Value(QueueDepth); q != 7 {
-				t.Errorf("attacker queue %g, want 7: engine 0 has two waiting series, 5 (model \"a\\n…\") and 7, which collapse to their maximum", q)
+			if q, _ := attacker.Value(QueueDepth); q != 12 || len(attacker.Engines) != 2 {
+				t.Errorf("attacker queue %g over %d engines, want 12 over 2: engine 0 carries two models, \"a\\n…\" (waiting 5) and \"m\" (waiting 7), one engine each", q, len(attacker.Engines))
 			}
 			for pass := range 3 {
 				got, err := e.Extract([]byte(issue19Victim))
@@ -115,6 +115,9 @@ func FuzzExtractSequence(f *testing.F) {
 		{"vllm:num_requests_waiting{engine=\"0\",model_name=\"a\\\\\"} 3\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.1\n", issue19Victim, "", 0b_00_01_00, false},
 		{string(vllm), string(other), issue19Victim, 0b_10_01_00_01_00, false},
 		{"vllm:num_requests_waiting{engine=\"0\"} 3\n# EOF\n", "vllm:num_requests_waiting{engine=\"0\",model_name=\"x\ny\"} 3\n# EOF\n", "", 0b_01_00, true},
+		// Two models on one engine label (one engine each), beside bodies
+		// with one of them, and with another model, on that label.
+		{twoModelsBig + twoModelsSmall, twoModelsSmall, issue19Victim, 0b_10_00_01_00_10_01_00, false},
 	} {
 		for config := range sequenceConfigs {
 			f.Add([]byte(seed.a), []byte(seed.b), []byte(seed.c), seed.order, seed.om, uint8(config))
