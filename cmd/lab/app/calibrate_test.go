@@ -135,7 +135,7 @@ func TestCalibrateFlagErrors(t *testing.T) {
 		"--headroom", "0", "--max-requests", "5", "--warmup-requests", "10", "--context-probe", "257")
 	for _, want := range []string{"--url is required", "--rates excludes --steps", "rates must increase: 2 follows 4",
 		"TTFT quantile must be in (0, 1], got 1.5", `arrivals "bursty"`, "headroom must be in (0, 1], got 0",
-		"max requests 5 leaves none for the steps after 1552 warm-up and context probe requests", "context probe must be 0 (off) to 256 requests at once, got 257"} {
+		"max requests 5 leaves none for the steps after 1038 warm-up and context probe requests", "context probe must be 0 (off) to 256 requests at once, got 257"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want it to contain %q", err, want)
 		}
