@@ -341,6 +341,17 @@ func cloneOrNil[T any](s []T) []T {
 	return slices.Clone(s)
 }
 
+// sampleMillis is an explicit sample timestamp (Unix milliseconds) as the
+// extractor keeps it, where 0 means "none": the epoch itself is kept as 1 ms
+// after it, so that a sample stamped at 0 reads as 56 years old, not as
+// fresh.
+func sampleMillis(ms int64) int64 {
+	if ms == 0 {
+		return 1
+	}
+	return ms
+}
+
 // milliTime is t (Unix milliseconds) as a time, zero for 0.
 func milliTime(t int64) time.Time {
 	if t == 0 {
@@ -796,7 +807,7 @@ func (e *Extractor) parse(om bool, data []byte, b *scanBuffers) error {
 		name := b.lset.Get(model.MetricNameLabel)
 		var t int64
 		if ts != nil {
-			t = *ts
+			t = sampleMillis(*ts)
 		}
 		if e.index.gateway[name] {
 			b.learnable[entry] = false // gateway series are never learned (see seriesCache)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
 )
 
 // Each case is a minimal input that once served a wrong number (issue 12,
@@ -277,5 +280,26 @@ func TestExtractBounds(t *testing.T) {
 		if len(err.Error()) > 400 {
 			t.Errorf("error is %d bytes long", len(err.Error()))
 		}
+	}
+}
+
+// TestEpochTimestampIsOld: a sample stamped at the epoch (timestamp 0, the
+// extractor's "no timestamp") is as old as that, on the text path and on
+// Prometheus samples, not fresh.
+func TestEpochTimestampIsOld(t *testing.T) {
+	r, err := NewExtractor().Extract([]byte("vllm:num_requests_waiting{engine=\"0\"} 3 0\nvllm:num_requests_running{engine=\"0\"} 1 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SampleTime.IsZero() || r.SampleTime.After(time.Unix(1, 0)) {
+		t.Errorf("text: sample time %v, want the epoch (not none)", r.SampleTime)
+	}
+	lset := labels.FromStrings("__name__", "vllm:num_requests_waiting", "engine", "0")
+	r, err = NewExtractor().ExtractSamples([]Sample{{Labels: lset, Value: 3, T: time.Unix(0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SampleTime.IsZero() || r.SampleTime.After(time.Unix(1, 0)) {
+		t.Errorf("samples: sample time %v, want the epoch (not none)", r.SampleTime)
 	}
 }

@@ -48,7 +48,7 @@ func (e *Extractor) ExtractSamples(samples []Sample) (Reading, error) {
 		s := &samples[i]
 		var t int64
 		if !s.T.IsZero() {
-			t = s.T.UnixMilli()
+			t = sampleMillis(s.T.UnixMilli())
 		}
 		if gs, ok := e.gatewaySeries(&s.Labels, s.Value, t); ok {
 			if len(gateway) >= e.opts.MaxSeries {
