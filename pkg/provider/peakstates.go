@@ -159,8 +159,7 @@ func (ps *peakStates) get(pol *policy.Policy, namespace string, selector labels.
 		ps.evicted(peakClasses[class])
 		if now.Sub(ns.logged) >= peakEvictLogEvery || now.Before(ns.logged) {
 			ns.logged = now
-			klog.InfoS("Warning: more pools with a peak-hold policy are asked about in this namespace than the adapter keeps; "+
-				"the least recently asked starts its peak hold afresh (saturation_adapter_peak_states_evicted_total counts them; logged at most hourly)",
+			klog.InfoS("Warning: more pools with a peak-hold policy are asked about in this namespace than the adapter keeps; the least recently asked starts its peak hold afresh (saturation_adapter_peak_states_evicted_total counts them; logged at most hourly)",
 				"namespace", namespace, "askedBy", peakClasses[class], "max", maxPeakStatesPerNamespace)
 		}
 	}
