@@ -59,6 +59,14 @@ type MetricsOptions struct {
 	MaxModelLen int
 	// CreatedAt is the value of every _created series, in Unix seconds.
 	CreatedAt time.Time
+	// BlockSize and NumGPUBlocks (the engine's, the null block included), both
+	// > 0, serve vllm:cache_config_info, one series of value 1 per engine, with
+	// the labels of the real dumps in testdata/samples (V1: vLLM 0.10's; V0:
+	// 0.6's), the emulator's block size and block count in block_size and
+	// num_gpu_blocks and the dumps' values in the others, as
+	// vllm/v1/metrics/loggers.py's log_metrics_info("cache_config", ...)
+	// serves them. 0 serves no such series.
+	BlockSize, NumGPUBlocks int
 }
 
 // Bucket bounds, copied from vLLM: V1 from vllm/v1/metrics/loggers.py (and
@@ -139,6 +147,10 @@ type Metrics struct {
 	hists    []histFamily
 	obs      [][numHistKinds]prometheus.Observer // per engine; nil where not served
 	created  float64
+	// cacheInfo is vllm:cache_config_info (nil: not served) and cacheLabels
+	// its label values per engine.
+	cacheInfo   *prometheus.Desc
+	cacheLabels [][]string
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -160,6 +172,7 @@ func NewMetrics(opts MetricsOptions, snapshot func(engine int) Snapshot) (*Metri
 	b.schedulerGauges()
 	b.counters()
 	b.histograms()
+	b.cacheConfig()
 	// Create every histogram series up front, as vLLM's make_per_engine does, so
 	// that they are served (empty) before the first request.
 	m.obs = make([][numHistKinds]prometheus.Observer, opts.Engines)
@@ -190,6 +203,9 @@ func (opts MetricsOptions) complete() (MetricsOptions, error) {
 	}
 	if opts.MaxModelLen <= 0 {
 		return opts, fmt.Errorf("max model len must be > 0, got %d", opts.MaxModelLen)
+	}
+	if opts.BlockSize < 0 || opts.NumGPUBlocks < 0 || (opts.BlockSize > 0) != (opts.NumGPUBlocks > 0) {
+		return opts, fmt.Errorf("block size %d and GPU blocks %d: want both > 0 (vllm:cache_config_info served) or both 0", opts.BlockSize, opts.NumGPUBlocks)
 	}
 	return opts, nil
 }
@@ -263,6 +279,47 @@ func (b *families) schedulerGauges() {
 		b.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
 	default:
 		b.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+	}
+}
+
+// cacheConfig declares vllm:cache_config_info when the options give the KV
+// cache's shape (see MetricsOptions.BlockSize).
+func (b *families) cacheConfig() {
+	o := b.m.opts
+	if o.BlockSize <= 0 || o.NumGPUBlocks <= 0 {
+		return
+	}
+	bs, nb := strconv.Itoa(o.BlockSize), strconv.Itoa(o.NumGPUBlocks)
+	// Label names and values in order; "engine" is filled per engine.
+	pairs := [][2]string{
+		{"block_size", bs}, {"cache_dtype", "auto"}, {"calculate_kv_scales", "False"}, {"cpu_kvcache_space_bytes", "None"},
+		{"cpu_offload_gb", "0.0"}, {"enable_prefix_caching", "False"}, {"engine", ""}, {"gpu_memory_utilization", "0.9"},
+		{"is_attention_free", "False"}, {"kv_sharing_fast_prefill", "False"}, {"mamba_cache_dtype", "auto"},
+		{"mamba_page_size_padded", "None"}, {"mamba_ssm_cache_dtype", "auto"}, {"num_cpu_blocks", "None"},
+		{"num_gpu_blocks", nb}, {"num_gpu_blocks_override", "None"}, {"prefix_caching_hash_algo", "builtin"},
+		{"sliding_window", "None"}, {"swap_space", "4.0"}, {"swap_space_bytes", "4294967296.0"},
+	}
+	if b.v0 {
+		pairs = [][2]string{
+			{"block_size", bs}, {"cache_dtype", "auto"}, {"cpu_offload_gb", "0"}, {"enable_prefix_caching", "False"},
+			{"gpu_memory_utilization", "0.9"}, {"num_cpu_blocks", "0"}, {"num_gpu_blocks", nb},
+			{"num_gpu_blocks_override", "None"}, {"sliding_window", "None"}, {"swap_space_bytes", "0.0"},
+		}
+	}
+	names := make([]string, len(pairs))
+	for i, p := range pairs {
+		names[i] = p[0]
+	}
+	b.m.cacheInfo = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", names, nil)
+	for e := range o.Engines {
+		vals := make([]string, len(pairs))
+		for i, p := range pairs {
+			vals[i] = p[1]
+			if p[0] == "engine" {
+				vals[i] = strconv.Itoa(e)
+			}
+		}
+		b.m.cacheLabels = append(b.m.cacheLabels, vals)
 	}
 }
 
@@ -347,6 +404,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range m.gauges {
 		ch <- g.desc
 	}
+	if m.cacheInfo != nil {
+		ch <- m.cacheInfo
+	}
 	for _, c := range append(m.counters, m.success) {
 		ch <- c.desc
 		if c.created != nil {
@@ -363,6 +423,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, lv := range m.cacheLabels {
+		ch <- prometheus.MustNewConstMetric(m.cacheInfo, prometheus.GaugeValue, 1, lv...)
+	}
 	for i, lv := range m.labels {
 		s := m.snapshot(i)
 		for _, g := range m.gauges {

@@ -39,7 +39,7 @@ func scrapeSim(t *testing.T, dialect MetricNames, engines int, maxModelLen int) 
 		sims[i] = sim
 	}
 	m, err := NewMetrics(MetricsOptions{ModelName: "Qwen/Qwen3-4B-Instruct-2507-FP8", Names: dialect, Engines: engines,
-		MaxModelLen: maxModelLen, CreatedAt: t0}, func(i int) Snapshot { return sims[i].Engine().Snapshot() })
+		MaxModelLen: maxModelLen, CreatedAt: t0, BlockSize: cfg.BlockSize, NumGPUBlocks: cfg.NumBlocks}, func(i int) Snapshot { return sims[i].Engine().Snapshot() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +168,7 @@ func TestMetricsGoldenAgainstRealVLLMV1Dump(t *testing.T) {
 				"vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
 				"vllm:request_success_total", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
 				"vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds", "vllm:num_preemptions_created",
+				"vllm:cache_config_info",
 			} {
 				if _, ok := got[name]; !ok {
 					t.Errorf("family %s missing", name)
@@ -213,8 +214,11 @@ func TestMetricsGoldenAgainstRealVLLMV0Dump(t *testing.T) {
 			t.Errorf("family %s differs from the real V0 dump (-want +got):\n%s", name, diff)
 		}
 	}
-	if compared < 4 {
-		t.Errorf("compared %d families with the V0 excerpt, want its 4 scheduler gauges", compared)
+	if compared < 5 {
+		t.Errorf("compared %d families with the V0 excerpt, want its 4 scheduler gauges and vllm:cache_config_info", compared)
+	}
+	if _, ok := got["vllm:cache_config_info"]; !ok {
+		t.Error("V0 does not serve vllm:cache_config_info")
 	}
 	if _, ok := got["vllm:kv_cache_usage_perc"]; ok {
 		t.Error("V0 serves vllm:kv_cache_usage_perc")

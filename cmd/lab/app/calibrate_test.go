@@ -105,6 +105,9 @@ func TestCalibrateRecoversEmulatorCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the written profile does not load: %v", err)
 	}
+	if rep.Fit.KVCacheFrom != "cache_config_info" || cfg.NumBlocks != engine.NumBlocks || cfg.BlockSize != engine.BlockSize {
+		t.Errorf("KV cache %d blocks of %d from %q; want the engine's %d of %d from vllm:cache_config_info", cfg.NumBlocks, cfg.BlockSize, rep.Fit.KVCacheFrom, engine.NumBlocks, engine.BlockSize)
+	}
 	if cfg.MaxNumSeqs != engine.MaxNumSeqs || cfg.MaxModelLen != engine.MaxModelLen {
 		t.Errorf("profile maxNumSeqs %d, maxModelLen %d; want the engine's %d and %d", cfg.MaxNumSeqs, cfg.MaxModelLen, engine.MaxNumSeqs, engine.MaxModelLen)
 	}

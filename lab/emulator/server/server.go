@@ -114,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 	m, err := emulator.NewMetrics(emulator.MetricsOptions{
 		ModelName: cfg.ModelName, Names: cfg.MetricNames, Engines: cfg.Engines,
 		MaxModelLen: cfg.Engine.MaxModelLen, CreatedAt: cfg.Clock.Now(),
+		BlockSize: cfg.Engine.BlockSize, NumGPUBlocks: cfg.Engine.NumBlocks,
 	}, func(i int) emulator.Snapshot { return s.runners[i].Snapshot() })
 	if err != nil {
 		return nil, err
