@@ -473,10 +473,10 @@ func (r *runner) fitIdle(fit *Fit) (pts []stepPoint, a0, perCtx, perPrefill floa
 		if perCtx < 0 {
 			notes = append(notes, fmt.Sprintf("the inter-token latency alone fell as the context grew (slope %.3gs per token): perContextToken set to 0", perCtx))
 			perCtx = 0
-			a0 = median(column(alone, 1))
+			a0 = idleNet(pts, 0) // the median of the same latencies
 		}
 	} else {
-		a0 = median(column(alone, 1))
+		a0 = idleNet(pts, 0) // the median of the same latencies
 		if len(alone) > 0 {
 			notes = append(notes, "the warm-up's contexts did not vary: perContextToken is not observed (0 written)")
 		}
@@ -554,14 +554,6 @@ func (r *runner) heldContext(i int) float64 {
 		return 0
 	}
 	return num / den
-}
-
-func column(pts [][2]float64, j int) []float64 {
-	out := make([]float64, len(pts))
-	for i, p := range pts {
-		out[i] = p[j]
-	}
-	return out
 }
 
 // estimateBlocks estimates num_gpu_blocks from the steps' mean KV usage and

@@ -120,15 +120,8 @@ func (r *runner) contextProbe(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if p == long {
-				r.mu.Lock()
-				copies := make([]*record, len(recs))
-				for i, rec := range recs {
-					c := *rec
-					copies[i] = &c
-				}
-				r.mu.Unlock()
-				if _, ok := probeWindow(copies); !ok {
+			if p == long { // every request has ended and published its record (wg.Wait)
+				if _, ok := probeWindow(recs); !ok {
 					long /= 2
 				}
 			}

@@ -1279,10 +1279,21 @@ func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) [
 			labelled[samples[i].what()] = true
 		}
 	}
-	var dropped []string
-	out := samples[:0]
+	out, dropped := dropWhere(d, samples, func(s *rawSample) bool { return s.engine == "" && labelled[s.what()] })
+	for _, m := range dropped {
+		r.warn(fmt.Sprintf("a series of %s without the %s label beside per-engine series is an aggregate, not an engine; ignored",
+			d.spell(m, spelling), strings.Join(d.EngineLabels, "/")))
+	}
+	return out
+}
+
+// dropWhere removes from samples, in place, those drop reports, and returns
+// the rest and the metrics of those removed, each once, in order of first
+// appearance (for the caller's warning).
+func dropWhere(d *Dialect, samples []rawSample, drop func(*rawSample) bool) (out []rawSample, dropped []string) {
+	out = samples[:0]
 	for _, s := range samples {
-		if s.engine == "" && labelled[s.what()] {
+		if drop(&s) {
 			if m := s.metric(d); !slices.Contains(dropped, m) {
 				dropped = append(dropped, m)
 			}
@@ -1290,11 +1301,7 @@ func dropAggregates(r *Reading, d *Dialect, spelling int, samples []rawSample) [
 		}
 		out = append(out, s)
 	}
-	for _, m := range dropped {
-		r.warn(fmt.Sprintf("a series of %s without the %s label beside per-engine series is an aggregate, not an engine; ignored",
-			d.spell(m, spelling), strings.Join(d.EngineLabels, "/")))
-	}
-	return out
+	return out, dropped
 }
 
 // splitModels makes each model of an engine an engine of its own when the
@@ -1352,17 +1359,9 @@ func splitModels(r *Reading, d *Dialect, spelling int, samples []rawSample, b *s
 			labelled[engineWhat{s.engine, s.what()}] = true
 		}
 	}
-	var dropped []string
-	out := samples[:0]
-	for _, s := range samples {
-		if s.model == "" && split[s.engine] && labelled[engineWhat{s.engine, s.what()}] {
-			if m := s.metric(d); !slices.Contains(dropped, m) {
-				dropped = append(dropped, m)
-			}
-			continue
-		}
-		out = append(out, s)
-	}
+	out, dropped := dropWhere(d, samples, func(s *rawSample) bool {
+		return s.model == "" && split[s.engine] && labelled[engineWhat{s.engine, s.what()}]
+	})
 	for _, m := range dropped {
 		r.warn(fmt.Sprintf("a series of %s without the %s label beside series of several models of one engine is an aggregate, not an engine; ignored",
 			d.spell(m, spelling), d.ModelLabel))
