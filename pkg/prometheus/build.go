@@ -1,6 +1,7 @@
 package prometheus
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -196,7 +197,9 @@ func scrapes(ss []series, e *signals.Extractor) []*signals.Reading {
 	return out
 }
 
-// ReadingsOf reads a saved answer (see Decode) as explain does, for every
+// ReadingsOf reads a saved answer of /api/v1/query (its JSON body: a vector,
+// or a range selector's matrix) as explain does, with the server's decoder
+// (decodeStream; each series' newest maxPointsPerSeries points), for every
 // namespace: per pod (by the namespace and pod labels l name), one Reading per
 // scrape timestamp, oldest first, each built by the extractor's rules from the
 // series sampled then; a vector answer gives one reading per pod. A pod whose
@@ -205,10 +208,16 @@ func scrapes(ss []series, e *signals.Extractor) []*signals.Reading {
 // without a metric name, as only the adapter's label_replace leaves them), are
 // not read. A series with a metric name is read by it, as the server reads a
 // series answer: a familyLabel on it is the engine's own label (see byPod).
-func ReadingsOf(v model.Value, l Labels, e *signals.Extractor) (readings map[types.NamespacedName][]*signals.Reading, errs map[types.NamespacedName]error) {
+// err, for a body the server would not read, is decodeStream's: a *QueryError
+// for Prometheus's error answer, else one wrapping ErrResponse.
+func ReadingsOf(body []byte, l Labels, e *signals.Extractor) (readings map[types.NamespacedName][]*signals.Reading, errs map[types.NamespacedName]error, err error) {
+	a, err := decodeStream(bytes.NewReader(body), decodeLimits{maxPoints: maxPointsPerSeries}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	pods := map[types.NamespacedName]*podData{}
 	var raw []series
-	for _, s := range seriesOf(v) {
+	for _, s := range a.series {
 		if !s.labels.Has(familyLabel) || s.labels.Has(model.MetricNameLabel) {
 			raw = append(raw, s)
 		}
@@ -232,7 +241,7 @@ func ReadingsOf(v model.Value, l Labels, e *signals.Extractor) (readings map[typ
 		}
 		readings[k] = rs
 	}
-	return readings, errs
+	return readings, errs, nil
 }
 
 // why says, for a message, why a pod has no history.

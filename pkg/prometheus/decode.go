@@ -1,7 +1,6 @@
 package prometheus
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,54 +22,6 @@ import (
 // matrix).
 var ErrResponse = errors.New("unusable Prometheus response")
 
-// response is the envelope of the Prometheus HTTP API
-// (https://prometheus.io/docs/prometheus/latest/querying/api/#format-overview).
-type response struct {
-	Status    string          `json:"status"`
-	ErrorType string          `json:"errorType"`
-	Error     string          `json:"error"`
-	Data      json.RawMessage `json:"data"`
-}
-
-// Decode reads a saved instant-query response, the JSON body Prometheus's
-// /api/v1/query returns: a vector (one sample per series) or a matrix (a range
-// selector's raw samples with their own timestamps). It decodes the result with
-// prometheus/common/model's own types, as the client the server queries with
-// does. Errors wrap ErrResponse and say what is wrong.
-func Decode(body []byte) (model.Value, error) {
-	var r response
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("%w: not a Prometheus API response: %s", ErrResponse, excerpt.String(err.Error(), 200))
-	}
-	if r.Status != "success" {
-		return nil, fmt.Errorf("%w: status %q: %s: %s", ErrResponse, excerpt.String(r.Status, 40),
-			excerpt.String(r.ErrorType, 40), excerpt.String(r.Error, 300))
-	}
-	var data struct {
-		Type   model.ValueType `json:"resultType"`
-		Result json.RawMessage `json:"result"`
-	}
-	if err := json.Unmarshal(r.Data, &data); err != nil {
-		return nil, fmt.Errorf("%w: data: %s", ErrResponse, excerpt.String(err.Error(), 200))
-	}
-	switch data.Type {
-	case model.ValVector:
-		var v model.Vector
-		if err := json.Unmarshal(data.Result, &v); err != nil {
-			return nil, fmt.Errorf("%w: vector: %s", ErrResponse, excerpt.String(err.Error(), 200))
-		}
-		return v, nil
-	case model.ValMatrix:
-		var m model.Matrix
-		if err := json.Unmarshal(data.Result, &m); err != nil {
-			return nil, fmt.Errorf("%w: matrix: %s", ErrResponse, excerpt.String(err.Error(), 200))
-		}
-		return m, nil
-	}
-	return nil, fmt.Errorf("%w: result type %q; want vector or matrix (an instant query, of a series selector or a range selector)",
-		ErrResponse, excerpt.String(data.Type.String(), 40))
-}
-
 // point is one sample of a series.
 type point struct {
 	t time.Time
@@ -81,47 +32,6 @@ type point struct {
 type series struct {
 	labels labels.Labels
 	points []point
-}
-
-// seriesOf flattens a query result into series. A vector's samples carry the
-// evaluation time (Prometheus stamps instant vectors so); a matrix's carry
-// their own. Scalars and strings have no series. Native histogram samples are
-// skipped: the engines expose classic histograms.
-func seriesOf(v model.Value) []series {
-	switch x := v.(type) {
-	case model.Vector:
-		out := make([]series, 0, len(x))
-		for _, s := range x {
-			if s == nil || s.Histogram != nil {
-				continue
-			}
-			out = append(out, series{labels: labelsOf(s.Metric), points: []point{{t: s.Timestamp.Time(), v: float64(s.Value)}}})
-		}
-		return out
-	case model.Matrix:
-		out := make([]series, 0, len(x))
-		for _, s := range x {
-			if s == nil || len(s.Values) == 0 {
-				continue
-			}
-			ps := make([]point, len(s.Values))
-			for i, p := range s.Values {
-				ps[i] = point{t: p.Timestamp.Time(), v: float64(p.Value)}
-			}
-			out = append(out, series{labels: labelsOf(s.Metric), points: ps})
-		}
-		return out
-	}
-	return nil
-}
-
-func labelsOf(m model.Metric) labels.Labels {
-	b := labels.NewScratchBuilder(len(m))
-	for k, v := range m {
-		b.Add(string(k), string(v))
-	}
-	b.Sort()
-	return b.Labels()
 }
 
 // seriesLabels are a series' labels as decodeStream read them, sorted by
@@ -183,16 +93,20 @@ const (
 // accepts its labels; its points are kept within lim. Native histogram
 // samples are not read (the engines expose classic histograms). Keys may come
 // in any order but for the result's type, which must precede the result as
-// every server of the API writes it. Errors: a *QueryError for Prometheus's own error answer;
-// ErrResponse (wrapped) for anything that is not a vector or matrix answer;
-// lim.charge's.
+// every server of the API writes it. Keys are matched as encoding/json matches
+// them to Decode's fields: exactly, or else by Unicode case folding (keyOf). A
+// key that carries the result (data, resultType, result, and a series'
+// metric, value and values) given twice is refused, where Decode would keep
+// the last or merge the two. Errors: a *QueryError for Prometheus's own error
+// answer; ErrResponse (wrapped) for anything that is not a vector or matrix
+// answer, or that gives such a key twice; lim.charge's.
 func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (queryAnswer, error) {
 	d := &streamDecoder{it: jsoniter.Parse(jsoniter.ConfigDefault, r, streamBufferBytes), lim: lim, keep: keep, intern: map[string]string{}}
 	var a queryAnswer
 	var status, errType, errMsg string
 	var sawData bool
 	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
-		switch key {
+		switch k := keyOf(key, envelopeKeys); k {
 		case "status":
 			status = excerpt.String(it.ReadString(), 40)
 		case "errorType":
@@ -200,11 +114,9 @@ func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (
 		case "error":
 			errMsg = excerpt.String(it.ReadString(), maxWarningBytes)
 		case "data":
-			if sawData {
-				d.err = fmt.Errorf("%w: data given twice", ErrResponse)
+			if d.twice(&sawData, k) {
 				return false
 			}
-			sawData = true
 			d.data(&a)
 		case "warnings", "infos":
 			it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
@@ -297,11 +209,18 @@ func validUTF8(s string) string {
 
 // data reads the "data" object: its resultType and result.
 func (d *streamDecoder) data(a *queryAnswer) {
+	var sawType, sawResult bool
 	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
-		switch key {
+		switch k := keyOf(key, dataKeys); k {
 		case "resultType":
+			if d.twice(&sawType, k) {
+				return false
+			}
 			d.typ = excerpt.String(it.ReadString(), 40)
 		case "result":
+			if d.twice(&sawResult, k) {
+				return false
+			}
 			if d.typ == "" {
 				// Prometheus (and Thanos, Mimir, VictoriaMetrics) write the
 				// type first; without it a series' "value" and "values"
@@ -333,20 +252,30 @@ func (d *streamDecoder) data(a *queryAnswer) {
 // element reads one series of the result and keeps it when it should be.
 func (d *streamDecoder) element() {
 	d.lbls, d.pts = d.lbls[:0], d.pts[:0]
+	var sawMetric, sawValue, sawValues bool
 	d.it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
-		switch key {
+		switch k := keyOf(key, seriesKeys); k {
 		case "metric":
+			if d.twice(&sawMetric, k) {
+				return false
+			}
 			it.ReadMapCB(func(it *jsoniter.Iterator, name string) bool {
 				d.lbls = append(d.lbls, labels.Label{Name: name, Value: it.ReadString()})
 				return it.Error == nil
 			})
 		case "value":
+			if d.twice(&sawValue, k) {
+				return false
+			}
 			if d.typ != model.ValVector.String() {
 				it.Skip()
 				break
 			}
 			d.point()
 		case "values":
+			if d.twice(&sawValues, k) {
+				return false
+			}
 			if d.typ != model.ValMatrix.String() {
 				it.Skip()
 				break
@@ -365,7 +294,7 @@ func (d *streamDecoder) element() {
 		}
 		return it.Error == nil
 	})
-	if d.it.Error != nil || len(d.pts) == 0 {
+	if d.it.Error != nil || d.err != nil || len(d.pts) == 0 {
 		return
 	}
 	// A label given twice counts once, the last, as a decoded map has it.
@@ -396,6 +325,46 @@ func (d *streamDecoder) element() {
 	}
 	d.bytes += n
 	d.kept = append(d.kept, series{labels: lset, points: slices.Clone(pts)})
+}
+
+// The keys of the objects decodeStream reads: the envelope, its data, and a
+// series of the result (the JSON names of Decode's fields and of
+// prometheus/common v0.73.1 model.Sample's and model.SampleStream's).
+var (
+	envelopeKeys = []string{"status", "errorType", "error", "data", "warnings", "infos"}
+	dataKeys     = []string{"resultType", "result"}
+	seriesKeys   = []string{"metric", "value", "values"}
+)
+
+// keyOf returns the name among names that the object key stands for, as
+// encoding/json matches a key to a struct field (Go 1.26,
+// src/encoding/json/decode.go, object: an exact match, or else one by Unicode
+// case folding, strings.EqualFold: "Status" and "ſtatus" are both
+// "status"); "" for none. Matching as Decode does keeps the two decoders
+// reading the same answer the same way.
+func keyOf(key string, names []string) string {
+	for _, n := range names {
+		if key == n {
+			return n
+		}
+	}
+	for _, n := range names {
+		if strings.EqualFold(key, n) {
+			return n
+		}
+	}
+	return ""
+}
+
+// twice marks the key name as seen and, if it was seen before, records the
+// error that it is given twice and returns true.
+func (d *streamDecoder) twice(seen *bool, name string) bool {
+	if *seen {
+		d.err = fmt.Errorf("%w: %q given twice in one object (in any letter case)", ErrResponse, name)
+		return true
+	}
+	*seen = true
+	return false
 }
 
 // point reads one [time, "value"] pair and keeps it within the limits.

@@ -1,6 +1,7 @@
 package prometheus
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"github.com/saturation-adapter/saturation-adapter/pkg/signals"
 )
 
+// TestDecode: the server's decoder (decodeStream) reads saved answers and
+// hazards, and refuses what is not a vector or matrix answer with a clear error.
 func TestDecode(t *testing.T) {
 	tests := []struct {
 		name, body string
@@ -25,24 +28,25 @@ func TestDecode(t *testing.T) {
 		{"BC-01: a NaN vector", hazard(t, "BC-01.json"), 1, ""},
 		{"BC-05: duplicates", hazard(t, "BC-05.json"), 3, ""},
 		{"a matrix", `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"a"},"values":[[1,"1"],[2,"+Inf"]]}]}}`, 1, ""},
-		{"an error", `{"status":"error","errorType":"bad_data","error":"parse error at char 3"}`, 0, `status "error": bad_data: parse error at char 3`},
+		{"an error", `{"status":"error","errorType":"bad_data","error":"parse error at char 3"}`, 0, `bad_data: parse error at char 3`},
 		{"a scalar", `{"status":"success","data":{"resultType":"scalar","result":[1,"2"]}}`, 0, `result type "scalar"`},
 		{"not JSON", `<html>`, 0, "not a Prometheus API response"},
-		{"a value that is not a number", `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"many"]}]}}`, 0, "vector:"},
+		{"a value that is not a number", `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"many"]}]}}`, 0, `not a [time, "value"] pair`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := Decode([]byte(tt.body))
+			a, err := decodeStream(strings.NewReader(tt.body), decodeLimits{}, nil)
 			if tt.err != "" {
-				if !errors.Is(err, ErrResponse) || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("err = %v, want ErrResponse saying %q", err, tt.err)
+				var qerr *QueryError
+				if !(errors.Is(err, ErrResponse) || errors.As(err, &qerr)) || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want ErrResponse or a QueryError saying %q", err, tt.err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := len(seriesOf(v)); got != tt.series {
+			if got := len(a.series); got != tt.series {
 				t.Errorf("%d series, want %d", got, tt.series)
 			}
 		})
@@ -77,9 +81,10 @@ func checkHistory(t *testing.T, h *history.History) {
 	}
 }
 
-// FuzzDecode: any body either fails to decode with ErrResponse or becomes
-// series that build into histories whose every value is valid; nothing
-// panics.
+// FuzzDecode: any body either fails to decode (the server's decoder) with
+// ErrResponse or a *QueryError, or becomes series that build into histories
+// whose every value is valid, and explain's reading of it (ReadingsOf) fails
+// the same way or gives valid readings; nothing panics.
 func FuzzDecode(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "hazards", "BC-0*.json"))
 	for _, p := range files {
@@ -94,16 +99,28 @@ func FuzzDecode(f *testing.F) {
 		`{"metric":{"saturation_adapter_metric":"vllm:time_to_first_token_seconds_bucket","namespace":"n","pod":"p","le":"x"},"values":[[3,"2"]]}]}}`))
 	e := signals.NewExtractor()
 	f.Fuzz(func(t *testing.T, body []byte) {
-		v, err := Decode(body)
+		rs, _, rerr := ReadingsOf(body, DefaultLabels(), e)
+		a, err := decodeStream(bytes.NewReader(body), decodeLimits{maxPoints: maxPointsPerSeries}, nil)
+		if (err == nil) != (rerr == nil) {
+			t.Fatalf("explain's reading fails with %v, the server's decoder with %v", rerr, err)
+		}
+		for _, prs := range rs {
+			for _, r := range prs {
+				if q := r.QueueDepthPtr(); q != nil && (math.IsNaN(*q) || math.IsInf(*q, 0) || *q < 0) {
+					t.Fatalf("explain's reading: queue depth %g", *q)
+				}
+			}
+		}
 		if err != nil {
-			if !errors.Is(err, ErrResponse) {
-				t.Fatalf("error %v is not ErrResponse", err)
+			var qerr *QueryError
+			if !errors.Is(err, ErrResponse) && !errors.As(err, &qerr) {
+				t.Fatalf("error %v is neither ErrResponse nor a QueryError", err)
 			}
 			return
 		}
 		pods := map[types.NamespacedName]*podData{}
-		byPod(pods, seriesOf(v), DefaultLabels(), "", "", 0)
-		byPod(pods, seriesOf(v), DefaultLabels(), "", "", time.Minute)
+		byPod(pods, a.series, DefaultLabels(), "", "", 0)
+		byPod(pods, a.series, DefaultLabels(), "", "", time.Minute)
 		o := newBuildOptions(e, history.HistoryOptions{}, []history.WindowKey{{Window: time.Minute}}, 15*time.Second)
 		o.now = time.Unix(1767225600, 0)
 		for _, d := range pods {

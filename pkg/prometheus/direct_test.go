@@ -215,11 +215,10 @@ func TestReadingsOfFamilyLabelOnEngineSeries(t *testing.T) {
 	}
 	window := &model.SampleStream{Metric: model.Metric{"namespace": "llm", "pod": "pod-a", "engine": "0", familyLabel: "vllm:num_requests_waiting"},
 		Values: []model.SamplePair{{Timestamp: model.TimeFromUnixNano(t0.UnixNano()), Value: 99}}}
-	v, err := Decode([]byte(matrix(t, append(streamsOf(t, familyBody, "pod-a", t0), window)...)))
+	rs, errs, err := ReadingsOf([]byte(matrix(t, append(streamsOf(t, familyBody, "pod-a", t0), window)...)), DefaultLabels(), e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, errs := ReadingsOf(v, DefaultLabels(), e)
 	key := types.NamespacedName{Namespace: "llm", Name: "pod-a"}
 	if len(errs) != 0 || len(rs) != 1 || len(rs[key]) != 1 {
 		t.Fatalf("readings %v, errors %v; want one reading of llm/pod-a", rs, errs)

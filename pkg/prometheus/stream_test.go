@@ -66,6 +66,7 @@ func FuzzDecodeStream(f *testing.F) {
 	f.Add([]byte(`{"status":"error","errorType":"execution","error":"too many samples"}`))
 	f.Add([]byte(`{"data":{"result":[],"resultType":"vector"},"status":"success","warnings":["x"]}`))
 	f.Add([]byte(`{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":"\u0062"},"value":[1.5,"+Inf"],"values":[[1,"2"]]}]}}`))
+	f.Add([]byte(`{"Status":"success","data":{"resultType":"matrix","result":[{"metric":{"a":"b"},"Values":[[1,"2"]],"values":[[2,"3"]]}],"Result":[]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		a, err := decodeStream(bytes.NewReader(body), decodeLimits{}, nil)
 		if err != nil {
@@ -84,6 +85,46 @@ func FuzzDecodeStream(f *testing.F) {
 			checkSeriesBuild(t, a.series)
 		}
 	})
+}
+
+// TestStreamKeysAsDecode: the stream decoder matches an object's keys as
+// encoding/json (Decode's path) does, exactly or else by case folding, so an
+// answer with keys in another letter case reads the same either way; and a key
+// that carries the result given twice, which Decode would resolve by keeping
+// the last (or merging), is refused. Found by FuzzDecodeStream.
+func TestStreamKeysAsDecode(t *testing.T) {
+	series := func(v string) string {
+		return `{"metric":{"pod":"p"},"value":[1767225600,"` + v + `"]}`
+	}
+	for _, body := range []string{
+		`{"Status":"success","DATA":{"ResultType":"vector","Result":[{"Metric":{"pod":"p"},"VALUE":[1767225600,"2"]}]}}`,
+		`{"\u017ftatus":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"p"},"valueS":[[1767225600,"2"]]}]}}`,
+		`{"\u0073tatus":"success","data":{"resultType":"vector","result":[` + series("3") + `]}}`,
+		`{"status":"error","Status":"success","data":{"resultType":"vector","result":[` + series("4") + `]}}`,
+	} {
+		a, err := decodeStream(strings.NewReader(body), decodeLimits{}, nil)
+		v, derr := Decode([]byte(body))
+		if err != nil || derr != nil {
+			t.Fatalf("%s: stream: %v, Decode: %v; want both to read it", body, err, derr)
+		}
+		if want, got := normalized(seriesOf(v)), normalized(a.series); len(got) != 1 || !slices.Equal(want, got) {
+			t.Errorf("%s: stream %q, Decode %q", body, got, want)
+		}
+	}
+	for _, tc := range []struct{ body, key string }{
+		{`{"status":"success","data":{"resultType":"vector","result":[` + series("1") + `]},"Data":{"resultType":"vector","result":[]}}`, "data"},
+		{`{"status":"success","data":{"resultType":"vector","result":[` + series("1") + `],"result":[` + series("2") + `]}}`, "result"},
+		{`{"status":"success","data":{"resultType":"vector","result":[` + series("1") + `],"RESULT":[]}}`, "result"},
+		{`{"status":"success","data":{"resultType":"vector","result":[],"resultType":"matrix"}}`, "resultType"},
+		{`{"status":"success","data":{"resultType":"vector","result":[{"metric":{"pod":"p"},"value":[1,"2"],"Value":[2,"5"]}]}}`, "value"},
+		{`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"p"},"values":[[1,"2"]],"values":[[2,"2"]]}]}}`, "values"},
+		{`{"status":"success","data":{"resultType":"vector","result":[{"metric":{"pod":"p"},"Metric":{"x":"y"},"value":[1,"2"]}]}}`, "metric"},
+	} {
+		_, err := decodeStream(strings.NewReader(tc.body), decodeLimits{}, nil)
+		if !errors.Is(err, ErrResponse) || !strings.Contains(err.Error(), fmt.Sprintf("%q given twice", tc.key)) {
+			t.Errorf("%s: error %v; want ErrResponse naming %q given twice", tc.body, err, tc.key)
+		}
+	}
 }
 
 // checkSeriesBuild builds every pod's series into a history, as the Source

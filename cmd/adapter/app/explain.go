@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -317,7 +318,7 @@ func explainGateways(catalog *policy.Catalog, files []string, stdin io.Reader) (
 
 // ExplainPrometheus evaluates saved Prometheus answers as the server does with
 // --source=prometheus: each answer is decoded as the Prometheus HTTP API's
-// JSON (pkg/prometheus.Decode), its series are joined to pods by the namespace
+// JSON by the server's decoder (pkg/prometheus.ReadingsOf), its series are joined to pods by the namespace
 // and pod labels, and each pod's readings (one per Prometheus scrape) are read
 // by the server's extractor into the server's History and pooled by the same
 // PoolBuilder, at the newest reading, with the server's default max sample age
@@ -335,11 +336,13 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 		if err != nil {
 			return Explanation{}, err
 		}
-		v, err := promsource.Decode(body)
+		rs, errs, err := promsource.ReadingsOf(body, prom.Labels(), e)
+		if qerr := (*promsource.QueryError)(nil); errors.As(err, &qerr) {
+			return Explanation{}, fmt.Errorf("%s: Prometheus's error answer: %w", f, err)
+		}
 		if err != nil {
 			return Explanation{}, fmt.Errorf("%s: %w", f, err)
 		}
-		rs, errs := promsource.ReadingsOf(v, prom.Labels(), e)
 		if len(errs) > 0 {
 			bad := make([]string, 0, len(errs))
 			for pod, err := range errs {

@@ -278,6 +278,39 @@ func TestExplainPrometheusResponse(t *testing.T) {
 	})
 }
 
+// explain reads a saved answer with the server's decoder: an answer the server
+// refuses (a key given twice, whichever its letter case) fails explain with the
+// same error, one with keys in another letter case reads as the server reads
+// it, and Prometheus's own error answer is named as one.
+func TestExplainPrometheusReadsAsTheServer(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bc05, err := os.ReadFile("../../../testdata/hazards/BC-05.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper := write("upper.json", strings.Replace(strings.Replace(string(bc05), `"resultType"`, `"ResultType"`, 1), `"result"`, `"RESULT"`, 1))
+	ex, err := ExplainPrometheus([]string{upper}, NewScoringOptions(), NewPrometheusOptions(), ExplainOptions{}, nil)
+	if err != nil || ex.Pool.Value == nil || math.Abs(*ex.Pool.Value-12.0/5) > 1e-12 {
+		t.Fatalf("keys in capitals: pool %+v, error %v; want 2.4 as from BC-05.json", ex.Pool, err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{write("twice.json", strings.Replace(string(bc05), `"result"`, `"result":[],"Result"`, 1)), `"result" given twice`},
+		{write("error.json", `{"status":"error","errorType":"bad_data","error":"parse error at char 3"}`), "Prometheus's error answer: bad_data: parse error at char 3"},
+	} {
+		if _, err := ExplainPrometheus([]string{tc.file}, NewScoringOptions(), NewPrometheusOptions(), ExplainOptions{}, nil); err == nil ||
+			!strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.file) {
+			t.Errorf("%s: error %v; want one naming the file and saying %q", tc.file, err, tc.want)
+		}
+	}
+}
+
 // A label named as the adapter's own family label (saturation_adapter_metric)
 // on an engine's series is the engine's label: explain reads a saved
 // Prometheus answer holding it as it reads the /metrics body, the running
