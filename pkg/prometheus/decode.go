@@ -94,10 +94,11 @@ const (
 // samples are not read (the engines expose classic histograms). Keys may come
 // in any order but for the result's type, which must precede the result as
 // every server of the API writes it. Keys are matched as encoding/json matches
-// them to Decode's fields: exactly, or else by Unicode case folding (keyOf). A
-// key that carries the result (data, resultType, result, and a series'
-// metric, value and values) given twice is refused, where Decode would keep
-// the last or merge the two. Errors: a *QueryError for Prometheus's own error
+// them to struct fields (the reference decoder FuzzDecodeStream holds this one
+// to, Decode in reference_test.go): exactly, or else by Unicode case folding
+// (keyOf). A key that carries the result (data, resultType, result, and a
+// series' metric, value and values) given twice is refused, where Decode
+// would keep the last or merge the two. Errors: a *QueryError for Prometheus's own error
 // answer; ErrResponse (wrapped) for anything that is not a vector or matrix
 // answer, or that gives such a key twice; lim.charge's.
 func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (queryAnswer, error) {
@@ -328,8 +329,8 @@ func (d *streamDecoder) element() {
 }
 
 // The keys of the objects decodeStream reads: the envelope, its data, and a
-// series of the result (the JSON names of Decode's fields and of
-// prometheus/common v0.73.1 model.Sample's and model.SampleStream's).
+// series of the result (the JSON names of the API's envelope and of
+// prometheus/common v0.73.1 model.Sample's and model.SampleStream's fields).
 var (
 	envelopeKeys = []string{"status", "errorType", "error", "data", "warnings", "infos"}
 	dataKeys     = []string{"resultType", "result"}
