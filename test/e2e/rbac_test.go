@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -290,12 +291,17 @@ func exerciseAdapter(t *testing.T, s *stack.Stack) {
 	}
 	waitFor(t, "the advisor's Event", func() bool { return events() >= 1 })
 	for _, minReplicas := range []int32{1, 0} {
-		h, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Get(ctx, "rbac", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Spec.MinReplicas = ptr.To(minReplicas)
-		if _, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Update(ctx, h, metav1.UpdateOptions{}); err != nil {
+		// The HPA controller writes the HPA's status meanwhile: a conflict is
+		// read again and retried, as a client of a controlled object does.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			h, err := c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Get(ctx, "rbac", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			h.Spec.MinReplicas = ptr.To(minReplicas)
+			_, err = c.AutoscalingV2().HorizontalPodAutoscalers(s.Namespace).Update(ctx, h, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second)
