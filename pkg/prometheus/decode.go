@@ -98,9 +98,9 @@ const (
 // to, Decode in reference_test.go): exactly, or else by Unicode case folding
 // (keyOf). A key that carries the result (data, resultType, result, and a
 // series' metric, value and values) given twice is refused, where Decode
-// would keep the last or merge the two. Errors: a *QueryError for Prometheus's own error
-// answer; ErrResponse (wrapped) for anything that is not a vector or matrix
-// answer, or that gives such a key twice; lim.charge's.
+// would keep the last or merge the two. Errors: a *QueryError for
+// Prometheus's own error answer; ErrResponse (wrapped) for anything that is
+// not a vector or matrix answer, or that gives such a key twice; lim.charge's.
 func decodeStream(r io.Reader, lim decodeLimits, keep func(seriesLabels) bool) (queryAnswer, error) {
 	d := &streamDecoder{it: jsoniter.Parse(jsoniter.ConfigDefault, r, streamBufferBytes), lim: lim, keep: keep, intern: map[string]string{}}
 	var a queryAnswer

@@ -318,12 +318,13 @@ func explainGateways(catalog *policy.Catalog, files []string, stdin io.Reader) (
 
 // ExplainPrometheus evaluates saved Prometheus answers as the server does with
 // --source=prometheus: each answer is decoded as the Prometheus HTTP API's
-// JSON by the server's decoder (pkg/prometheus.ReadingsOf), its series are joined to pods by the namespace
-// and pod labels, and each pod's readings (one per Prometheus scrape) are read
-// by the server's extractor into the server's History and pooled by the same
-// PoolBuilder, at the newest reading, with the server's default max sample age
-// (3 × --prometheus-scrape-interval). It fails on an answer that cannot be read,
-// one without a pod's series, or a pod without engine metrics, naming it.
+// JSON by the server's decoder (pkg/prometheus.ReadingsOf), its series are
+// joined to pods by the namespace and pod labels, and each pod's readings
+// (one per Prometheus scrape) are read by the server's extractor into the
+// server's History and pooled by the same PoolBuilder, at the newest reading,
+// with the server's default max sample age (3 × --prometheus-scrape-interval).
+// It fails on an answer that cannot be read, one without a pod's series, or a
+// pod without engine metrics, naming it.
 func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOptions, eo ExplainOptions, stdin io.Reader) (Explanation, error) {
 	catalog, pol, err := explainPolicy(scoring, eo)
 	if err != nil {
@@ -337,10 +338,10 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 			return Explanation{}, err
 		}
 		rs, errs, err := promsource.ReadingsOf(body, prom.Labels(), e)
-		if qerr := (*promsource.QueryError)(nil); errors.As(err, &qerr) {
-			return Explanation{}, fmt.Errorf("%s: Prometheus's error answer: %w", f, err)
-		}
 		if err != nil {
+			if qerr := (*promsource.QueryError)(nil); errors.As(err, &qerr) {
+				return Explanation{}, fmt.Errorf("%s: Prometheus's error answer: %w", f, err)
+			}
 			return Explanation{}, fmt.Errorf("%s: %w", f, err)
 		}
 		if len(errs) > 0 {
