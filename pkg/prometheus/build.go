@@ -26,14 +26,11 @@ type podData struct {
 }
 
 // byPod groups an answer's series by pod, keeping those of namespace (all
-// namespaces when empty). family, when set, renames every series (an
-// overridden selector's). familyLabel is honoured on a window answer only
-// (window > 0): there the adapter's own label_replace set it, overwriting any
-// engine label of that name, and a series takes its name from it. On a series
-// answer (window 0) a label of that name is the engine's own: it is kept as
-// any other label and names nothing, as in direct mode, where the extractor
-// reads a series by its metric name. Series without a pod label are counted
-// in skipped: they cannot be joined to a pod.
+// namespaces when empty). family, when set, names every series (an
+// overridden selector's, a window query's); otherwise a series is read by its
+// metric name, as in direct mode. Every other label is the engine's and is
+// kept. Series without a pod label are counted in skipped: they cannot be
+// joined to a pod.
 func byPod(out map[types.NamespacedName]*podData, ss []series, l Labels, namespace, family string, window time.Duration) (skipped int) {
 	for _, s := range ss {
 		ns, pod := s.labels.Get(l.Namespace), s.labels.Get(l.Pod)
@@ -42,11 +39,8 @@ func byPod(out map[types.NamespacedName]*podData, ss []series, l Labels, namespa
 			continue
 		}
 		lset := s.labels
-		switch {
-		case family != "":
+		if family != "" {
 			lset = labels.NewBuilder(lset).Set(model.MetricNameLabel, family).Labels()
-		case window > 0 && lset.Get(familyLabel) != "":
-			lset = labels.NewBuilder(lset).Set(model.MetricNameLabel, lset.Get(familyLabel)).Del(familyLabel).Labels()
 		}
 		key := types.NamespacedName{Namespace: ns, Name: pod}
 		d := out[key]
@@ -203,11 +197,10 @@ func scrapes(ss []series, e *signals.Extractor) []*signals.Reading {
 // namespace: per pod (by the namespace and pod labels l name), one Reading per
 // scrape timestamp, oldest first, each built by the extractor's rules from the
 // series sampled then; a vector answer gives one reading per pod. A pod whose
-// series hold no engine metric is in errs (signals.ErrNoEngineMetrics); series
-// without the pod labels, and the increases of a window query (familyLabel
-// without a metric name, as only the adapter's label_replace leaves them), are
-// not read. A series with a metric name is read by it, as the server reads a
-// series answer: a familyLabel on it is the engine's own label (see byPod).
+// series hold no engine metric is in errs (signals.ErrNoEngineMetrics);
+// series without the pod labels are not read. A series is read by its metric
+// name, as the server reads a series answer: one without (a window query's
+// increase, which PromQL leaves nameless) names no family.
 // err, for a body the server would not read, is decodeStream's: a *QueryError
 // for Prometheus's error answer, else one wrapping ErrResponse.
 func ReadingsOf(body []byte, l Labels, e *signals.Extractor) (readings map[types.NamespacedName][]*signals.Reading, errs map[types.NamespacedName]error, err error) {
@@ -216,13 +209,7 @@ func ReadingsOf(body []byte, l Labels, e *signals.Extractor) (readings map[types
 		return nil, nil, err
 	}
 	pods := map[types.NamespacedName]*podData{}
-	var raw []series
-	for _, s := range a.series {
-		if !s.labels.Has(familyLabel) || s.labels.Has(model.MetricNameLabel) {
-			raw = append(raw, s)
-		}
-	}
-	byPod(pods, raw, l, "", "", 0)
+	byPod(pods, a.series, l, "", "", 0)
 	readings, errs = map[types.NamespacedName][]*signals.Reading{}, map[types.NamespacedName]error{}
 	for k, d := range pods {
 		rs := scrapes(d.series, e)

@@ -168,18 +168,18 @@ func newDirectFixture(t *testing.T, engines map[string]*httptest.Server, pods []
 	return &fixture{srv: newAPIServer(t, prov), clock: clk, reg: reg, catalog: catalog}
 }
 
-// familyBody is an engine whose own running gauge carries a label named as
-// the adapter's family label, naming another family: it is the engine's label
-// and names nothing, so the gauge is still the running count (40) and the
-// queue is the waiting gauge (0).
+// familyBody is an engine whose own running gauge carries a label that looks
+// like a family's name tag (saturation_adapter_metric, naming another
+// family): it is the engine's label and names nothing, so the gauge is still
+// the running count (40) and the queue is the waiting gauge (0).
 var familyBody = []byte("vllm:num_requests_waiting{engine=\"0\"} 0\n" +
 	"vllm:num_requests_running{engine=\"0\",saturation_adapter_metric=\"vllm:num_requests_waiting\"} 40\n" +
 	"vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n" +
 	// a series of a family not read, whose label names one that is: not read
 	"vllm:cache_config_info{engine=\"0\",saturation_adapter_metric=\"vllm:num_requests_waiting\"} 7\n")
 
-// A label named as the adapter's family label on an engine's own series does
-// not rename it: read through Prometheus, the series gives the same answers
+// A label on an engine's own series that names another family does not
+// rename it: read through Prometheus, the series gives the same answers
 // as scraped directly.
 func TestFamilyLabelOnEngineSeries(t *testing.T) {
 	pods := []pod{{name: "pod-a", labels: map[string]string{"app": "x"}}}
@@ -204,16 +204,16 @@ func TestFamilyLabelOnEngineSeries(t *testing.T) {
 }
 
 // explain reads a saved answer by the same rule: a series with a metric name
-// is read by it (the family label on it is the engine's, kept), as the
-// extractor reads the body; the adapter's own window increases (the family
-// label, no metric name) are still not read.
+// is read by it (the label naming another family is the engine's, kept), as
+// the extractor reads the body; a window query's increase (no metric name)
+// names no family and changes nothing.
 func TestReadingsOfFamilyLabelOnEngineSeries(t *testing.T) {
 	e := signals.NewExtractor()
 	want, err := e.Extract(familyBody)
 	if err != nil {
 		t.Fatal(err)
 	}
-	window := &model.SampleStream{Metric: model.Metric{"namespace": "llm", "pod": "pod-a", "engine": "0", familyLabel: "vllm:num_requests_waiting"},
+	window := &model.SampleStream{Metric: model.Metric{"namespace": "llm", "pod": "pod-a", "engine": "0", "saturation_adapter_metric": "vllm:num_requests_waiting"},
 		Values: []model.SamplePair{{Timestamp: model.TimeFromUnixNano(t0.UnixNano()), Value: 99}}}
 	rs, errs, err := ReadingsOf([]byte(matrix(t, append(streamsOf(t, familyBody, "pod-a", t0), window)...)), DefaultLabels(), e)
 	if err != nil {

@@ -134,6 +134,13 @@ func (f *fakeProm) held() int {
 	return f.holding
 }
 
+// sent returns the queries received so far.
+func (f *fakeProm) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.queries)
+}
+
 func (f *fakeProm) set(answer func(q string) (int, string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -152,8 +159,9 @@ func (f *fakeProm) count() map[string]int {
 	return out
 }
 
-// windowFamily matches the family a window query reads (query.go).
-var windowFamily = regexp.MustCompile(`"` + familyLabel + `","([^"]+)"`)
+// windowFamily matches the family a window query reads (query.go): the
+// metric name of its increase().
+var windowFamily = regexp.MustCompile(`^increase\(([^{\[]+)`)
 
 // queryKey returns a query's kind and, for a window query, its family.
 func queryKey(q string) string {

@@ -109,19 +109,16 @@ type window struct {
 	histos map[signals.Histo]bool
 }
 
-// familyLabel carries a family's name through increase(), which drops
-// __name__ (PromQL's functions remove the metric name).
-const familyLabel = "saturation_adapter_metric"
-
 // query is one Prometheus query of a namespace and how to read its answer.
 type query struct {
 	// kind labels the self-metrics: "series" or "window".
 	kind string
 	// expr is the PromQL.
 	expr string
-	// family, when set, names the family every series of the answer is (an
-	// overridden selector); otherwise each series carries its own name
-	// (__name__, or familyLabel for windows).
+	// family, when set, names the family every series of the answer is: an
+	// overridden selector's, and a window query's (increase() drops the
+	// metric name, and each window query reads one family); otherwise each
+	// series carries its own name (__name__).
 	family string
 	// window is the window of a window query, 0 for the series queries.
 	window time.Duration
@@ -188,8 +185,13 @@ func (p *plan) queries(namespace string) []query {
 			if !ok {
 				ms = []*labels.Matcher{nameIs(name)}
 			}
-			out = append(out, query{kind: "window", window: w.d, expr: fmt.Sprintf("label_replace(increase(%s[%s]),%q,%q,\"\",\"\")",
-				p.selector(namespace, ms), promDuration(w.d), familyLabel, name)})
+			// The family is the query's, not a label the query writes: a
+			// label_replace of one onto every series would make two of a
+			// pod's series that differ only in an engine label of that
+			// name one labelset, and Prometheus fails the whole query
+			// ("vector cannot contain metrics with the same labelset").
+			out = append(out, query{kind: "window", window: w.d, family: name, expr: fmt.Sprintf("increase(%s[%s])",
+				p.selector(namespace, ms), promDuration(w.d))})
 		}
 	}
 	return out

@@ -685,14 +685,8 @@ func (s *Source) query(ctx context.Context, q query, ts time.Time, namespace str
 	}
 	keep := func(lset seriesLabels) bool {
 		pod := lset.Get(l.Pod)
-		// A series answer's series is its __name__'s, whatever its labels
-		// (familyLabel there is the engine's own); a window answer's is
-		// named by familyLabel, which its label_replace set (byPod).
-		name := lset.Get(model.MetricNameLabel)
-		if q.window > 0 && lset.Get(familyLabel) != "" {
-			name = lset.Get(familyLabel)
-		}
-		if lset.Get(l.Namespace) != namespace || pod == "" || (q.family == "" && !g.build.names[name]) || perPod[pod] > maxSeries {
+		// A series is its query's family (byPod), else its __name__'s.
+		if lset.Get(l.Namespace) != namespace || pod == "" || (q.family == "" && !g.build.names[lset.Get(model.MetricNameLabel)]) || perPod[pod] > maxSeries {
 			skipped++
 			return false
 		}

@@ -233,15 +233,21 @@ func TestWindowTerms(t *testing.T) {
 	prom := newFakeProm(t, ok(nil))
 	f := newFixture(t, prom, fixtureOptions{catalog: catalog}, pod{name: "a", labels: app}, pod{name: "b", labels: app})
 	now := f.clock.Now()
-	inc := func(pod, family string, v float64, kv ...string) *model.Sample {
-		m := model.Metric{"namespace": "llm", "pod": model.LabelValue(pod), "engine": "0", "model_name": "m", familyLabel: model.LabelValue(family)}
+	// An increase as Prometheus answers it: no metric name (PromQL's
+	// functions drop it); family says which query it answers.
+	type increase struct {
+		family string
+		*model.Sample
+	}
+	inc := func(pod, family string, v float64, kv ...string) increase {
+		m := model.Metric{"namespace": "llm", "pod": model.LabelValue(pod), "engine": "0", "model_name": "m"}
 		for i := 0; i+1 < len(kv); i += 2 {
 			m[model.LabelName(kv[i])] = model.LabelValue(kv[i+1])
 		}
-		return &model.Sample{Metric: m, Value: model.SampleValue(v), Timestamp: model.TimeFromUnixNano(now.UnixNano())}
+		return increase{family, &model.Sample{Metric: m, Value: model.SampleValue(v), Timestamp: model.TimeFromUnixNano(now.UnixNano())}}
 	}
 	const bucket = "vllm:time_to_first_token_seconds_bucket"
-	increases := model.Vector{
+	increases := []increase{
 		inc("a", "vllm:num_preemptions_total", 6),
 		inc("a", bucket, 2, "le", "0.5"), inc("a", bucket, 3, "le", "1"), inc("a", bucket, 5, "le", "2.5"), inc("a", bucket, 5, "le", "+Inf"),
 		inc("b", bucket, 0, "le", "0.5"), inc("b", bucket, 3, "le", "1"), inc("b", bucket, 5, "le", "2.5"), inc("b", bucket, 5, "le", "+Inf"),
@@ -251,28 +257,60 @@ func TestWindowTerms(t *testing.T) {
 		stream(vllm("vllm:num_requests_running", "a"), now, 1), stream(vllm("vllm:num_requests_running", "b"), now, 1))
 	// As Prometheus answers: each window query (one family) with that
 	// family's increases only.
-	prom.set(func(q string) (int, string) {
-		if queryKind(q) == "series" {
-			return http.StatusOK, series
-		}
-		var v model.Vector
-		for _, smp := range increases {
-			if queryKey(q) == "window "+string(smp.Metric[familyLabel]) {
-				v = append(v, smp)
+	answer := func(increases []increase) func(q string) (int, string) {
+		return func(q string) (int, string) {
+			if queryKind(q) == "series" {
+				return http.StatusOK, series
 			}
+			var v model.Vector
+			for _, smp := range increases {
+				if queryKey(q) == "window "+smp.family {
+					v = append(v, smp.Sample)
+				}
+			}
+			return http.StatusOK, envelope(t, v)
 		}
-		return http.StatusOK, envelope(t, v)
-	})
+	}
+	prom.set(answer(increases))
 	// Pooled TTFT: 10 observations, 2 ≤ 0.5 s, 6 ≤ 1 s, 10 ≤ 2.5 s. p90: rank 9
 	// in (1, 2.5] holding ranks 7..10: 1 + 1.5 × 3/4 = 2.125 s, 2.125 × the
 	// SLO, above a's preemption rate (6 / 120 s = 0.05/s, 0.5 × its set point).
 	if got := f.value(t, "llm", "chat", "app=x"); got != "2125m" {
 		t.Errorf("chat = %s, want 2125m (the pooled TTFT guardrail)", got)
 	}
+	// A window query names its family itself and writes no label onto the
+	// series: an engine whose own series carry a label of any name (here one
+	// naming another family on pod a's) keeps it, and the increases are still
+	// read as the query's family. (A query that label_replace'd a name label
+	// over the series would make two that differ only in that label one
+	// labelset, which Prometheus refuses for the whole query.)
+	n := len(prom.sent())
+	labelled := make([]increase, len(increases))
+	for i, inc := range increases {
+		smp := *inc.Sample
+		smp.Metric = smp.Metric.Clone()
+		smp.Metric["saturation_adapter_metric"] = map[model.LabelValue]model.LabelValue{"a": "vllm:num_requests_waiting", "b": "x"}[smp.Metric["pod"]]
+		labelled[i] = increase{inc.family, &smp}
+	}
+	prom.set(answer(labelled))
+	f.clock.Step(DefaultCachePeriod)
+	f.get(t, "llm", "chat", "app=x") // the old answer, while the refresh runs
+	f.source.refreshing.Wait()
+	if got := f.value(t, "llm", "chat", "app=x"); got != "2125m" {
+		t.Errorf("with an engine label on the increases, chat = %s, want 2125m", got)
+	}
+	if len(prom.sent()) == n {
+		t.Fatal("no query after the cache period: the engine label was not read")
+	}
+	for _, q := range prom.sent() {
+		if queryKind(q) == "window" && (!strings.HasPrefix(q, "increase(") || strings.Contains(q, "label_replace")) {
+			t.Errorf("window query %s: want a bare increase()", q)
+		}
+	}
 	// Two windows: the terms' 2 minutes, with the TTFT buckets only, and the
 	// lost demand's minute, counters only.
 	var long, short string
-	for _, q := range prom.queries {
+	for _, q := range prom.sent() {
 		switch {
 		case strings.Contains(q, "[120000ms]"):
 			long += q + "\n"
@@ -346,11 +384,11 @@ func TestQueries(t *testing.T) {
 	}
 	// One query per counter family of the window: no "or" for Prometheus to
 	// join, no histogram bucket (no latency term).
-	want := `label_replace(increase(vllm:request_success_total{kubernetes_namespace="llm",cluster="prod"}[60000ms]),"saturation_adapter_metric","vllm:request_success_total","","")`
+	want := `increase(vllm:request_success_total{kubernetes_namespace="llm",cluster="prod"}[60000ms])`
 	found := false
 	for _, q := range qs[2:] {
 		if q.kind != "window" || q.window != time.Minute || strings.Contains(q.expr, " or ") || strings.Contains(q.expr, "bucket") ||
-			!strings.HasPrefix(q.expr, "label_replace(increase(") {
+			!strings.HasPrefix(q.expr, "increase(") || !strings.HasPrefix(q.expr, "increase("+q.family+"{") {
 			t.Errorf("window query %+v", q)
 		}
 		found = found || q.expr == want
