@@ -54,6 +54,7 @@ func waitProblem(t *testing.T, s *stack.Stack, hpa string, timeout time.Duration
 // adapter's error and the replica count does not drop; when they recover, the HPA scales
 // down as it would have.
 func TestFailStatic(t *testing.T) {
+	t.Parallel()
 	s := scaleStack(t)
 	ctx := context.Background()
 	const name = "vllm-fault"
@@ -114,6 +115,7 @@ func TestFailStatic(t *testing.T) {
 // TestSelectorMatchesNothing: an HPA whose metric selector matches no pod gets an
 // actionable condition from the adapter and does not scale down.
 func TestSelectorMatchesNothing(t *testing.T) {
+	t.Parallel()
 	s := scaleStack(t)
 	ctx := context.Background()
 	const name = "vllm-typo"

@@ -58,6 +58,7 @@ func startGateway(t *testing.T, s *stack.Stack, name, app, pool string, maxOutst
 //   - a pool whose engines sit at their set points while the gateway queue grows scales up
 //     on the gateway policy, and not on the engine-only llm_demand_replicas.
 func TestGateway(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "policies.yaml")
 	if err := os.WriteFile(cfg, []byte(gatewayPolicies), 0o600); err != nil {

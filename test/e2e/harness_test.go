@@ -18,6 +18,7 @@ import (
 // gives their pods loopback IPs, starts engines and makes them Ready, and scaling down
 // drains and removes pods and their processes.
 func TestHarness(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Options{NoAdapter: true, ColdStart: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -95,6 +96,7 @@ func TestHarness(t *testing.T) {
 // TestDrain: a pod deleted while its engine still serves requests leaves the gateway's
 // pool at once, but its engine keeps running until those requests finish.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Options{NoAdapter: true, EmulatorArgs: testEmulatorArgs})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

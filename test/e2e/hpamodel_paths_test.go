@@ -325,6 +325,7 @@ func (m pathModelMetrics) GetExternalMetric(string, labels.Selector) ([]int64, t
 // controller's informer and the stand-in's list may disagree on that pod); the
 // test requires that most are compared.
 func TestHPAModelAgreesOnColdStartsAndPodPaths(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Options{NoAdapter: true, ColdStart: 9 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -296,6 +296,7 @@ func modelTrajectory(t *testing.T, h *autoscalingv2.HorizontalPodAutoscaler, opt
 // each reconcile's time moves by ±300 ms, so those milliseconds cannot decide a
 // step. No step is compared against a wall-clock threshold.
 func TestHPAModelAgreesWithController(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Options{NoAdapter: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

@@ -107,6 +107,7 @@ func workflowStep(t *testing.T, repo, name string) string {
 // tests run) renders every kustomization a user may apply with `kubectl apply -k` as
 // the kustomize that renders manifests/rendered/ and the release YAML does.
 func TestKubectlKustomize(t *testing.T) {
+	t.Parallel()
 	tools, _, err := stack.DirsFromEnv()
 	if err != nil {
 		t.Skip(err)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math/rand/v2"
 	"net"
 	"net/http/httptest"
 	"net/url"
@@ -115,6 +114,7 @@ var (
 // rendering (each kustomization, helm template per TLS mode and option), are applied
 // with server-side dry-run against the real CRDs (testdata/crds).
 func TestInstall(t *testing.T) {
+	t.Parallel()
 	e := startInstallEnv(t)
 	t.Run("KustomizeRelease", e.kustomizeRelease)
 	t.Run("KustomizeCustomMetrics", e.kustomizeCustomMetrics)
@@ -162,11 +162,17 @@ func startInstallEnv(t *testing.T) *installEnv {
 	logf := func(f string, args ...any) { t.Logf(time.Now().Format("15:04:05.000 ")+f, args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// Service ClusterIPs on loopback, a /24 of its own so that concurrent runs rarely meet.
-	subnet := 16 + rand.IntN(230)
+	// The adapter's pods on a leased subnet n, and Service ClusterIPs on loopback in
+	// 127.254.n.0/24, so that no concurrent test or run meets either. Released after
+	// the agents stop (cleanups run last-in first-out).
+	lease, err := nodeagent.LeaseSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lease.Release)
 	c, err := controlplane.Start(ctx, controlplane.Options{
 		ToolsDir: tools, Dir: dir, Logf: logf, HPASyncPeriod: 5 * time.Second,
-		ServiceCIDR:      fmt.Sprintf("127.254.%d.0/24", subnet),
+		ServiceCIDR:      fmt.Sprintf("127.254.%d.0/24", lease.Subnet),
 		ExtraControllers: []string{"namespace-controller", "root-ca-certificate-publisher-controller"},
 	})
 	if err != nil {
@@ -192,7 +198,7 @@ func startInstallEnv(t *testing.T) *installEnv {
 	t.Cleanup(images.close)
 	adapterAgent, err := nodeagent.Start(ctx, nodeagent.Options{
 		Client: c.Client, Namespace: stack.AdapterNamespace, LogDir: filepath.Join(dir, "pods"), Logf: logf,
-		Subnet: byte(subnet), APIServer: apiURL.Host, Services: true,
+		Subnet: lease.Subnet, APIServer: apiURL.Host, Services: true,
 		Engines: map[string]nodeagent.Engine{readmeImage: adapter, devImage: adapter},
 		Resolve: images.resolve,
 	})
@@ -204,7 +210,7 @@ func startInstallEnv(t *testing.T) *installEnv {
 		t.Fatal(err)
 	}
 	llmAgent, err := nodeagent.Start(ctx, nodeagent.Options{
-		Client: c.Client, Namespace: llmNamespace, LogDir: filepath.Join(dir, "pods"), Logf: logf, Subnet: byte(subnet + 1),
+		Client: c.Client, Namespace: llmNamespace, LogDir: filepath.Join(dir, "pods"), Logf: logf,
 		Engines: map[string]nodeagent.Engine{stubImage: stubEngine(t)},
 	})
 	if err != nil {

@@ -24,6 +24,7 @@ var simArgs = []string{
 // v0.10.2 (a third-party vLLM simulator: vLLM V1 metric names, no engine label) as the
 // engine.
 func TestInteropInferenceSim(t *testing.T) {
+	t.Parallel()
 	tools, _, err := stack.DirsFromEnv()
 	if err != nil {
 		t.Skip(err)

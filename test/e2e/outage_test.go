@@ -37,6 +37,7 @@ func setStubWaiting(t *testing.T, endpoint string, waiting int) {
 // values, so every HPA holds 4, with scale-down stabilization 0 so the test cannot pass by
 // waiting.
 func TestPartialOutageHolds(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Options{ColdStart: time.Second, Adapter: stack.AdapterOptions{ScrapeInterval: time.Second, ScrapeTimeout: 500 * time.Millisecond}})
 	ctx := context.Background()
 	// full is each metric's value once every pod has reported 10 waiting

@@ -50,6 +50,7 @@ var prefillBoundArgs = []string{
 // emulator's freeze switch: requests queue, nothing completes) does not pin an HPA on
 // llm_demand_replicas at maxReplicas.
 func TestPolicies(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "policies.yaml")
 	if err := os.WriteFile(cfg, []byte(policyConfig), 0o600); err != nil {

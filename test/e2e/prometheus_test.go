@@ -147,6 +147,7 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 // the sample (the answer's timestamp), and the data served is at most a scrape
 // interval plus the cache period old (plus the query's own time).
 func TestPrometheusMatchesDirect(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	recorders := map[string]*recorder{} // by pod
 	target := func(pod *corev1.Pod, addr string) string {
@@ -255,6 +256,7 @@ func TestPrometheusMatchesDirect(t *testing.T) {
 // idle meanwhile (scale-down stabilization 0, so holding cannot come from
 // waiting); once Prometheus is back, the HPA acts on what it now sees.
 func TestPrometheusOutageHolds(t *testing.T) {
+	t.Parallel()
 	s := prometheusStack(t, stack.Options{ColdStart: time.Second})
 	ctx := context.Background()
 	const name = "prom-hold"
@@ -310,6 +312,7 @@ func TestPrometheusOutageHolds(t *testing.T) {
 // llm_saturation (Value 1) from 1 to at least 3 replicas, the queue drains,
 // and the HPA returns to 1 replica after the load stops.
 func TestScalingPrometheus(t *testing.T) {
+	t.Parallel()
 	s := prometheusStack(t, stack.Options{ColdStart: 2 * time.Second, EmulatorArgs: testEmulatorArgs})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

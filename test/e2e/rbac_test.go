@@ -61,6 +61,7 @@ rules:
 //     default against 1.37) uses the list grant: on an API server without it the
 //     informer lists.
 func TestRBACExactlyWhatTheAdapterCalls(t *testing.T) {
+	t.Parallel()
 	repo, err := stack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

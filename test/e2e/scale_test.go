@@ -149,6 +149,7 @@ func scaleStack(t *testing.T) *stack.Stack {
 // with the HPA's value, scale-down after the load stops, and the same load on
 // llm_demand_replicas (AverageValue 1) reaching the same replica count within one.
 func TestScaling(t *testing.T) {
+	t.Parallel()
 	s := scaleStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -26,6 +26,7 @@ import (
 // the new one without a restart; once the first has expired, the aggregator still reaches
 // the adapter and the External metrics API still answers.
 func TestManagedCertificateRotation(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Options{Adapter: stack.AdapterOptions{
 		ExtraArgs: []string{"--tls-managed-serving-validity=1m", "--tls-managed-ca-validity=3m"},
 	}})

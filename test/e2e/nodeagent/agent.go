@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -76,8 +75,9 @@ type Options struct {
 	ColdStart time.Duration
 	// LogDir receives one log file per engine process.
 	LogDir string
-	// Subnet is the second octet of the pod IPs, 127.<Subnet>.y.z; 0 picks one at random
-	// in [16, 250] so that agents of concurrent test processes rarely share addresses.
+	// Subnet is the second octet of the pod IPs, 127.<Subnet>.y.z; 0 leases one
+	// (LeaseSubnet) until Stop, so that agents of concurrent tests and test processes
+	// never share addresses. A caller that sets it holds its lease.
 	Subnet byte
 	// NodeName is the Node the agent registers and binds its pods to, as the scheduler
 	// would (the API server deletes unbound pods at once, without a grace period, so
@@ -120,6 +120,8 @@ type Agent struct {
 	nextIP int
 
 	services *serviceProxy
+	// lease is the subnet the agent leased (Options.Subnet 0), released after Stop.
+	lease *SubnetLease
 }
 
 type podRun struct {
@@ -138,7 +140,7 @@ type podRun struct {
 }
 
 // Start starts an agent; it runs until Stop (ctx bounds only the start).
-func Start(ctx context.Context, o Options) (*Agent, error) {
+func Start(ctx context.Context, o Options) (_ *Agent, err error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
@@ -166,15 +168,24 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 			return nil, fmt.Errorf("reporting node %s Ready: %w", o.NodeName, err)
 		}
 	}
-	if o.Subnet == 0 {
-		o.Subnet = byte(16 + rand.IntN(235))
-	}
 	if err := os.MkdirAll(o.LogDir, 0o700); err != nil {
 		return nil, err
 	}
+	var lease *SubnetLease
+	if o.Subnet == 0 {
+		if lease, err = LeaseSubnet(); err != nil {
+			return nil, err
+		}
+		o.Subnet = lease.Subnet
+		defer func() {
+			if err != nil {
+				lease.Release()
+			}
+		}()
+	}
 	// ctx bounds the start only; the agent lives until Stop.
 	runCtx, cancel := context.WithCancel(context.Background())
-	a := &Agent{o: o, ctx: runCtx, cancel: cancel, pods: map[types.UID]*podRun{}}
+	a := &Agent{o: o, ctx: runCtx, cancel: cancel, pods: map[types.UID]*podRun{}, lease: lease}
 	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 0, informers.WithNamespace(o.Namespace))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -229,6 +240,9 @@ func (a *Agent) Stop() {
 		r.stop(a)
 	}
 	a.wg.Wait()
+	if a.lease != nil {
+		a.lease.Release()
+	}
 }
 
 // Pods returns the agent's pods, sorted by nothing in particular.

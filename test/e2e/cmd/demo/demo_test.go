@@ -31,6 +31,7 @@ func TestDemo(t *testing.T) {
 	}
 	short := []string{"--duration=100s", "--calm=30s", "--max-replicas=4", "--interval=5s"}
 	t.Run("burst", func(t *testing.T) {
+		t.Parallel() // each on its own control plane
 		out := t.TempDir()
 		var buf bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -61,6 +62,7 @@ func TestDemo(t *testing.T) {
 		checkOutputs(t, out, "llm_saturation")
 	})
 	t.Run("from zero", func(t *testing.T) {
+		t.Parallel() // each on its own control plane
 		out := t.TempDir()
 		var buf bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
