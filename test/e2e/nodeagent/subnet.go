@@ -33,15 +33,14 @@ type SubnetLease struct {
 // LeaseSubnet leases a free subnet in [16, 250], trying them from a random start.
 // Errors: every subnet leased (or the lock directory unusable).
 func LeaseSubnet() (*SubnetLease, error) {
-	dir := leaseDir
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	if err := os.MkdirAll(leaseDir, 0o777); err != nil {
 		return nil, fmt.Errorf("subnet leases: %w", err)
 	}
 	n := lastSubnet - firstSubnet + 1
 	start := rand.IntN(n)
 	for i := range n {
 		s := firstSubnet + (start+i)%n
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(s)), os.O_CREATE|os.O_RDWR, 0o666)
+		f, err := os.OpenFile(filepath.Join(leaseDir, strconv.Itoa(s)), os.O_CREATE|os.O_RDWR, 0o666)
 		if err != nil {
 			return nil, fmt.Errorf("subnet leases: %w", err)
 		}
@@ -58,6 +57,6 @@ func LeaseSubnet() (*SubnetLease, error) {
 	return nil, fmt.Errorf("all %d subnets 127.%d-%d.0.0/16 are leased", n, firstSubnet, lastSubnet)
 }
 
-// Release frees the subnet (closing the file drops the lock). Only once every
-// address of the subnet is closed: an agent releases its lease after Stop.
+// Release frees the subnet (closing the file drops the lock). Call it once nothing
+// listens on the subnet's addresses any more: an agent releases its lease after Stop.
 func (l *SubnetLease) Release() { _ = l.f.Close() }
