@@ -10,9 +10,9 @@ import (
 	"syscall"
 )
 
-// Subnets a lease hands out: the second octet of 127.<n>.y.z. 127.0.0.0/16 is left
-// to the control plane (127.0.0.1) and 254 to Service ranges (127.254.<n>.0/24,
-// where n is a leased subnet).
+// Subnets a lease hands out: the second octet of 127.<n>.y.z. Below 16 is left
+// alone (the control plane listens on 127.0.0.1), and 254 is for Service ranges
+// (127.254.<n>.0/24, where n is a leased subnet).
 const (
 	firstSubnet = 16
 	lastSubnet  = 250
