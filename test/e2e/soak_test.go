@@ -17,6 +17,7 @@ import (
 // outside what the stand-ins' known values allow, and at rest after the faults each
 // adapter's memory and goroutines are back near their warm level.
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	tools, bin, err := stack.DirsFromEnv()
 	if err != nil {
 		t.Skip(err)
