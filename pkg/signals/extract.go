@@ -48,11 +48,15 @@ const (
 	// ReasonMalformed: a histogram whose buckets are not cumulative, or without
 	// its +Inf bucket.
 	ReasonMalformed Reason = "malformed"
+	// ReasonInconsistent: a series larger than another that includes it
+	// (vLLM's deferred waits above num_requests_waiting): the signal it
+	// would be subtracted from drops out for the engine.
+	ReasonInconsistent Reason = "inconsistent"
 )
 
 // Reasons lists every Reason, in documentation order.
 func Reasons() []Reason {
-	return []Reason{ReasonNaN, ReasonInf, ReasonNegative, ReasonAboveRange, ReasonMalformed}
+	return []Reason{ReasonNaN, ReasonInf, ReasonNegative, ReasonAboveRange, ReasonMalformed, ReasonInconsistent}
 }
 
 // The defaults of ExtractOptions.
@@ -1488,12 +1492,16 @@ type engineBuild struct {
 	// buckets, by histogram and preference: le → cell; an empty map is none.
 	buckets map[[2]int]map[float64]cell
 	hparts  map[[3]int]cell // count and sum
+	// rejected are the lines of the series rejected so far: a series read
+	// by several source sets (a part of two sums) is counted and warned
+	// about once.
+	rejected []int
 }
 
 // reset empties the build for engine id, keeping its memory.
 func (eb *engineBuild) reset(id string) {
 	eb.id, eb.model, eb.backend = id, "", false
-	eb.cells = eb.cells[:0]
+	eb.cells, eb.rejected = eb.cells[:0], eb.rejected[:0]
 	for _, m := range eb.buckets {
 		clear(m)
 	}
@@ -1565,12 +1573,16 @@ func (eb *engineBuild) addScalar(r *Reading, s *rawSample) {
 	}
 	v, reason, bad := validate(check, s.value)
 	if bad {
+		c.bad++
+		if slices.Contains(eb.rejected, s.line) {
+			return
+		}
+		eb.rejected = append(eb.rejected, s.line)
 		if r.Invalid == nil {
 			r.Invalid = map[Reason]int{}
 		}
 		r.Invalid[reason]++
 		r.warn(fmt.Sprintf("rejected %s%s = %g: %s", s.sref.source.String(), engineSuffix(s.engine), s.value, reason))
-		c.bad++
 		return
 	}
 	if older := c.add(v, s.ts); older > 0 {
@@ -1691,6 +1703,12 @@ func (e *Extractor) resolveEngine(r *Reading, d *Dialect, eb *engineBuild, id st
 				present = true
 			}
 			if !valid {
+				if d.Sources[s][p].Combine == CombineSum {
+					// Every other set of the signal leaves out the invalid
+					// part's contribution (they are its older spellings, or
+					// the first part alone): reading one would undercount.
+					break
+				}
 				continue
 			}
 			if p != presentPref[s] {
@@ -1708,10 +1726,25 @@ func (e *Extractor) resolveEngine(r *Reading, d *Dialect, eb *engineBuild, id st
 			continue
 		}
 		for _, m := range d.Sources[s][chosen[s]].Minus {
-			if x, ok := es.Value(m); ok {
-				v, _ := es.Value(s)
-				es.Set(s, max(0, v-x))
+			x, ok := es.Value(m)
+			if !ok {
+				continue
 			}
+			v, _ := es.Value(s)
+			if x > v {
+				// A part larger than the whole it is part of: the gauges
+				// contradict each other, and which one is wrong is unknown.
+				r.warn(fmt.Sprintf("%s is %g for engine %q, more than %s's %g that includes it; %s drops out for that engine",
+					d.Sources[m][chosen[m]].String(), x, id, d.Sources[s][chosen[s]].String(), v, s))
+				if r.Invalid == nil {
+					r.Invalid = map[Reason]int{}
+				}
+				r.Invalid[ReasonInconsistent]++
+				es.Clear(s)
+				use[s].valid--
+				break
+			}
+			es.Set(s, v-x)
 		}
 	}
 	return es
@@ -1778,33 +1811,42 @@ func (eb *engineBuild) value(d *Dialect, s Signal, p int, id string, r *Reading)
 		v, _, bad := validate(s, num/den)
 		return v, true, !bad
 	case CombineSum:
+		// A part with series but no valid value leaves the sum unknown, not
+		// smaller: the set is invalid (and resolveEngine reads no other set).
 		total, base, baseOK := partValue(0)
-		found := false
+		found, partsOK := false, true
 		for part := 1; part < len(set.Sources); part++ {
 			x, h, o := partValue(part)
 			found = found || h
 			if o {
 				total += x
+			} else if h {
+				partsOK = false
 			}
 		}
 		if !found {
 			return 0, false, false
 		}
-		if !base || !baseOK {
+		if !base || !baseOK || !partsOK {
 			return 0, true, false
 		}
 		v, _, bad := validate(s, total)
 		return v, true, !bad
 	case CombineMax:
-		best, found, ok := 0.0, false, false
+		// The maximum over the parts present: one present without a valid
+		// value leaves it unknown (the fullest pool may be that one).
+		best, found, ok := 0.0, false, true
 		for part := range set.Sources {
 			x, h, o := partValue(part)
 			found = found || h
-			if o && (!ok || x > best) {
-				best, ok = x, true
+			switch {
+			case o:
+				best = max(best, x)
+			case h:
+				ok = false
 			}
 		}
-		return best, found, ok
+		return best, found, found && ok
 	}
 	x, h, o := partValue(0)
 	if o {

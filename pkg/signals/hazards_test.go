@@ -50,6 +50,14 @@ func TestExtractHazards(t *testing.T) {
 			}
 		}
 	}
+	invalid := func(reason Reason, want int) check {
+		return func(t *testing.T, r Reading) {
+			t.Helper()
+			if r.Invalid[reason] != want {
+				t.Errorf("invalid %s = %d, want %d", reason, r.Invalid[reason], want)
+			}
+		}
+	}
 	engines := func(ids ...string) check {
 		return func(t *testing.T, r Reading) {
 			t.Helper()
@@ -155,6 +163,43 @@ func TestExtractHazards(t *testing.T) {
 			name:   "NC-03: deferred waits are not queue depth",
 			body:   string(readTestdata(t, "hazards/NC-03-decode.prom")),
 			checks: []check{value(QueueDepth, 0), value(QueueDeferred, 40)},
+		},
+		{
+			// 50 deferred of 10 waiting once read as a queue of 0, silently.
+			name: "deferred waits above the waiting that includes them: the queue drops out",
+			body: "vllm:num_requests_waiting_by_reason{engine=\"0\",reason=\"deferred\"} 50\n" +
+				"vllm:num_requests_waiting{engine=\"0\"} 10\nvllm:num_requests_running{engine=\"0\"} 1\n",
+			checks: []check{absent(QueueDepth), value(QueueDeferred, 50), value(Running, 1), invalid(ReasonInconsistent, 1),
+				warns(`vllm:num_requests_waiting_by_reason{reason="deferred"} is 50 for engine "0", more than vllm:num_requests_waiting's 10`), warns("no valid")},
+		},
+		{
+			name: "deferred waits equal to the waiting: a queue of 0",
+			body: "vllm:num_requests_waiting_by_reason{engine=\"0\",reason=\"deferred\"} 10\n" +
+				"vllm:num_requests_waiting{engine=\"0\"} 10\nvllm:num_requests_running{engine=\"0\"} 1\n",
+			checks: []check{value(QueueDepth, 0), value(QueueDeferred, 10), invalid(ReasonInconsistent, 0)},
+		},
+		{
+			// A NaN bootstrap queue once read as 0 beside num_queue_reqs 6.
+			name:   "NC-21: a rejected part of a summed queue makes the queue unknown, not smaller",
+			body:   withValue(t, string(readTestdata(t, "hazards/NC-21-prefill.prom")), "sglang:num_prefill_bootstrap_queue_reqs", "NaN"),
+			checks: []check{absent(QueueDepth), value(KVCacheUsage, 0.88), invalid(ReasonNaN, 1), warns("rejected sglang:num_prefill_bootstrap_queue_reqs")},
+		},
+		{
+			name:   "NC-21: a negative part of a summed queue, likewise",
+			body:   withValue(t, string(readTestdata(t, "hazards/NC-21-decode.prom")), "sglang:num_decode_prealloc_queue_reqs", "-40"),
+			checks: []check{absent(QueueDepth), invalid(ReasonNegative, 1)},
+		},
+		{
+			// full_token_usage 1.5 rejected, swa 0.1: the KV once read 0.1.
+			name: "NC-06: a rejected KV pool falls back to token_usage, never to the other pool alone",
+			body: withValue(t, string(readTestdata(t, "hazards/NC-06.prom")), "sglang:full_token_usage", "1.5") +
+				"sglang:swa_token_usage{engine_type=\"unified\",model_name=\"Qwen/Qwen3-Next-80B-A3B-Instruct\",tp_rank=\"0\"} 0.1\n",
+			checks: []check{value(KVCacheUsage, 0.97), warns("read sglang:token_usage instead"), invalid(ReasonAboveRange, 1)},
+		},
+		{
+			name:   "NC-06: a rejected KV pool without token_usage: no KV term",
+			body:   "sglang:num_queue_reqs 0\nsglang:num_running_reqs 5\nsglang:full_token_usage NaN\nsglang:swa_token_usage 0.1\n",
+			checks: []check{absent(KVCacheUsage), value(QueueDepth, 0)},
 		},
 		{
 			name:   "NC-02: admission rejections of a one-engine pod belong to its engine",
@@ -302,4 +347,21 @@ func TestEpochTimestampIsOld(t *testing.T) {
 	if r.SampleTime.IsZero() || r.SampleTime.After(time.Unix(1, 0)) {
 		t.Errorf("samples: sample time %v, want the epoch (not none)", r.SampleTime)
 	}
+}
+
+// withValue returns body with the value of metric's (one) series replaced.
+func withValue(t *testing.T, body, metric, value string) string {
+	t.Helper()
+	lines := strings.Split(body, "\n")
+	n := 0
+	for i, l := range lines {
+		if strings.HasPrefix(l, metric+"{") || strings.HasPrefix(l, metric+" ") {
+			lines[i] = l[:strings.LastIndexByte(l, ' ')+1] + value
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d series of %s in the body, want 1", n, metric)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -39,6 +39,9 @@ func (x *Values) Ptr(s Signal) *float64 {
 // Set sets the signal's value and marks it present.
 func (x *Values) Set(s Signal, v float64) { x.v[s], x.has = v, x.has|1<<s }
 
+// Clear marks the signal absent.
+func (x *Values) Clear(s Signal) { x.v[s], x.has = 0, x.has&^(1<<s) }
+
 // Add adds v to the signal's value (0 when absent) and marks it present.
 func (x *Values) Add(s Signal, v float64) { x.v[s], x.has = x.v[s]+v, x.has|1<<s }
 
