@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
@@ -66,12 +67,15 @@ func TestDist(t *testing.T) {
 			checkSBOM(t, filepath.Join(dist, pr.SBOM), r, pr, version)
 		}
 
-		out, err := runImage(t, hostImage(t, dir), "--version")
+		out, err := runImage(t, hostImage(t, dir), nil, "--version")
 		if err != nil {
 			t.Fatalf("%s (%s) --version as its user: %v\n%s", r.Name, runtime.GOARCH, err, out)
 		}
 		if !strings.Contains(out, " "+version+" ") && !strings.Contains(out, version+"\n") && !strings.Contains(out, `"`+version+`"`) {
 			t.Errorf("%s --version printed %q, want version %s", r.Name, out, version)
+		}
+		if r.Name == "saturation-adapter" {
+			checkTimeZones(t, hostImage(t, dir))
 		}
 	}
 
@@ -234,5 +238,31 @@ func gzipReader(tgz []byte) (map[string][]byte, error) {
 		if files[h.Name], err = io.ReadAll(tr); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// checkTimeZones runs the adapter image's explain on a policy whose scheduled
+// minimum names an IANA time zone: the image has no zoneinfo of its own, so
+// the binary must carry the database (a policy file with timeZone was once
+// refused by the released image: "unknown time zone").
+func checkTimeZones(t *testing.T, img v1.Image) {
+	t.Helper()
+	files := map[string]string{
+		"/config/policies.yaml": `apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- name: chat-ahead
+  kind: mean
+  terms:
+  - {kind: queueDepth, setPoint: 3}
+  minimums:
+  - {schedule: "0 8 * * 1-5", duration: 4h, timeZone: Europe/Berlin, demand: 6}
+  - {schedule: "0 9 * * *", duration: 1h, timeZone: America/Santiago, demand: 2}
+`,
+		"/config/a.prom": "vllm:num_requests_waiting{engine=\"0\"} 3\nvllm:num_requests_running{engine=\"0\"} 1\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.2\n",
+	}
+	out, err := runImage(t, img, files, "explain", "--config", "/config/policies.yaml", "--policy", "chat-ahead", "/config/a.prom")
+	if err != nil || !strings.Contains(out, "chat-ahead") {
+		t.Errorf("adapter explain of a policy with time zones in the image: %v\n%s", err, out)
 	}
 }

@@ -319,7 +319,7 @@ func TestImageRunsAsNobody(t *testing.T) {
 	if err := WriteIndexLayout(dir, idx, "v1.2.3"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runImage(t, hostImage(t, dir), "a", "b")
+	out, err := runImage(t, hostImage(t, dir), nil, "a", "b")
 	if err != nil {
 		t.Fatalf("running the %s image: %v\n%s", runtime.GOARCH, err, out)
 	}

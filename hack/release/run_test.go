@@ -112,9 +112,11 @@ func unpack(t *testing.T, img v1.Image) string {
 
 // runImage runs img's entrypoint with args as a container runtime would on its
 // unpacked filesystem: chrooted there, as the config's user (no supplementary groups),
-// in its working directory, with its environment. It returns standard output and
-// error. It needs root (to chroot and change user).
-func runImage(t *testing.T, img v1.Image, args ...string) (string, error) {
+// in its working directory, with its environment. files are written into the
+// filesystem first (absolute path → content, readable by all), as a ConfigMap
+// would mount them. It returns standard output and error. It needs root (to
+// chroot and change user).
+func runImage(t *testing.T, img v1.Image, files map[string]string, args ...string) (string, error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("running an image's entrypoint as its user needs root (chroot, setuid)")
@@ -128,6 +130,15 @@ func runImage(t *testing.T, img v1.Image, args ...string) (string, error) {
 		t.Fatal(err)
 	}
 	root := unpack(t, img)
+	for name, content := range files {
+		target := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(target, []byte(content), 0o644); err != nil { //nolint:gosec // read by the image's user, as a mounted ConfigMap is
+			t.Fatal(err)
+		}
+	}
 	argv := append(append(append([]string(nil), cfg.Config.Entrypoint...), cfg.Config.Cmd...), args...)
 	if len(argv) == 0 || !strings.HasPrefix(argv[0], "/") {
 		t.Fatalf("entrypoint %q: want an absolute path", argv)

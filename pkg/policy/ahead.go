@@ -6,6 +6,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+	// The time zone database, read when the system has none, for the
+	// scheduled minimums' TimeZone: the released images carry no zoneinfo
+	// (hack/release's BaseLayer). About 450 KB of the binary.
+	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
 )
@@ -104,12 +108,51 @@ func (m *ScheduledMinimum) compile(now time.Time) *FieldError {
 // Open reports whether the window is open at now: an opening falls in
 // (now − Duration, now]. A schedule with no opening within robfig/cron's
 // five-year search is closed.
+//
+// An opening whose wall time a daylight-saving change skips (02:30 on the
+// night Europe/Berlin goes from 02:00 to 03:00) opens at the change, as cron
+// daemons run a job of a skipped hour right after it (cronie, Debian's cron);
+// robfig/cron's Next skips the opening, which would leave that day's
+// window closed. An opening in a repeated hour opens once.
 func (m *ScheduledMinimum) Open(now time.Time) bool {
 	if m.sched == nil {
 		return false
 	}
-	next := m.sched.Next(now.In(m.loc).Add(-m.Duration))
-	return !next.IsZero() && !next.After(now)
+	from := now.Add(-m.Duration)
+	if next := m.sched.Next(from.In(m.loc)); !next.IsZero() && !next.After(now) {
+		return true
+	}
+	return m.skippedOpening(from, now)
+}
+
+// maxZoneChanges bounds the zone changes skippedOpening looks at in one
+// window: real zones change at most a few times a year, and a window is
+// validated to be shorter than five years.
+const maxZoneChanges = 64
+
+// skippedOpening reports whether a change of m.loc's offset forward within
+// (from, now] skipped the wall time of an opening.
+func (m *ScheduledMinimum) skippedOpening(from, now time.Time) bool {
+	t := now.In(m.loc)
+	for range maxZoneChanges {
+		start, _ := t.ZoneBounds()
+		if start.IsZero() || !start.After(from) {
+			return false // no change in (from, now]
+		}
+		before := start.Add(-time.Nanosecond).In(m.loc)
+		_, offBefore := before.Zone()
+		_, offAfter := start.In(m.loc).Zone()
+		if gap := time.Duration(offAfter-offBefore) * time.Second; gap > 0 {
+			// In a fixed zone at the old offset the skipped wall times are
+			// [start, start+gap): an opening there was skipped.
+			fz := time.FixedZone("", offBefore)
+			if next := m.sched.Next(start.In(fz).Add(-time.Second)); !next.IsZero() && next.Before(start.Add(gap)) {
+				return true
+			}
+		}
+		t = before
+	}
+	return false
 }
 
 // validateAhead checks the policy's peak hold and scheduled minimums and

@@ -249,3 +249,75 @@ func TestOpenNeverForAScheduleWithoutOpening(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAcrossDaylightSavingChanges: an opening whose wall time the clock
+// skips opens at the change (robfig/cron's Next skips it, which once left the
+// whole window closed on that day); one in a repeated hour opens at both of
+// its times, so that day's window ends an hour later; other days are as ever.
+func TestOpenAcrossDaylightSavingChanges(t *testing.T) {
+	for _, tt := range []struct {
+		zone, schedule string
+		duration       time.Duration
+		// change is the instant the clocks go forward (UTC); the schedule's
+		// opening that day, at hour:minute, is a wall time the change skips.
+		change       time.Time
+		hour, minute int
+	}{
+		// 02:00 → 03:00 CET → CEST; the opening 02:30 does not exist.
+		{"Europe/Berlin", "30 2 * * *", 4 * time.Hour, time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), 2, 30},
+		// 02:00 → 03:00 EST → EDT; the opening 02:00 does not exist.
+		{"America/New_York", "0 2 * * *", 3 * time.Hour, time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC), 2, 0},
+		// Chile goes forward at midnight (00:00 → 01:00): @daily's 00:00 does not exist.
+		{"America/Santiago", "@daily", 2 * time.Hour, time.Date(2026, 9, 6, 4, 0, 0, 0, time.UTC), 0, 0},
+	} {
+		t.Run(tt.zone, func(t *testing.T) {
+			loc, err := time.LoadLocation(tt.zone)
+			if err != nil {
+				t.Skip(err) // no tzdata on this machine
+			}
+			c := demandCatalog(t, Policy{Name: "p", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(),
+				Minimums: []ScheduledMinimum{{Schedule: tt.schedule, Duration: tt.duration, TimeZone: tt.zone, Demand: 6}}})
+			m := c.Lookup("p").Minimums[0]
+			y, mo, d := tt.change.In(loc).Date()
+			before := time.Date(y, mo, d-1, tt.hour, tt.minute, 0, 0, loc)
+			after := time.Date(y, mo, d+1, tt.hour, tt.minute, 0, 0, loc)
+			for _, at := range []struct {
+				at   time.Time
+				open bool
+			}{
+				{tt.change.Add(-time.Second), false},
+				{tt.change, true},
+				{tt.change.Add(tt.duration - time.Second), true},
+				{tt.change.Add(tt.duration), false},
+				// The days before and after, at the opening's wall time.
+				{before.Add(-time.Second), false},
+				{before, true},
+				{before.Add(tt.duration), false},
+				{after.Add(-time.Second), false},
+				{after, true},
+			} {
+				if got := m.Open(at.at); got != at.open {
+					t.Errorf("Open(%s) = %v, want %v", at.at.In(loc).Format(time.RFC3339), got, at.open)
+				}
+			}
+		})
+	}
+	// Back: 03:00 CEST → 02:00 CET on 2026-10-25 in Berlin; 02:30 comes twice
+	// (00:30 and 01:30 UTC), so a 4 h window from it stays open until 05:30 UTC.
+	c := demandCatalog(t, Policy{Name: "p", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(),
+		Minimums: []ScheduledMinimum{{Schedule: "30 2 * * *", Duration: 4 * time.Hour, TimeZone: "Europe/Berlin", Demand: 6}}})
+	m := c.Lookup("p").Minimums[0]
+	for _, at := range []struct {
+		at   time.Time
+		open bool
+	}{
+		{time.Date(2026, 10, 25, 0, 29, 0, 0, time.UTC), false},
+		{time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC), true},
+		{time.Date(2026, 10, 25, 5, 29, 0, 0, time.UTC), true},
+		{time.Date(2026, 10, 25, 5, 30, 0, 0, time.UTC), false},
+	} {
+		if got := m.Open(at.at); got != at.open {
+			t.Errorf("Open(%s) = %v, want %v", at.at.Format(time.RFC3339), got, at.open)
+		}
+	}
+}
