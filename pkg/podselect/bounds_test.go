@@ -165,6 +165,50 @@ func TestInterestsAreBounded(t *testing.T) {
 	})
 }
 
+// A namespace's flood of selectors once emptied the whole member cache each
+// time it filled, so every other namespace's pools were listed and matched
+// again (and their aggregates rebuilt): now the namespace holding the most
+// lists (or members) lets its own go, and the others keep the same lists.
+func TestMemberCacheEvictsTheNamespaceHoldingMost(t *testing.T) {
+	app := map[string]string{"app": "vllm"}
+	objs := []runtime.Object{readyPod("quiet", "vllm-0", app), readyPod("quiet", "vllm-1", app)}
+	for i := range 30 {
+		objs = append(objs, readyPod("noisy", fmt.Sprintf("pod-%d", i), map[string]string{"app": "vllm", "i": fmt.Sprint(i)}))
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := startInternal(t, Options{Port: 8000, Path: "/metrics", Scheme: "http", IdleTimeout: time.Minute, MaxRequestSelectors: 10,
+		Serves: func(string) bool { return true }}, clk, objs...)
+	quietSel := labels.SelectorFromSet(app)
+	quiet, err := s.Members("quiet", quietSel)
+	if err != nil || len(quiet) != 2 {
+		t.Fatalf("Members(quiet) = %d, %v; want 2", len(quiet), err)
+	}
+	// 3 × maxCachedPools selectors of one pod each (the list bound), then as
+	// many of all 30 pods (past maxCachedMembers in all).
+	for _, flood := range []struct {
+		selector string
+		pods     int
+	}{{"app=vllm,i=7,run notin (r%d)", 1}, {"app=vllm,run notin (r%d)", 30}} {
+		for i := range 3 * maxCachedPools {
+			sel, err := labels.Parse(fmt.Sprintf(flood.selector, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := s.Members("noisy", sel); err != nil || len(m) != flood.pods {
+				t.Fatalf("Members(noisy) = %d, %v; want %d", len(m), err, flood.pods)
+			}
+		}
+		_, pools, members := s.remembered()
+		if pools > maxCachedPools || members > maxCachedMembers {
+			t.Errorf("%s: member cache holds %d pools, %d members; want at most %d, %d", flood.selector, pools, members, maxCachedPools, maxCachedMembers)
+		}
+		again, err := s.Members("quiet", quietSel)
+		if err != nil || len(again) != 2 || &again[0] != &quiet[0] {
+			t.Errorf("%s: the quiet namespace's list was dropped by another namespace's flood", flood.selector)
+		}
+	}
+}
+
 // The least recently asked request selector goes first; idle ones go after
 // the idle timeout.
 func TestInterestsEvictLeastRecentlyAsked(t *testing.T) {

@@ -155,6 +155,7 @@ const (
 )
 
 type memberList struct {
+	namespace  string
 	generation uint64
 	members    []Member
 }
@@ -355,18 +356,43 @@ func (s *Selection) MembersWith(namespace string, selector labels.Selector, ov O
 	s.memberMu.Lock()
 	if old, ok := s.members[key]; ok {
 		s.cachedMembers -= len(old.members)
-	}
-	// The cache is a cache: past its bounds it starts again rather than keep the
-	// pools of selectors nobody asks about any more.
-	if len(s.members) >= maxCachedPools || s.cachedMembers+len(members) > maxCachedMembers {
-		s.members, s.cachedMembers = map[string]memberList{}, 0
+		delete(s.members, key)
 	}
 	if len(members) <= maxCachedMembers {
-		s.members[key] = memberList{generation: gen, members: members}
+		// The cache is a cache: past its bounds the namespace holding the
+		// most lets all its lists go, rather than keep the pools of
+		// selectors nobody asks about any more; so one namespace's flood of
+		// selectors costs the lists of no namespace holding fewer.
+		for len(s.members) > 0 && len(s.members) >= maxCachedPools {
+			s.dropLargestLocked(func(l memberList) int { return 1 })
+		}
+		for len(s.members) > 0 && s.cachedMembers+len(members) > maxCachedMembers {
+			s.dropLargestLocked(func(l memberList) int { return len(l.members) })
+		}
+		s.members[key] = memberList{namespace: namespace, generation: gen, members: members}
 		s.cachedMembers += len(members)
 	}
 	s.memberMu.Unlock()
 	return members, nil
+}
+
+// dropLargestLocked lets go of every cached list of the namespace whose lists
+// weigh the most (memberMu held).
+func (s *Selection) dropLargestLocked(weight func(memberList) int) {
+	byNS := map[string]int{}
+	largest := ""
+	for _, l := range s.members {
+		byNS[l.namespace] += weight(l)
+		if n := byNS[l.namespace]; n > byNS[largest] || largest == "" {
+			largest = l.namespace
+		}
+	}
+	for k, l := range s.members {
+		if l.namespace == largest {
+			s.cachedMembers -= len(l.members)
+			delete(s.members, k)
+		}
+	}
 }
 
 // Member returns the member for one pod by name; found is false when the pod

@@ -95,8 +95,8 @@ type poolAgg struct {
 }
 
 // Bounds of the aggregates: pools not asked about for aggIdle are let go
-// (checked at most once per aggSweep); past maxAggregates the least recently
-// used go first.
+// (checked at most once per aggSweep); past maxAggregates, half are let go,
+// the namespaces holding the most first (evictFairLocked).
 const (
 	aggIdle       = 10 * time.Minute
 	aggSweep      = time.Minute
@@ -239,10 +239,7 @@ func (ag *aggregates) pool(k aggKey, now time.Time) *poolAgg {
 			}
 		}
 		if len(byUse) >= maxAggregates {
-			slices.SortFunc(byUse, func(x, y *poolAgg) int { return cmp.Compare(x.lastUsed.Load(), y.lastUsed.Load()) })
-			for _, pa := range byUse[:len(byUse)-maxAggregates/2] {
-				ag.dropLocked(pa)
-			}
+			ag.evictFairLocked(byUse, maxAggregates/2)
 		}
 	}
 	pa := ag.pools[k]
@@ -252,6 +249,52 @@ func (ag *aggregates) pool(k aggKey, now time.Time) *poolAgg {
 		ag.pools[k] = pa
 	}
 	return pa
+}
+
+// evictFairLocked lets pools go until keep remain: every namespace keeps up
+// to an equal share of keep (what a namespace holding less leaves is shared
+// by the others) and lets its least recently used go past it. So one
+// namespace's flood of selectors costs the pools of no namespace holding
+// fewer than it (TestAggregatesEvictTheNamespaceHoldingMost).
+func (ag *aggregates) evictFairLocked(pools []*poolAgg, keep int) {
+	byNS := map[string][]*poolAgg{}
+	for _, pa := range pools {
+		byNS[pa.key.namespace] = append(byNS[pa.key.namespace], pa)
+	}
+	share := fairShare(byNS, keep)
+	for _, list := range byNS {
+		if len(list) <= share {
+			continue
+		}
+		slices.SortFunc(list, func(x, y *poolAgg) int { return cmp.Compare(x.lastUsed.Load(), y.lastUsed.Load()) })
+		for _, pa := range list[:len(list)-share] {
+			ag.dropLocked(pa)
+		}
+	}
+}
+
+// fairShare returns the most entries a namespace may keep so that all keep
+// at most keep in all: the largest c with Σ min(len(list), c) ≤ keep
+// (water-filling: namespaces holding fewer than c keep all theirs).
+func fairShare[T any](byNS map[string][]T, keep int) int {
+	sizes := make([]int, 0, len(byNS))
+	total := 0
+	for _, list := range byNS {
+		sizes = append(sizes, len(list))
+		total += len(list)
+	}
+	if total <= keep {
+		return total
+	}
+	slices.Sort(sizes)
+	left := keep
+	for i, n := range sizes {
+		if c := left / (len(sizes) - i); n > c {
+			return c
+		}
+		left -= n
+	}
+	return left // not reached: total > keep
 }
 
 // dropLocked forgets a pool and its index entries; a request still reading

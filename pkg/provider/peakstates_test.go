@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"runtime"
 	"strings"
@@ -302,5 +303,76 @@ func TestPeakStateNeedsPodsOrHPA(t *testing.T) {
 	}
 	if n := f.prov.peaks.total(); n != 0 {
 		t.Errorf("%d peak states kept for pools without pods or HPAs", n)
+	}
+}
+
+// A namespace's flood of selectors past maxAggregates once evicted the least
+// recently used pools of every namespace: another tenant's HPA pools, asked
+// about every 15 s but less recently than the flood's, were rebuilt. Now the
+// namespaces holding the most lose theirs first: a namespace holding fewer
+// than its share keeps the same objects.
+func TestAggregatesEvictTheNamespaceHoldingMost(t *testing.T) {
+	ag := newAggregates()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	key := func(ns string, i int) aggKey {
+		return aggKey{namespace: ns, selector: sha256.Sum256([]byte(fmt.Sprintf("app=x,run notin (r%d)", i))), policy: "llm_saturation"}
+	}
+	var quiet, middle []*poolAgg
+	for i := range 10 {
+		quiet = append(quiet, ag.pool(key("quiet", i), now))
+	}
+	for i := range 900 {
+		middle = append(middle, ag.pool(key("middle", i), now.Add(time.Second)))
+	}
+	for i := range 3*maxAggregates + 7 {
+		ag.pool(key("noisy", i), now.Add(2*time.Second+time.Duration(i)*time.Millisecond))
+	}
+	if n := len(ag.pools); n > maxAggregates {
+		t.Errorf("%d aggregates kept, want at most %d", n, maxAggregates)
+	}
+	for i, pa := range quiet {
+		if ag.pools[key("quiet", i)] != pa {
+			t.Fatalf("quiet pool %d was evicted by another namespace's flood", i)
+		}
+	}
+	for i, pa := range middle {
+		if ag.pools[key("middle", i)] != pa {
+			t.Fatalf("middle pool %d (900 pools, fewer than its share) was evicted", i)
+		}
+	}
+	// The index follows: a dropped pool is in no UID's list.
+	for _, list := range ag.byUID {
+		for _, pa := range list {
+			if ag.pools[pa.key] != pa {
+				t.Fatal("byUID lists a dropped pool")
+			}
+		}
+	}
+}
+
+func TestFairShare(t *testing.T) {
+	lists := func(sizes ...int) map[string][]int {
+		m := map[string][]int{}
+		for i, n := range sizes {
+			m[fmt.Sprint(i)] = make([]int, n)
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		sizes      []int
+		keep, want int
+	}{
+		{[]int{10, 900, 5000}, 2048, 1138}, // 10 + 900 + 1138
+		{[]int{3000, 3000}, 2048, 1024},
+		{[]int{1, 2, 3}, 10, 6},    // all fit
+		{[]int{5, 5, 5}, 2, 0},     // less than one each
+		{[]int{1, 100}, 50, 49},    // 1 + 49
+		{[]int{4, 4, 100}, 12, 4},  // 4 + 4 + 4
+		{[]int{4, 4, 100}, 13, 5},  // 4 + 4 + 5
+		{[]int{10, 10, 10}, 29, 9}, // 27 ≤ 29
+	} {
+		if got := fairShare(lists(tt.sizes...), tt.keep); got != tt.want {
+			t.Errorf("fairShare(%v, %d) = %d, want %d", tt.sizes, tt.keep, got, tt.want)
+		}
 	}
 }
