@@ -24,11 +24,13 @@ import (
 )
 
 // releaseImages stands in for a kubelet's image pulls of released images: an image
-// reference by digest resolves to the binary its entrypoint names, unpacked from the
-// image for the host's platform. The image comes from the OCI registry the reference
-// names when it is one of registries (a loopback registry the test pushed to), else
-// from the OCI layouts of a make release (dist/images.json maps repositories to
-// layouts). Each binary is unpacked once.
+// reference by digest resolves to its filesystem for the host's platform, unpacked,
+// and the entrypoint the pod runs chrooted there (nodeagent.Engine.RootFS), so the
+// pod sees the image's files and nothing of this machine's (its zoneinfo, its CA
+// certificates). The image comes from the OCI registry the reference names when it is
+// one of registries (a loopback registry the test pushed to), else from the OCI
+// layouts of a make release (dist/images.json maps repositories to layouts). Each
+// image is unpacked once.
 type releaseImages struct {
 	// dist returns the dist/ directory of the checkout make release ran in.
 	dist func() string
@@ -39,29 +41,34 @@ type releaseImages struct {
 
 	mu       sync.Mutex
 	dir      string
-	unpacked map[string]string // image reference -> binary
+	unpacked map[string]unpackedImage // by image reference
 	logf     func(string, ...any)
+}
+
+// unpackedImage is an image's filesystem and its entrypoint there.
+type unpackedImage struct {
+	root, entrypoint string
 }
 
 // resolve is a nodeagent.Options.Resolve.
 func (r *releaseImages) resolve(image string) (nodeagent.Engine, bool) {
-	bin, err := r.binary(image)
+	u, err := r.unpack(image)
 	if err != nil {
 		r.logf("resolving image %s: %v", image, err)
 		return nodeagent.Engine{}, false
 	}
-	return nodeagent.Engine{Binary: bin, Args: r.args, InCluster: true}, true
+	return nodeagent.Engine{Binary: u.entrypoint, RootFS: u.root, Args: r.args, InCluster: true}, true
 }
 
-func (r *releaseImages) binary(image string) (string, error) {
+func (r *releaseImages) unpack(image string) (unpackedImage, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if b, ok := r.unpacked[image]; ok {
-		return b, nil
+	if u, ok := r.unpacked[image]; ok {
+		return u, nil
 	}
 	ref, err := name.NewDigest(image)
 	if err != nil {
-		return "", fmt.Errorf("not an image reference by digest: %w", err)
+		return unpackedImage{}, fmt.Errorf("not an image reference by digest: %w", err)
 	}
 	var idx v1.ImageIndex
 	if registry := ref.Context().RegistryStr(); contains(r.registries, registry) {
@@ -70,60 +77,60 @@ func (r *releaseImages) binary(image string) (string, error) {
 		idx, err = r.fromDist(ref)
 	}
 	if err != nil {
-		return "", err
+		return unpackedImage{}, err
 	}
 	got, err := idx.Digest()
 	if err != nil {
-		return "", err
+		return unpackedImage{}, err
 	}
 	if got.String() != ref.DigestStr() {
-		return "", fmt.Errorf("index digest %s, want %s", got, ref.DigestStr())
+		return unpackedImage{}, fmt.Errorf("index digest %s, want %s", got, ref.DigestStr())
 	}
 	img, err := hostPlatformImage(idx)
 	if err != nil {
-		return "", err
+		return unpackedImage{}, err
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return "", err
+		return unpackedImage{}, err
 	}
 	if len(cfg.Config.Entrypoint) != 1 {
-		return "", fmt.Errorf("entrypoint %q: want one binary", cfg.Config.Entrypoint)
+		return unpackedImage{}, fmt.Errorf("entrypoint %q: want one binary", cfg.Config.Entrypoint)
 	}
 	if cfg.Config.User != "65534:65534" {
-		return "", fmt.Errorf("image user %q, want 65534:65534", cfg.Config.User)
+		return unpackedImage{}, fmt.Errorf("image user %q, want 65534:65534", cfg.Config.User)
 	}
-	entry := strings.TrimPrefix(path.Clean(cfg.Config.Entrypoint[0]), "/")
-	data, err := fileOf(img, entry)
-	if err != nil {
-		return "", err
+	entry := path.Clean(cfg.Config.Entrypoint[0])
+	if !path.IsAbs(entry) {
+		return unpackedImage{}, fmt.Errorf("entrypoint %q: want an absolute path", entry)
 	}
 	if r.dir == "" {
 		// Not under the test's TempDir: its 0700 parents would keep the pods' user out.
 		if r.dir, err = os.MkdirTemp("", "e2e-images"); err != nil {
-			return "", err
+			return unpackedImage{}, err
 		}
 		if err := os.Chmod(r.dir, 0o755); err != nil {
-			return "", err
+			return unpackedImage{}, err
 		}
 	}
-	dir := filepath.Join(r.dir, fmt.Sprint(len(r.unpacked)))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+	root := filepath.Join(r.dir, fmt.Sprint(len(r.unpacked)))
+	if err := unpackFS(img, root); err != nil {
+		return unpackedImage{}, err
 	}
-	bin := filepath.Join(dir, path.Base(entry))
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		return "", err
+	st, err := os.Stat(filepath.Join(root, filepath.FromSlash(entry)))
+	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return unpackedImage{}, fmt.Errorf("the image's entrypoint %s is not an executable file (%v)", entry, err)
 	}
 	if r.unpacked == nil {
-		r.unpacked = map[string]string{}
+		r.unpacked = map[string]unpackedImage{}
 	}
-	r.unpacked[image] = bin
-	r.logf("image %s: unpacked /%s (%d bytes) for linux/%s", image, entry, len(data), runtime.GOARCH)
-	return bin, nil
+	u := unpackedImage{root: root, entrypoint: entry}
+	r.unpacked[image] = u
+	r.logf("image %s: unpacked for linux/%s into %s (entrypoint %s, %d bytes)", image, runtime.GOARCH, root, entry, st.Size())
+	return u, nil
 }
 
-// close removes the unpacked binaries.
+// close removes the unpacked filesystems.
 func (r *releaseImages) close() {
 	if r.dir != "" {
 		os.RemoveAll(r.dir)
@@ -180,24 +187,75 @@ func hostPlatformImage(idx v1.ImageIndex) (v1.Image, error) {
 	return nil, fmt.Errorf("no linux/%s image in the index", runtime.GOARCH)
 }
 
-// fileOf returns the contents of file name (no leading /) of img's filesystem.
-func fileOf(img v1.Image, name string) ([]byte, error) {
+// unpackFS writes img's filesystem (its layers flattened) under root: directories,
+// regular files with their modes, symbolic and hard links. A name or link that would
+// leave root is an error.
+func unpackFS(img v1.Image, root string) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("the image has no /%s", name)
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if path.Clean(h.Name) == name && h.Typeflag == tar.TypeReg {
-			if h.Mode&0o111 == 0 {
-				return nil, fmt.Errorf("/%s is not executable (mode %o)", name, h.Mode)
+		name := path.Clean(strings.TrimPrefix(h.Name, "/"))
+		if name == "." {
+			continue
+		}
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("image file %q leaves the root", h.Name)
+		}
+		target := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		mode := os.FileMode(h.Mode) & os.ModePerm
+		if h.Mode&0o1000 != 0 {
+			mode |= os.ModeSticky
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
 			}
-			return io.ReadAll(tr)
+		case tar.TypeReg:
+			f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr) //nolint:gosec // our own release's image, size-bounded by its layout
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				return err
+			}
+			continue
+		case tar.TypeLink:
+			old := path.Clean(strings.TrimPrefix(h.Linkname, "/"))
+			if !filepath.IsLocal(old) {
+				return fmt.Errorf("image link %q -> %q leaves the root", h.Name, h.Linkname)
+			}
+			if err := os.Link(filepath.Join(root, filepath.FromSlash(old)), target); err != nil {
+				return err
+			}
+			continue
+		default:
+			return fmt.Errorf("image file %q: unexpected tar entry type %c", h.Name, h.Typeflag)
+		}
+		if err := os.Chmod(target, mode); err != nil {
+			return err
 		}
 	}
 }

@@ -56,6 +56,11 @@ type Engine struct {
 	// container's env and user (see sandbox.go). Binary stands for the image's
 	// entrypoint. A deleted pod's process gets SIGTERM, without the engine drain.
 	InCluster bool
+	// RootFS, with InCluster, is the image's filesystem unpacked: the container runs
+	// chrooted in it (through an overlay, so the directory is never written), read-only
+	// when its securityContext says readOnlyRootFilesystem, and Binary is the
+	// entrypoint's path inside it. Without it the container sees this machine's root.
+	RootFS string
 }
 
 // Options configure an Agent.
@@ -477,7 +482,7 @@ func (a *Agent) startEngine(ctx context.Context, r *podRun, pod *corev1.Pod, c c
 	var proc *controlplane.Process
 	var err error
 	if eng.InCluster {
-		proc, err = a.startInCluster(ctx, r, pod, c, eng.Binary, args)
+		proc, err = a.startInCluster(ctx, r, pod, c, eng, args)
 	} else {
 		proc, err = controlplane.StartProcess(a.o.LogDir, pod.Name, eng.Binary, args, nil)
 	}

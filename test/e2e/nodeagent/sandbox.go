@@ -41,10 +41,18 @@ import (
 //   - The container's user, group and fsGroup (runAsUser, runAsGroup, fsGroup;
 //     allowPrivilegeEscalation false sets no_new_privs) through setpriv(1).
 //
-// Not emulated: the root filesystem (readOnlyRootFilesystem), the network namespace
-// (the pod binds its 127.x IP: pass --bind-address=$(POD_IP) in Engine.Args), resource
-// limits, token rotation (the token lives an hour or its projection's
-// expirationSeconds), subPath mounts and the image's own command (Binary stands for it).
+//   - With Engine.RootFS (an image's unpacked filesystem), the container's root is an
+//     overlay of it (upper layer in the private /run) with /proc, /dev, /etc/hosts and
+//     /etc/resolv.conf as a runtime provides them and the volumes mounted inside;
+//     read-only when readOnlyRootFilesystem is set; and the binary runs chrooted there
+//     (chroot --userspec, since setpriv is not in the image; the change of user clears
+//     the parent-death signal, so such a process outlives a test that dies without its
+//     cleanup). Without RootFS the container sees this machine's root.
+//
+// Not emulated: the network namespace (the pod binds its 127.x IP: pass
+// --bind-address=$(POD_IP) in Engine.Args), resource limits, token rotation (the token
+// lives an hour or its projection's expirationSeconds), subPath mounts, and without
+// RootFS the image's own files and command (Binary stands for it).
 
 // podPATH is the PATH of the pod's environment (distroless images set this one).
 const podPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -68,8 +76,12 @@ type podMount struct {
 	readOnly     bool
 }
 
-// startInCluster starts binary with args as the pod's container c (see above).
-func (a *Agent) startInCluster(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, binary string, args []string) (*controlplane.Process, error) {
+// startInCluster starts eng's binary with args as the pod's container c (see above).
+func (a *Agent) startInCluster(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine, args []string) (*controlplane.Process, error) {
+	if eng.RootFS != "" {
+		return a.startInRootFS(ctx, r, pod, c, eng, args)
+	}
+	binary := eng.Binary
 	if a.o.APIServer == "" {
 		return nil, fmt.Errorf("image %s runs in-cluster, but the agent has no Options.APIServer", c.Image)
 	}
@@ -85,16 +97,9 @@ func (a *Agent) startInCluster(ctx context.Context, r *podRun, pod *corev1.Pod, 
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: volumes: %w", pod.Name, err)
 	}
-	env := []string{"PATH=" + podPATH, "HOSTNAME=" + pod.Name, "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}
-	for _, e := range c.Env {
-		v, err := a.envValue(r, pod, e)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s: env %s: %w", pod.Name, e.Name, err)
-		}
-		env = append(env, e.Name+"="+v)
-	}
-	if len(c.EnvFrom) > 0 {
-		return nil, fmt.Errorf("pod %s: envFrom is not supported by the node agent", pod.Name)
+	env, err := a.podEnv(r, pod, c, host, port)
+	if err != nil {
+		return nil, err
 	}
 	user, err := credentials(pod, c)
 	if err != nil {
@@ -127,9 +132,86 @@ func (a *Agent) startInCluster(ctx context.Context, r *podRun, pod *corev1.Pod, 
 	return controlplane.StartProcess(a.o.LogDir, pod.Name, "/usr/bin/unshare", cmd, nil)
 }
 
-// credentials returns the setpriv(1) command that runs the rest as the container's
-// user, or nothing when it runs as root.
-func credentials(pod *corev1.Pod, c corev1.Container) ([]string, error) {
+// podEnv returns the container's whole environment.
+func (a *Agent) podEnv(r *podRun, pod *corev1.Pod, c corev1.Container, host, port string) ([]string, error) {
+	env := []string{"PATH=" + podPATH, "HOSTNAME=" + pod.Name, "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}
+	for _, e := range c.Env {
+		v, err := a.envValue(r, pod, e)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: env %s: %w", pod.Name, e.Name, err)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	if len(c.EnvFrom) > 0 {
+		return nil, fmt.Errorf("pod %s: envFrom is not supported by the node agent", pod.Name)
+	}
+	return env, nil
+}
+
+// startInRootFS starts the container chrooted in eng.RootFS (see above).
+func (a *Agent) startInRootFS(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine, args []string) (*controlplane.Process, error) {
+	host, port, _ := strings.Cut(a.o.APIServer, ":")
+	if !path.IsAbs(eng.Binary) || strings.ContainsAny(eng.Binary, "'\n") {
+		return nil, fmt.Errorf("image %s: entrypoint %q: want an absolute path inside its root filesystem", c.Image, eng.Binary)
+	}
+	dir := filepath.Join(a.o.LogDir, pod.Name+".volumes")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	mounts, err := a.volumes(ctx, r, pod, c, dir)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: volumes: %w", pod.Name, err)
+	}
+	env, err := a.podEnv(r, pod, c, host, port)
+	if err != nil {
+		return nil, err
+	}
+	user, err := chrootCredentials(pod, c)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
+	}
+	const root = "/run/.pod-root"
+	script := `set -e
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p /run/.pod-volumes /run/.pod-rootfs/upper /run/.pod-rootfs/work ` + root + `
+mount --bind "$1" /run/.pod-volumes
+mount -t overlay overlay -o lowerdir="$2",upperdir=/run/.pod-rootfs/upper,workdir=/run/.pod-rootfs/work ` + root + `
+mkdir -p ` + root + `/proc ` + root + `/dev ` + root + `/etc
+mount -t proc proc ` + root + `/proc
+mount --rbind /dev ` + root + `/dev
+for f in hosts resolv.conf; do touch ` + root + `/etc/$f; mount --bind /etc/$f ` + root + `/etc/$f; mount -o remount,bind,ro ` + root + `/etc/$f; done
+shift 2
+`
+	for _, m := range mounts {
+		q := shellQuote(root + m.path)
+		script += "mkdir -p " + q + "\nmount --bind /run/.pod-volumes/" + m.volume + " " + q + "\n"
+		if m.readOnly {
+			script += "mount -o remount,bind,ro " + q + "\n"
+		}
+	}
+	if sc := c.SecurityContext; sc != nil && ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+		script += "mount -o remount,bind,ro " + root + "\n"
+	}
+	script += "exec \"$@\"\n"
+	cmd := []string{"--mount", "--propagation", "private", "/usr/bin/env", "-i"}
+	cmd = append(cmd, env...)
+	cmd = append(cmd, "/bin/sh", "-c", script, "pod-sandbox", dir, eng.RootFS)
+	cmd = append(cmd, user...)
+	cmd = append(cmd, root, eng.Binary)
+	cmd = append(cmd, args...)
+	return controlplane.StartProcess(a.o.LogDir, pod.Name, "/usr/bin/unshare", cmd, nil)
+}
+
+// podUser is who a container runs as: its user and group, fsGroup (a supplementary
+// group, when set) and no_new_privs (allowPrivilegeEscalation false).
+type podUser struct {
+	uid, gid string
+	fsGroup  string
+	nnp      bool
+}
+
+// userOf returns who c runs as; nil when it runs as root.
+func userOf(pod *corev1.Pod, c corev1.Container) (*podUser, error) {
 	var uid, gid, fsGroup *int64
 	nnp := false
 	if psc := pod.Spec.SecurityContext; psc != nil {
@@ -150,21 +232,56 @@ func credentials(pod *corev1.Pod, c corev1.Container) ([]string, error) {
 		}
 		return nil, nil
 	}
-	g := *uid
+	u := &podUser{uid: strconv.FormatInt(*uid, 10), gid: strconv.FormatInt(*uid, 10), nnp: nnp}
 	if gid != nil {
-		g = *gid
+		u.gid = strconv.FormatInt(*gid, 10)
 	}
-	out := []string{"/usr/bin/setpriv", "--reuid=" + strconv.FormatInt(*uid, 10), "--regid=" + strconv.FormatInt(g, 10)}
 	if fsGroup != nil {
-		out = append(out, "--groups="+strconv.FormatInt(*fsGroup, 10))
+		u.fsGroup = strconv.FormatInt(*fsGroup, 10)
+	}
+	return u, nil
+}
+
+// credentials returns the setpriv(1) command that runs the rest as the container's
+// user, or nothing when it runs as root.
+func credentials(pod *corev1.Pod, c corev1.Container) ([]string, error) {
+	u, err := userOf(pod, c)
+	if u == nil {
+		return nil, err
+	}
+	out := []string{"/usr/bin/setpriv", "--reuid=" + u.uid, "--regid=" + u.gid}
+	if u.fsGroup != "" {
+		out = append(out, "--groups="+u.fsGroup)
 	} else {
 		out = append(out, "--clear-groups")
 	}
-	if nnp {
+	if u.nnp {
 		out = append(out, "--no-new-privs")
 	}
 	// A change of credentials clears the parent-death signal StartProcess set.
 	return append(out, "--pdeathsig=KILL"), nil
+}
+
+// chrootCredentials returns the command that chroots into its first argument and runs
+// the rest there as the container's user: setpriv for no_new_privs alone (it stays
+// root), then chroot(8), which changes the user after chroot(2) (setpriv is not in the
+// image to do it there).
+func chrootCredentials(pod *corev1.Pod, c corev1.Container) ([]string, error) {
+	u, err := userOf(pod, c)
+	if u == nil {
+		return []string{"/usr/sbin/chroot"}, err
+	}
+	var out []string
+	if u.nnp {
+		out = []string{"/usr/bin/setpriv", "--no-new-privs"}
+	}
+	// chroot's --groups lists the supplementary groups; the primary one alone is
+	// none beyond it (setpriv's --clear-groups).
+	groups := u.gid
+	if u.fsGroup != "" {
+		groups = u.fsGroup
+	}
+	return append(out, "/usr/sbin/chroot", "--userspec="+u.uid+":"+u.gid, "--groups="+groups), nil
 }
 
 func nonRoot(pod *corev1.Pod, c corev1.Container) bool {
