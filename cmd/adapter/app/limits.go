@@ -55,10 +55,10 @@ func selectorTooLong(rawQuery string, limit int) string {
 	if len(rawQuery) > 3*limit+1024 {
 		return fmt.Sprintf("the query string is %d bytes long: a label selector may be at most %d bytes (--max-selector-bytes)", len(rawQuery), limit)
 	}
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return "" // the chain's own parsing answers a malformed query
-	}
+	// The values of every well-formed pair, as url.URL.Query (which the
+	// chain's parameter decoding reads) keeps them beside a malformed one
+	// ("&%zz", "a=b;c"): a malformed pair must not let a long selector by.
+	q, _ := url.ParseQuery(rawQuery)
 	for _, p := range selectorParams {
 		for _, v := range q[p] {
 			if len(v) > limit {

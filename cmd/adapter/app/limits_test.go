@@ -129,6 +129,19 @@ func TestLongSelectorsRefusedBeforeAuthorization(t *testing.T) {
 		if code, body := a.get(t, "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?labelSelector="+url.QueryEscape(sel)); code != http.StatusOK {
 			t.Errorf("a valid selector of %d bytes: HTTP %d %.300s, want it answered", len(sel), code, body)
 		}
+		// Past the limit with a malformed pair beside it: still refused, and the
+		// authorizer never sees it.
+		long := longSelector(2, 3*DefaultMaxSelectorBytes)
+		for _, junk := range []string{"&%zz", "&a=b;c"} {
+			if code, body := a.get(t, "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?labelSelector="+url.QueryEscape(long)+junk); code != http.StatusBadRequest {
+				t.Errorf("a %d-byte selector with %q beside it: HTTP %d %.200s, want 400", len(long), junk, code, body)
+			}
+		}
+		authz.mu.Lock()
+		defer authz.mu.Unlock()
+		if authz.longest > DefaultMaxSelectorBytes {
+			t.Errorf("the authorizer saw a selector of %d bytes, above the limit %d", authz.longest, DefaultMaxSelectorBytes)
+		}
 	})
 }
 
@@ -144,6 +157,11 @@ func TestSelectorTooLong(t *testing.T) {
 		{"labelSelector=" + strings.Repeat("%41", 100), ""}, // 300 bytes encoded, 100 decoded
 		{"labelSelector=" + strings.Repeat("a", 5000), "the query string is 5014 bytes long"},
 		{"other=" + strings.Repeat("a", 200), ""},
+		// A malformed pair beside it (url.ParseQuery fails; the chain's
+		// URL.Query still reads the selector) once let a long one by.
+		{"labelSelector=" + strings.Repeat("a", 101) + "&%zz", "labelSelector is 101 bytes long"},
+		{"labelSelector=" + strings.Repeat("a", 101) + "&a=b;c", "labelSelector is 101 bytes long"},
+		{"%zz&fieldSelector=" + strings.Repeat("a", 101), "fieldSelector is 101 bytes long"},
 	} {
 		if got := selectorTooLong(tt.query, 100); (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 			t.Errorf("selectorTooLong(%.40s…) = %q, want %q", tt.query, got, tt.want)
