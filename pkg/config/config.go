@@ -9,7 +9,9 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"slices"
@@ -229,6 +231,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 // lists every problem, each naming the field path and value, e.g.
 // `policies[0].terms[1].quantile: Invalid value: 1.5: must be in (0, 1), e.g. 0.95`.
 func Parse(data []byte) (*File, error) {
+	if err := oneDocument(data); err != nil {
+		return nil, err
+	}
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		if !strings.Contains(err.Error(), "unsupported value") {
@@ -257,6 +262,35 @@ func Parse(data []byte) (*File, error) {
 		return nil, errs.ToAggregate()
 	}
 	return &f, nil
+}
+
+// oneDocument refuses a file of more than one YAML document: the decoding
+// below reads the first alone, so the policies of a second ("---") would
+// vanish, and HPAs asking for them get "metric not found". Empty documents
+// (a leading or trailing "---") are not counted.
+func oneDocument(data []byte) error {
+	dec := goyaml.NewDecoder(bytes.NewReader(data))
+	docs := 0
+	for {
+		var n goyaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if docs == 0 {
+				return nil // the decoding below says what is wrong with the first
+			}
+			return fmt.Errorf("decoding the configuration: a second YAML document after \"---\", which is not YAML either (%w): the file must be one document", err)
+		}
+		if len(n.Content) == 0 || (len(n.Content) == 1 && n.Content[0].Tag == "!!null") {
+			continue
+		}
+		docs++
+		if docs > 1 {
+			return fmt.Errorf("decoding the configuration: a second YAML document starts at line %d: the file must be one document, its policies in one list (a second document's would never be read)", n.Line)
+		}
+	}
 }
 
 // nonFinite finds the first YAML scalar of data that is a NaN or an infinity

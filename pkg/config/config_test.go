@@ -60,6 +60,10 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown field", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPont: 5}]\n", []string{`unknown field "policies[0].terms[0].setPont"`}},
 		{"duplicate key", head + "policies:\n- name: a\n  name: b\n  kind: mean\n", []string{`"name" already set`}},
+		// A second document's policies were never read: its HPAs got "metric not found".
+		{"two documents", head + "policies:\n- {name: a, kind: mean, terms: [{kind: queueDepth}]}\n---\n" + head + "policies:\n- {name: b, kind: demand, terms: [{kind: queueDepth}]}\n",
+			[]string{"a second YAML document starts at line 5: the file must be one document"}},
+		{"a second document that is not YAML", head + "policies: []\n---\n: : [\n", []string{"a second YAML document after \"---\", which is not YAML either"}},
 		{"wrong version", "apiVersion: v1\nkind: PolicyConfig\n", []string{"apiVersion: Unsupported value: \"v1\""}},
 		{"upper-case name (BC-15)", head + "policies:\n- name: Chat\n  kind: mean\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].name: Invalid value: "Chat": must be a DNS-1123 label`}},
 		{"underscore name", head + "policies:\n- name: chat_sat\n  kind: mean\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].name: Invalid value: "chat_sat"`}},
@@ -480,5 +484,16 @@ func TestGatewayTokenAccepted(t *testing.T) {
 	g := c.Lookup("a").Gateway
 	if g.BearerTokenFile != "/var/run/secrets/epp-metrics/token" || g.ServiceAccount != "epp" || g.Namespace != "llm-gateway" {
 		t.Errorf("gateway input %+v, want the cleaned path, the ServiceAccount and the namespace", g)
+	}
+}
+
+// A leading or trailing "---", or an empty document after one, is still one
+// document.
+func TestOneDocumentAcceptsMarkers(t *testing.T) {
+	body := "apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: a, kind: mean, terms: [{kind: queueDepth}]}\n"
+	for _, f := range []string{"---\n" + body, body + "---\n", body + "---\n# nothing\n", body + "---\n~\n"} {
+		if _, err := Parse([]byte(f)); err != nil {
+			t.Errorf("Parse(%q): %v", f, err)
+		}
 	}
 }
