@@ -14,6 +14,8 @@ import (
 	"time"
 
 	promconfig "github.com/prometheus/common/config"
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
@@ -59,9 +61,18 @@ func (o ClientOptions) HTTPClientConfig() promconfig.HTTPClientConfig {
 // Validate returns an error naming what is wrong: a URL that is not http(s),
 // a reserved header, a key without its certificate.
 func (o ClientOptions) Validate() error {
-	u, err := url.Parse(o.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("the Prometheus URL %q must be an http or https URL such as http://prometheus-operated.monitoring:9090", Redact(o.URL))
+	if err := CheckURL(o.URL); err != nil {
+		return err
+	}
+	for name, value := range o.Headers {
+		switch {
+		case !httpguts.ValidHeaderFieldName(name):
+			return fmt.Errorf("the header name %q is not a valid HTTP header name", name)
+		case value == "":
+			return fmt.Errorf("the header %s has an empty value", name)
+		case !httpguts.ValidHeaderFieldValue(value):
+			return fmt.Errorf("the value of header %s holds a control character (a newline, NUL)", name)
+		}
 	}
 	if o.MaxResponseBytes < 1 {
 		return fmt.Errorf("the largest response must be at least 1 byte, got %d", o.MaxResponseBytes)
@@ -72,6 +83,32 @@ func (o ClientOptions) Validate() error {
 	cfg := o.HTTPClientConfig()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("settings of the Prometheus client: %w", err)
+	}
+	return nil
+}
+
+// CheckURL returns an error naming what is wrong with a Prometheus base URL:
+// not http or https, no host name (http://:9090 would reach the adapter's own
+// pod), a port outside 1–65535, a query or fragment (the query's own
+// parameters replace them), or a path into the API itself (the client appends
+// /api/v1/query: give the base, e.g. http://mimir/prometheus).
+func CheckURL(raw string) error {
+	const example = "such as http://prometheus-operated.monitoring:9090"
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("the Prometheus URL %q must be an http or https URL %s", Redact(raw), example)
+	case u.Hostname() == "":
+		return fmt.Errorf("the Prometheus URL %q names no host: give the Service's, %s", Redact(raw), example)
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return fmt.Errorf("the Prometheus URL %q has a query or fragment: give the base URL alone, %s", Redact(raw), example)
+	case strings.Contains(u.Path+"/", "/api/v1/"):
+		return fmt.Errorf("the Prometheus URL %q reaches into the API: give its base, without /api/v1 (the adapter adds /api/v1/query), %s", Redact(raw), example)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("the Prometheus URL %q has port %s: want 1–65535", Redact(raw), p)
+		}
 	}
 	return nil
 }

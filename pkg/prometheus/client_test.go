@@ -99,6 +99,19 @@ func TestClientOptionsValidate(t *testing.T) {
 		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, Headers: map[string]string{"Authorization": "x"}}, `header "Authorization" is not allowed`},
 		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, TLS: promconfig.TLSConfig{CertFile: "c.pem"}}, "needs both its certificate file and its key file"},
 		{ClientOptions{URL: "http://prom:9090"}, "at least 1 byte"},
+		// Each once started, turned Ready and failed every query.
+		{ClientOptions{URL: "http://:9090", MaxResponseBytes: 1}, "names no host"},
+		{ClientOptions{URL: "http://prom:0", MaxResponseBytes: 1}, "has port 0: want 1–65535"},
+		{ClientOptions{URL: "http://prom:70000", MaxResponseBytes: 1}, "has port 70000"},
+		{ClientOptions{URL: "http://prom:9090/api/v1/query", MaxResponseBytes: 1}, "reaches into the API"},
+		{ClientOptions{URL: "http://mimir/prometheus/api/v1", MaxResponseBytes: 1}, "reaches into the API"},
+		{ClientOptions{URL: "http://prom:9090?x=1", MaxResponseBytes: 1}, "has a query or fragment"},
+		{ClientOptions{URL: "http://prom:9090/#f", MaxResponseBytes: 1}, "has a query or fragment"},
+		{ClientOptions{URL: "http://user:secret@prom:9090?", MaxResponseBytes: 1}, "has a query or fragment"},
+		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, Headers: map[string]string{"X Scope OrgID": "t1"}}, `header name "X Scope OrgID" is not a valid`},
+		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, Headers: map[string]string{"X-Scope-OrgID": "t1\nX-Evil: 1"}}, "holds a control character"},
+		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, Headers: map[string]string{"X-Scope-OrgID": "t\x001"}}, "holds a control character"},
+		{ClientOptions{URL: "http://prom:9090", MaxResponseBytes: 1, Headers: map[string]string{"X-Scope-OrgID": ""}}, "has an empty value"},
 	}
 	for _, tt := range tests {
 		err := tt.o.Validate()
@@ -109,7 +122,10 @@ func TestClientOptionsValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v: a password in the URL is shown", tt.o, err)
 		}
 	}
-	if err := (ClientOptions{URL: "https://mimir.example/prometheus", MaxResponseBytes: 1}).Validate(); err != nil {
-		t.Errorf("a valid URL: %v", err)
+	for _, u := range []string{"https://mimir.example/prometheus", "http://prometheus-operated.monitoring:9090", "http://thanos-query:10902/",
+		"http://user:pass@[::1]:9090", "https://mimir.example/prometheus/api/v1beta"} {
+		if err := (ClientOptions{URL: u, MaxResponseBytes: 1, Headers: map[string]string{"X-Scope-OrgID": "tenant-1"}}).Validate(); err != nil {
+			t.Errorf("a valid URL %s: %v", u, err)
+		}
 	}
 }

@@ -190,8 +190,10 @@ func (o PrometheusOptions) Validate() []error {
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("--prometheus-cert-file=%q and --prometheus-key-file=%q: give both or neither", o.CertFile, o.KeyFile))
 	}
-	if u, err := url.Parse(o.URL); o.URL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		errs = append(errs, fmt.Errorf("--prometheus-url=%s: must be an http or https URL such as http://prometheus-operated.monitoring:9090", promsource.Redact(o.URL)))
+	if o.URL != "" {
+		if err := promsource.CheckURL(o.URL); err != nil {
+			errs = append(errs, fmt.Errorf("--prometheus-url: %w", err))
+		}
 	}
 	if len(o.Headers) > 0 {
 		if err := (promsource.ClientOptions{URL: "http://prometheus", Headers: o.Headers, MaxResponseBytes: 1}).Validate(); err != nil {

@@ -43,7 +43,7 @@ func TestValidateNamesFlagAndValue(t *testing.T) {
 		{"prometheus flags, all at once", func(o *Options) {
 			o.Source, o.Prometheus.URL, o.Prometheus.PodLabel, o.Prometheus.CachePeriod, o.Prometheus.Timeout = SourcePrometheus, "prom:9090", "pod-name", 0, -time.Second
 			o.Prometheus.Headers = map[string]string{"Authorization": "Bearer x"}
-		}, []string{"--prometheus-url=prom:9090: must be an http or https URL", `--prometheus-pod-label="pod-name": must be a Prometheus label name`,
+		}, []string{`--prometheus-url: the Prometheus URL "prom:9090" must be an http or https URL`, `--prometheus-pod-label="pod-name": must be a Prometheus label name`,
 			"--prometheus-cache-period=0s: must be > 0", "--prometheus-timeout=-1s: must be > 0", `--prometheus-headers: settings of the Prometheus client: setting header "Authorization" is not allowed`}},
 		{"prometheus TLS", func(o *Options) {
 			o.Source, o.Prometheus.URL = SourcePrometheus, "https://user:hunter2@prom:9090"
