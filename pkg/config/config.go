@@ -485,7 +485,9 @@ func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 	}
 	if g := p.Gateway; g != nil {
 		gp := path.Child("gateway")
-		if g.Selector == "" {
+		if strings.TrimSpace(g.Selector) == "" {
+			// Blank parses as every pod of the namespace: each would be read as
+			// a gateway and left out of the engine pool.
 			errs = append(errs, field.Required(gp.Child("selector"), "the gateway pods' label selector, e.g. app=epp"))
 		} else if _, err := k8slabels.Parse(g.Selector); err != nil {
 			errs = append(errs, field.Invalid(gp.Child("selector"), g.Selector, err.Error()))

@@ -107,6 +107,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`must lie under /var/run/secrets/`}},
 		{"gateway bad ServiceAccount and namespace", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {namespace: GW, serviceAccountName: 'e p p', selector: app=epp, match: {inference_pool: p}}\n",
 			[]string{`policies[0].gateway.serviceAccountName: Invalid value: "e p p"`, `policies[0].gateway.namespace: Invalid value: "GW"`}},
+		// A blank selector once parsed as every pod of the namespace: each read as a gateway.
+		{"blank gateway selector", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {selector: \" \\t\", match: {inference_pool: p}}\n", []string{"policies[0].gateway.selector: Required value"}},
 		{"gateway without selector or match", head + "policies:\n- name: a\n  kind: demand\n  terms: [{kind: queueDepth}]\n  gateway: {port: 9090}\n", []string{"policies[0].gateway.selector: Required value", "policies[0].gateway.match: Required value"}},
 		{"cap below 1", head + "policies:\n- name: a\n  kind: mean\n  maxRatio: 2\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{`unknown field "policies[0].maxRatio"`}},
 		{"term cap below 1", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, maxRatio: 0.5}]\n", []string{"policies[0].terms[0].maxRatio: Invalid value: 0.5"}},
