@@ -29,7 +29,7 @@ func TestChartLint(t *testing.T) {
 	for _, args := range [][]string{
 		nil,
 		{"--set", "tls.mode=certManager", "--set", "customMetrics.enabled=true"},
-		{"--set", "tls.mode=secret", "--set", "tls.secret.name=tls", "--set", "tls.secret.caBundle=PEM"},
+		{"--set", "tls.mode=secret", "--set", "tls.secret.name=tls", "--set", "tls.secret.caBundle="+pemPlaceholder},
 		{"--set", "tls.mode=insecure"},
 		{"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "networkPolicy.enabled=true"},
 	} {
@@ -341,7 +341,7 @@ func TestChartServiceMonitorTLS(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			objs := decode(t, "helm template", mustHelmTemplate(t, "--set", "serviceMonitor.enabled=true", "--set", "tls.mode="+tc.mode,
-				"--set", "tls.secret.name=user-provided-tls", "--set", "tls.secret.caBundle=PEM"))
+				"--set", "tls.secret.name=user-provided-tls", "--set", "tls.secret.caBundle="+pemPlaceholder))
 			sm := only[*serviceMonitor](t, objs, adapterName)
 			svc := only[*corev1.Service](t, objs, adapterName)
 			if sel, err := metav1LabelSelector(sm.Spec.Selector); err != nil || !sel.Matches(labels.Set(svc.Labels)) {
@@ -394,7 +394,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}{
 		{[]string{"--set", "tls.mode=none"}, "/tls/mode"},
 		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.name=x"}, "tls.secret.caBundle is required"},
-		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.caBundle=PEM"}, "tls.secret.name is required"},
+		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.caBundle="+pemPlaceholder}, "tls.secret.name is required"},
 		{[]string{"--set", "flags.scrapeIntervall=5s"}, "scrapeIntervall"},
 		{[]string{"--set", "flags.scrapeScheme=ftp"}, "/flags/scrapeScheme"},
 		{[]string{"--set", "flags.scrapeTimeout=soon"}, "/flags/scrapeTimeout"},
@@ -404,6 +404,16 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "prometheusRule.engines.ttftSLO.objective=99"}, "/prometheusRule/engines/ttftSLO/objective"},
 		{[]string{"--set", "prometheusRule.engines.preemptions.window=5 minutes"}, "/prometheusRule/engines/preemptions/window"},
 		{[]string{"--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.credentials.name=token"}, "serviceMonitor.credentials.key is required"},
+		// Each once rendered: a base64 bundle encoded twice, a policy file never read, a
+		// PodDisruptionBudget no drain can satisfy, a tag 1.10 deployed as 1.1.
+		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.name=x", "--set", "tls.secret.caBundle=TFMwdExTMUNSVWRKVGc9PQ=="}, "tls.secret.caBundle must be the CA's PEM"},
+		{[]string{"--set", "policyConfig.apiVersion=saturation-adapter.io/v1alpha1", "--set", "policyConfig.kind=PolicyConfig", "--set", "flags.config=/x.yaml"}, "policyConfig and flags.config exclude each other"},
+		{[]string{"--set", "replicas=1"}, "podDisruptionBudget.minAvailable=1 with replicas=1 keeps every adapter"},
+		{[]string{"--set", "podDisruptionBudget.minAvailable=2"}, "podDisruptionBudget.minAvailable=2 with replicas=2 keeps every adapter"},
+		{[]string{"--set", "podDisruptionBudget.minAvailable=100%"}, "podDisruptionBudget.minAvailable=100% with replicas=2"},
+		{[]string{"--set", "podDisruptionBudget.minAvailable=-1"}, "/podDisruptionBudget/minAvailable"},
+		{[]string{"--set", "podDisruptionBudget.minAvailable=abc"}, "/podDisruptionBudget/minAvailable"},
+		{[]string{"--set-json", "image.tag=1.10"}, "/image/tag"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := helmTemplate(t, tc.args...)
@@ -706,3 +716,6 @@ func TestChartPolicyConfig(t *testing.T) {
 		}
 	}
 }
+
+// pemPlaceholder stands for a CA bundle where only its form matters.
+const pemPlaceholder = "-----BEGIN CERTIFICATE-----MIIB-----END CERTIFICATE-----"

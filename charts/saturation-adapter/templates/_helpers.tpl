@@ -115,4 +115,34 @@ an exponent (values files give Helm float64s: 4194304 would print as 4.194304e+0
 {{- if and .Values.flags.scrapeCaFile .Values.flags.scrapeInsecureSkipVerify }}
 {{- fail "flags.scrapeCaFile and flags.scrapeInsecureSkipVerify exclude each other" }}
 {{- end }}
+{{- if and (eq .Values.tls.mode "secret") .Values.tls.secret.caBundle (not (hasPrefix "-----BEGIN CERTIFICATE-----" (trim .Values.tls.secret.caBundle))) }}
+{{- fail "tls.secret.caBundle must be the CA's PEM (-----BEGIN CERTIFICATE-----, e.g. --set-file tls.secret.caBundle=ca.crt), not base64: the chart encodes it" }}
+{{- end }}
+{{- if and .Values.policyConfig (not (kindIs "invalid" .Values.flags.config)) }}
+{{- fail "policyConfig and flags.config exclude each other: policyConfig is mounted and read as --config; flags.config names another file" }}
+{{- end }}
+{{- include "saturation-adapter.validatePDB" . }}
+{{- end }}
+
+{{- /* A PodDisruptionBudget that admits no eviction of a Ready adapter makes every
+node drain wait forever (kubectl drain retries the eviction without end). */}}
+{{- define "saturation-adapter.validatePDB" -}}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- if $pdb.enabled }}
+{{- $replicas := int .Values.replicas }}
+{{- $min := $pdb.minAvailable }}
+{{- $required := 0 }}
+{{- if kindIs "string" $min }}
+{{- if not (regexMatch "^[0-9]+%$" $min) }}
+{{- fail (printf "podDisruptionBudget.minAvailable=%q: want a count or a percentage such as 50%%" $min) }}
+{{- end }}
+{{- $pct := int (trimSuffix "%" $min) }}
+{{- $required = div (add (mul $pct $replicas) 99) 100 }}
+{{- else }}
+{{- $required = int $min }}
+{{- end }}
+{{- if and (gt $replicas 0) (ge $required $replicas) }}
+{{- fail (printf "podDisruptionBudget.minAvailable=%v with replicas=%d keeps every adapter: no node drain could evict one. Set replicas to at least %d, lower minAvailable, or podDisruptionBudget.enabled=false" $min $replicas (add $required 1)) }}
+{{- end }}
+{{- end }}
 {{- end }}
