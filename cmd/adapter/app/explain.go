@@ -192,8 +192,11 @@ func explainRun(cmd *cobra.Command, args []string, scoring *ScoringOptions, prom
 	var errs []error
 	errs = append(errs, scoring.Validate()...)
 	errs = append(errs, prom.ValidateLabels()...)
-	if eo.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("--interval=%s: must be > 0", eo.Interval))
+	if eo.Interval <= 0 || eo.Interval > MaxScrapeInterval {
+		errs = append(errs, fmt.Errorf("--interval=%s: must be > 0 and at most %s", eo.Interval, MaxScrapeInterval))
+	}
+	if eo.Starting < 0 {
+		errs = append(errs, fmt.Errorf("--starting=%d: must be >= 0", eo.Starting))
 	}
 	if eo.Output != "json" && eo.Output != "table" {
 		errs = append(errs, fmt.Errorf("-o=%q: must be json or table", eo.Output))

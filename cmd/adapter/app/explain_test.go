@@ -587,3 +587,18 @@ func TestExplainScrapesInTimeOrder(t *testing.T) {
 		}
 	}
 }
+
+// explain's own flags are checked like the server's, every bad one at once: a
+// negative --starting, and an --interval whose 3 × (the maximum sample age)
+// once overflowed into a negative age that made every pod stale.
+func TestExplainFlagsValidated(t *testing.T) {
+	_, _, err := runRoot("explain", "--starting=-3", "--interval=1000000h", "-o", "yaml", "testdata/sleeping.prom")
+	for _, want := range []string{"--starting=-3: must be >= 0", "--interval=1000000h0m0s: must be > 0 and at most 1h0m0s", `-o="yaml": must be json or table`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to say %q", err, want)
+		}
+	}
+	if _, _, err := runRoot("explain", "--starting=2", "--interval=1h", "testdata/sleeping.prom"); err != nil {
+		t.Errorf("--starting=2 --interval=1h: %v", err)
+	}
+}

@@ -157,8 +157,8 @@ func (o PrometheusOptions) ValidateLabels() []error {
 			errs = append(errs, fmt.Errorf("%s=%q: must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)", flag, v))
 		}
 	}
-	if o.ScrapeInterval <= 0 {
-		errs = append(errs, fmt.Errorf("--prometheus-scrape-interval=%s: must be > 0", o.ScrapeInterval))
+	if o.ScrapeInterval <= 0 || o.ScrapeInterval > MaxScrapeInterval {
+		errs = append(errs, fmt.Errorf("--prometheus-scrape-interval=%s: must be > 0 and at most %s", o.ScrapeInterval, MaxScrapeInterval))
 	}
 	return errs
 }
@@ -460,11 +460,18 @@ func (o *Options) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
+// MaxScrapeInterval bounds --scrape-interval, --prometheus-scrape-interval and
+// explain's --interval: an HPA syncs every 15 s, so readings an hour apart
+// steer nothing, and the default maximum sample age (3 intervals) stays far
+// from time.Duration's overflow (about 292 years), which once served a
+// negative age.
+const MaxScrapeInterval = time.Hour
+
 // validate returns one error per bad scrape flag (limits, port, path, scheme).
 func (s ScrapeOptions) validate() []error {
 	var errs []error
-	if s.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("--scrape-interval=%s: must be > 0", s.Interval))
+	if s.Interval <= 0 || s.Interval > MaxScrapeInterval {
+		errs = append(errs, fmt.Errorf("--scrape-interval=%s: must be > 0 and at most %s", s.Interval, MaxScrapeInterval))
 	}
 	if s.Timeout <= 0 || s.Timeout > s.Interval {
 		errs = append(errs, fmt.Errorf("--scrape-timeout=%s: must be > 0 and at most --scrape-interval (%s)", s.Timeout, s.Interval))

@@ -54,6 +54,11 @@ func TestValidateNamesFlagAndValue(t *testing.T) {
 			o.Source, o.Prometheus.URL, o.Scrape.MaxSampleAge = SourcePrometheus, "http://prom:9090", 10*time.Second
 		}, []string{"--max-sample-age=10s: must be at least --prometheus-scrape-interval (30s)"}},
 		{"prometheus flags are not checked in direct mode", func(o *Options) { o.Prometheus.CachePeriod = 0 }, nil},
+		// 3 × a million hours overflowed into a negative maximum sample age.
+		{"scrape interval past an hour", func(o *Options) { o.Scrape.Interval = 1000000 * time.Hour }, []string{"--scrape-interval=1000000h0m0s: must be > 0 and at most 1h0m0s"}},
+		{"prometheus scrape interval past an hour", func(o *Options) {
+			o.Source, o.Prometheus.URL, o.Prometheus.ScrapeInterval = SourcePrometheus, "http://prom:9090", 2*time.Hour
+		}, []string{"--prometheus-scrape-interval=2h0m0s: must be > 0 and at most 1h0m0s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
