@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+
+	"github.com/saturation-adapter/saturation-adapter/internal/excerpt"
 )
 
 // DefaultMaxSelectorBytes is the default of --max-selector-bytes: the longest
@@ -38,13 +41,33 @@ func withSelectorLimit(build func(http.Handler, *genericapiserver.Config) http.H
 	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		chain := build(apiHandler, c)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if msg := selectorTooLong(r.URL.RawQuery, limit); msg != "" {
+			msg := selectorTooLong(r.URL.RawQuery, limit)
+			if msg == "" {
+				msg = externalFieldSelector(r.URL)
+			}
+			if msg != "" {
 				responsewriters.ErrorNegotiated(apierrors.NewBadRequest(msg), codecs, schema.GroupVersion{}, w, r)
 				return
 			}
 			chain.ServeHTTP(w, r)
 		})
 	}
+}
+
+// externalFieldSelector says why an External metric request with a field
+// selector is refused, "" when it has none: the external metrics API reads the
+// label selector only (custom-metrics-apiserver's external_metrics storage),
+// so fieldSelector=metadata.name=vllm-0 was answered with the whole pool's
+// value, as if it were that pod's.
+func externalFieldSelector(u *url.URL) string {
+	if !strings.HasPrefix(u.Path, "/apis/external.metrics.k8s.io/") {
+		return ""
+	}
+	q, _ := url.ParseQuery(u.RawQuery)
+	if fs := q.Get("fieldSelector"); fs != "" {
+		return fmt.Sprintf("an External metric is its pool's value and takes no field selector (got %q): select the pool with labelSelector, or ask custom.metrics.k8s.io for one pod's value", excerpt.String(fs, 80))
+	}
+	return ""
 }
 
 // selectorTooLong says why a raw query string is refused, "" when it is not.

@@ -168,3 +168,19 @@ func TestSelectorTooLong(t *testing.T) {
 		}
 	}
 }
+
+// An External metric is its pool's value: a field selector (kubectl get --raw
+// ...?fieldSelector=metadata.name=vllm-0) was ignored and the pool's value came
+// back as if it were that pod's. It is refused, naming where one pod's value is;
+// the per-pod custom metrics API still takes it.
+func TestExternalMetricRefusesFieldSelector(t *testing.T) {
+	a := startAdapterWith(t, nil, nil, filepath.Join("..", "..", "..", "testdata", "hazards", "BC-06.prom"))
+	a.waitReady(t)
+	code, body := a.get(t, "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?fieldSelector="+url.QueryEscape("metadata.name=vllm-0"))
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "takes no field selector") || !strings.Contains(string(body), "custom.metrics.k8s.io") {
+		t.Errorf("External with a field selector: HTTP %d %.300s, want 400 saying it takes none", code, body)
+	}
+	if code, body := a.get(t, "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/llm_saturation?fieldSelector="); code != http.StatusOK {
+		t.Errorf("External with an empty field selector: HTTP %d %.300s, want it answered", code, body)
+	}
+}
