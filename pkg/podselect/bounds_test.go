@@ -209,6 +209,47 @@ func TestMemberCacheEvictsTheNamespaceHoldingMost(t *testing.T) {
 	}
 }
 
+// One namespace's flood of request selectors once forgot every other
+// namespace's, least recently asked first: the selector an HPA of type Pods
+// asks every 15 s in a quiet namespace went whenever the flood was faster, and
+// its pods left the background scrape. Now the namespace holding the most
+// forgets its own least recently asked; the counts follow the list.
+func TestInterestsEvictTheNamespaceHoldingMost(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := startInternal(t, Options{Port: 8000, Path: "/metrics", Scheme: "http", IdleTimeout: time.Hour, MaxRequestSelectors: 10,
+		Serves: func(string) bool { return true }}, clk)
+	ask := func(ns, sel string) {
+		s.RecordInterest(ns, labels.SelectorFromSet(map[string]string{"app": sel}))
+		clk.Step(time.Second)
+	}
+	ask("quiet", "pods-hpa")
+	ask("middle", "m1")
+	ask("middle", "m2")
+	for i := range 500 {
+		ask("noisy", fmt.Sprint("n", i))
+	}
+	byNS := map[string][]string{}
+	for _, in := range s.interests() {
+		byNS[in.namespace] = append(byNS[in.namespace], in.selector.String())
+	}
+	if len(byNS["quiet"]) != 1 || len(byNS["middle"]) != 2 || len(byNS["noisy"]) != 7 {
+		t.Errorf("interests by namespace %v, want quiet's 1, middle's 2 and the 7 most recent of noisy", byNS)
+	}
+	if got := byNS["noisy"][0]; got != "app=n499" {
+		t.Errorf("noisy's most recent interest is %s, want app=n499 (the newest kept)", got)
+	}
+	// The per-namespace counts follow the list.
+	s.mu.Lock()
+	total := 0
+	for _, c := range s.askedByNS {
+		total += c
+	}
+	s.mu.Unlock()
+	if total != 10 {
+		t.Errorf("askedByNS counts %d interests, the list holds 10", total)
+	}
+}
+
 // The least recently asked request selector goes first; idle ones go after
 // the idle timeout.
 func TestInterestsEvictLeastRecentlyAsked(t *testing.T) {

@@ -73,8 +73,8 @@ type Options struct {
 	HPAs *hpaindex.Index
 	// MaxRequestSelectors bounds the selectors remembered from requests alone
 	// (not any HPA's External metric selector: a person's kubectl, an HPA of
-	// type Pods); past it the least recently asked is forgotten first. 0 means
-	// DefaultMaxRequestSelectors.
+	// type Pods); past it the least recently asked of the namespace holding the
+	// most is forgotten first. 0 means DefaultMaxRequestSelectors.
 	MaxRequestSelectors int
 	// ScrapeHostNetwork allows scraping pods with spec.hostNetwork: their IP is
 	// the node's, so an annotation could point the adapter at any port and path
@@ -126,6 +126,7 @@ type Selection struct {
 	// metric explains, most recently asked first (*interest values).
 	asked     map[string]*list.Element
 	lru       *list.List
+	askedByNS map[string]int // the interests in asked, by namespace
 	lastSweep time.Time
 
 	// hpas is the index of HPAs, kept from informer events so that neither
@@ -237,11 +238,12 @@ func New(opts Options, pods PodLister, clk clock.PassiveClock) *Selection {
 	}
 	s := &Selection{
 		opts: opts, pods: pods, clock: clk,
-		asked:   map[string]*list.Element{},
-		lru:     list.New(),
-		hpas:    hpas,
-		hpaKeys: map[string]int{},
-		members: map[string]memberList{},
+		asked:     map[string]*list.Element{},
+		lru:       list.New(),
+		askedByNS: map[string]int{},
+		hpas:      hpas,
+		hpaKeys:   map[string]int{},
+		members:   map[string]memberList{},
 	}
 	hpas.Subscribe(s.hpaChanged)
 	return s
@@ -270,7 +272,8 @@ func (s *Selection) Synced() bool { return s.pods.HasSynced() }
 // pods join the scrape set for IdleTimeout. A selector that an HPA's External
 // metric on a served metric already puts in the scrape set is not stored
 // again, one longer than MaxSelectorBytes is not stored at all, and past
-// MaxRequestSelectors the least recently asked is forgotten. Interests idle
+// MaxRequestSelectors the least recently asked of the namespace holding the
+// most is forgotten. Interests idle
 // for longer than IdleTimeout are forgotten here, at most once per
 // IdleTimeout.
 func (s *Selection) RecordInterest(namespace string, selector labels.Selector) {
@@ -301,10 +304,10 @@ func (s *Selection) RecordInterestWith(namespace string, selector labels.Selecto
 		return
 	}
 	s.asked[key] = s.lru.PushFront(&interest{key: key, namespace: namespace, selector: selector, override: ov, lastAsked: now})
+	s.askedByNS[namespace]++
 	for s.lru.Len() > s.opts.MaxRequestSelectors {
-		oldest := s.lru.Remove(s.lru.Back()).(*interest)
-		delete(s.asked, oldest.key)
-		klog.V(4).InfoS("Forgot the least recently asked request selector", "namespace", oldest.namespace, "limit", s.opts.MaxRequestSelectors)
+		oldest := s.forgetFairLocked()
+		klog.V(4).InfoS("Forgot the least recently asked request selector of the namespace holding the most", "namespace", oldest.namespace, "limit", s.opts.MaxRequestSelectors)
 	}
 	if now.Sub(s.lastSweep) < s.opts.IdleTimeout {
 		return
@@ -315,9 +318,38 @@ func (s *Selection) RecordInterestWith(namespace string, selector labels.Selecto
 		if !s.idle(in, now) {
 			break
 		}
-		s.lru.Remove(el)
-		delete(s.asked, in.key)
+		s.forgetLocked(el)
 	}
+}
+
+// forgetLocked forgets one request interest (s.mu held).
+func (s *Selection) forgetLocked(el *list.Element) *interest {
+	in := s.lru.Remove(el).(*interest)
+	delete(s.asked, in.key)
+	if s.askedByNS[in.namespace]--; s.askedByNS[in.namespace] <= 0 {
+		delete(s.askedByNS, in.namespace)
+	}
+	return in
+}
+
+// forgetFairLocked forgets the least recently asked interest of the namespace
+// holding the most (s.mu held): one namespace's flood of selectors (a
+// person's kubectl, a script) forgets its own first, never the selectors an
+// HPA of type Pods in a namespace holding fewer keeps asking about
+// (TestInterestsEvictTheNamespaceHoldingMost).
+func (s *Selection) forgetFairLocked() *interest {
+	most, n := "", 0
+	for ns, c := range s.askedByNS {
+		if c > n || (c == n && ns < most) {
+			most, n = ns, c
+		}
+	}
+	for el := s.lru.Back(); el != nil; el = el.Prev() {
+		if el.Value.(*interest).namespace == most {
+			return s.forgetLocked(el)
+		}
+	}
+	return s.forgetLocked(s.lru.Back()) // not reached: the counts follow the list
 }
 
 func (s *Selection) idle(in *interest, now time.Time) bool {

@@ -370,7 +370,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	sel.DurationVar(&o.SelectorIdleTimeout, "selector-idle-timeout", o.SelectorIdleTimeout,
 		"How long the pods of a selector keep being scraped after the last request that used it.")
 	sel.IntVar(&o.MaxRequestSelectors, "max-request-selectors", o.MaxRequestSelectors,
-		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked is forgotten. Selectors longer than 4096 bytes are never remembered.")
+		"Most selectors remembered from requests that no HPA's External metric explains (kubectl, HPAs of type Pods); past it the least recently asked of the namespace holding the most is forgotten. Selectors longer than 4096 bytes are never remembered.")
 	sel.DurationVar(&o.StartupGrace, "startup-grace", o.StartupGrace,
 		"How long after its creation a pod that is not Ready yet counts as starting (loading its model): while one is, a demand metric serves at least the pods counted and starting, so the HPA never deletes it before it served (scale from zero in flight); 0 turns it off.")
 	sel.IntVar(&o.MaxSelectorBytes, "max-selector-bytes", o.MaxSelectorBytes,
