@@ -29,7 +29,7 @@ func TestChartLint(t *testing.T) {
 	for _, args := range [][]string{
 		nil,
 		{"--set", "tls.mode=certManager", "--set", "customMetrics.enabled=true"},
-		{"--set", "tls.mode=secret", "--set", "tls.secret.name=tls", "--set", "tls.secret.caBundle="+pemPlaceholder},
+		{"--set", "tls.mode=secret", "--set", "tls.secret.name=tls", "--set", "tls.secret.caBundle=" + pemPlaceholder},
 		{"--set", "tls.mode=insecure"},
 		{"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "networkPolicy.enabled=true"},
 	} {
@@ -394,7 +394,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}{
 		{[]string{"--set", "tls.mode=none"}, "/tls/mode"},
 		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.name=x"}, "tls.secret.caBundle is required"},
-		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.caBundle="+pemPlaceholder}, "tls.secret.name is required"},
+		{[]string{"--set", "tls.mode=secret", "--set", "tls.secret.caBundle=" + pemPlaceholder}, "tls.secret.name is required"},
 		{[]string{"--set", "flags.scrapeIntervall=5s"}, "scrapeIntervall"},
 		{[]string{"--set", "flags.scrapeScheme=ftp"}, "/flags/scrapeScheme"},
 		{[]string{"--set", "flags.scrapeTimeout=soon"}, "/flags/scrapeTimeout"},
