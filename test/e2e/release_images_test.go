@@ -118,8 +118,11 @@ func (r *releaseImages) unpack(image string) (unpackedImage, error) {
 		return unpackedImage{}, err
 	}
 	st, err := os.Stat(filepath.Join(root, filepath.FromSlash(entry)))
-	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
-		return unpackedImage{}, fmt.Errorf("the image's entrypoint %s is not an executable file (%v)", entry, err)
+	if err != nil {
+		return unpackedImage{}, fmt.Errorf("the image's entrypoint %s: %w", entry, err)
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return unpackedImage{}, fmt.Errorf("the image's entrypoint %s is not an executable file (mode %s)", entry, st.Mode())
 	}
 	if r.unpacked == nil {
 		r.unpacked = map[string]unpackedImage{}
