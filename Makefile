@@ -44,7 +44,7 @@ BINARIES := adapter lab drain
 # the build that ships, and share its compiled packages with the e2e test binaries and the
 # release's, instead of compiling every dependency once more with cgo.
 build:
-	@for b in $(BINARIES); do echo "CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$b ./cmd/$$b"; \
+	@for b in $(BINARIES); do echo "CGO_ENABLED=0 $(GO) build -trimpath -ldflags '<version stamp>' -o $(BIN)/$$b ./cmd/$$b"; \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/$$b ./cmd/$$b || exit 1; done
 
 test: test-unit test-e2e

@@ -148,8 +148,9 @@ holding requests that --policy does not count is warned about.`,
   curl -s http://10.0.0.7:8000/metrics > a.prom
   adapter explain -o table a.prom
 
-  # Three scrapes of one pod 2 s apart (engine states need at least 3), and a second pod
-  adapter explain a1.prom,a2.prom,a3.prom b.prom --policy llm_demand_replicas
+  # Four scrapes of one pod 2 s apart (engine states need at least 3
+  # spanning half of --engine-state-window: 5 of its default 10 s), and a second pod
+  adapter explain a1.prom,a2.prom,a3.prom,a4.prom b.prom --policy llm_demand_replicas
 
   # A policy of your configuration file, with the endpoint picker's /metrics
   adapter explain --config policies.yaml --policy chat-saturation --gateway epp.prom a.prom
@@ -181,6 +182,9 @@ holding requests that --policy does not count is warned about.`,
 	out.StringVar(&eo.Policy, "policy", eo.Policy, "Metric to evaluate: a built-in name or one of --config.")
 	out.StringVarP(&eo.Output, "output", "o", eo.Output, "Output format: json or table.")
 	scoring.AddFlags(fss.FlagSet("saturation (as the server's)"))
+	// The server reloads --config; explain reads it once.
+	fss.FlagSet("saturation (as the server's)").Lookup("config").Usage = "Policy configuration file (YAML), as the server's --config: " +
+		"metrics beside the built-in ones, each with its terms, set points and rules."
 	help.Set(cmd, fss)
 	return cmd
 }

@@ -19,6 +19,7 @@ func TestExplainHelpExamples(t *testing.T) {
 		"a1.prom":     testfixture.Sample(t, "vllm_v1-0.10-nvcr25.09_single-engine.prom"),
 		"a2.prom":     testfixture.Sample(t, "llm-d-inference-sim_v0.10.2_load.prom"),
 		"a3.prom":     testfixture.Sample(t, "llm-d-inference-sim_v0.10.2_load.prom"),
+		"a4.prom":     testfixture.Sample(t, "llm-d-inference-sim_v0.10.2_load.prom"),
 		"b.prom":      testfixture.Sample(t, "sglang_v0.4-docs.prom"),
 		"epp.prom":    testfixture.Hazard(t, "NC-04-epp.prom"),
 		"answer.json": testfixture.Read(t, "testdata/prometheus/vllm-emulator_range.json"),

@@ -118,7 +118,7 @@ func (o *PrometheusOptions) AddLabelFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NamespaceLabel, "prometheus-namespace-label", o.NamespaceLabel, "Label of the engines' series that holds the pod's namespace (kubernetes_namespace where a scrape config relabels it so).")
 	fs.StringVar(&o.PodLabel, "prometheus-pod-label", o.PodLabel, "Label of the engines' series that holds the pod's name (kubernetes_pod_name where a scrape config relabels it so).")
 	fs.DurationVar(&o.ScrapeInterval, "prometheus-scrape-interval", o.ScrapeInterval,
-		"How often Prometheus scrapes the engines (your PodMonitor's interval): with --source=prometheus the default --max-sample-age and the shortest --engine-state-window are 3 of them.")
+		"How often Prometheus scrapes the engines (your PodMonitor's interval): with --source=prometheus the default --max-sample-age is 3 of them plus --prometheus-cache-period, and the shortest --engine-state-window 3 of them.")
 }
 
 // AddFlags adds every --prometheus-* flag.
@@ -234,7 +234,7 @@ func (o *ScoringOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
 		"Policy configuration file (YAML): metrics served beside the built-in ones, each with its terms, set points and rules. Reloaded when it changes; a bad new file keeps the previous one.")
 	fs.DurationVar(&o.StateWindow, "engine-state-window", o.StateWindow,
-		"How long an engine must make no progress (no token, nothing finished) while requests wait before it is judged wedged or frozen; at least 3 scrapes must fall in it.")
+		"How long an engine must make no progress (no token, nothing finished) while requests wait before it is judged wedged or frozen; at least 3 scrapes spanning at least half of it must show it.")
 }
 
 // Validate returns one error per bad scoring flag, naming the flag and its value.
@@ -396,7 +396,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	s.StringVar(&o.Scrape.ServerName, "scrape-tls-server-name", o.Scrape.ServerName, "Name to verify in the certificates of https engines; the pod IP when empty.")
 	s.BoolVar(&o.Scrape.InsecureSkipVerify, "scrape-insecure-skip-verify", o.Scrape.InsecureSkipVerify, "Do not verify the certificates of https engines (traffic stays encrypted; a pod can then be impersonated).")
 	s.DurationVar(&o.Scrape.MaxSampleAge, "max-sample-age", o.Scrape.MaxSampleAge,
-		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals (--prometheus-scrape-interval with --source=prometheus).")
+		"Age beyond which a pod's last reading is stale and the pod unknown; 0 means 3 scrape intervals (with --source=prometheus, 3 × --prometheus-scrape-interval + --prometheus-cache-period).")
 	s.BoolVar(&o.Scrape.HostNetworkPods, "scrape-host-network-pods", o.Scrape.HostNetworkPods,
 		"Scrape pods with hostNetwork: true. Their IP is the node's, so their annotations could aim the adapter at any port of the node; off, such a pod counts as unknown.")
 

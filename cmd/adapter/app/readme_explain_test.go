@@ -21,6 +21,7 @@ var explainDocs = []struct {
 }{
 	{"README.md", "Check it", true},
 	{explainDoc, "`adapter explain`: evaluate /metrics offline", false},
+	{explainDoc, "A wedged pod beside a sleeping one", true},
 	{"docs/prometheus.md", "Prometheus, Thanos or Mimir as the source", false},
 }
 
@@ -47,6 +48,12 @@ var readmeExplainFiles = map[string]string{
 	"b.prom":      "testdata/samples/llm-d-inference-sim_v0.10.2_load.prom",
 	"epp.prom":    "testdata/hazards/NC-04-epp.prom",
 	"answer.json": "testdata/prometheus/vllm-emulator_range.json",
+	// A vLLM pod wedged over four scrapes, and one asleep (cmd/adapter/app's own).
+	"wedged-0.prom": "cmd/adapter/app/testdata/wedged-t0.prom",
+	"wedged-1.prom": "cmd/adapter/app/testdata/wedged-t1.prom",
+	"wedged-2.prom": "cmd/adapter/app/testdata/wedged-t2.prom",
+	"wedged-3.prom": "cmd/adapter/app/testdata/wedged-t3.prom",
+	"asleep.prom":   "cmd/adapter/app/testdata/sleeping.prom",
 }
 
 // readmePolicies returns a policies.yaml made of the documentation's own
@@ -199,6 +206,9 @@ func readmeExplainChecks() map[string]func(out string) string {
 			ExplainPool{Policy: "qwen-demand", Pods: 2, Value: f(76.8), GatewayQueue: f(380)}, "a.prom", "b.prom"),
 		"adapter explain --config policies.yaml --policy qwen-demand --gateway epp.prom": pool(
 			ExplainPool{Policy: "qwen-demand", Pods: 0, Value: f(76), GatewayQueue: f(380)}),
+		// Both unknown: wedged, and asleep; explain.md shows the table, checked byte for byte.
+		"adapter explain --interval 5s -o table wedged-0.prom,wedged-1.prom,wedged-2.prom,wedged-3.prom asleep.prom,asleep.prom,asleep.prom,asleep.prom": table(
+			"vllm-v1  wedged    50", "vllm-v1  sleeping  0", "pool llm_saturation: no value over 2 pods (2 unknown)"),
 		// The two emulated pods Prometheus scraped, at their newest readings (18 and 36 waiting / 5).
 		"adapter explain --prometheus-response answer.json -o table": table(
 			"llm/vllm-0  vllm-v1  ok     18", "llm/vllm-1  vllm-v1  ok     36", "pool llm_saturation = 5.4 over 2 pods (0 unknown)"),
