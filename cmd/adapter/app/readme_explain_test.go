@@ -220,3 +220,23 @@ func jsonString(v *float64) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// docs/examples/policies.yaml is the policies.yaml the documented explain
+// commands name, shipped so that a reader can run them: the documentation's own
+// blocks, which it must equal.
+func TestShippedExamplePolicies(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "examples", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body []string
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if len(body) == 0 && strings.HasPrefix(line, "# ") {
+			continue // the file's own header
+		}
+		body = append(body, line)
+	}
+	if got, want := strings.Join(body, ""), readmePolicies(t); got != want {
+		t.Errorf("docs/examples/policies.yaml differs from the policy blocks of %s and %s; write them into it:\n%s", policiesDoc, scaleToZeroDoc, want)
+	}
+}
