@@ -273,9 +273,8 @@ func (s *Selection) Synced() bool { return s.pods.HasSynced() }
 // metric on a served metric already puts in the scrape set is not stored
 // again, one longer than MaxSelectorBytes is not stored at all, and past
 // MaxRequestSelectors the least recently asked of the namespace holding the
-// most is forgotten. Interests idle
-// for longer than IdleTimeout are forgotten here, at most once per
-// IdleTimeout.
+// most is forgotten. Interests idle for longer than IdleTimeout are forgotten
+// here, at most once per IdleTimeout.
 func (s *Selection) RecordInterest(namespace string, selector labels.Selector) {
 	s.RecordInterestWith(namespace, selector, Override{})
 }

@@ -113,7 +113,8 @@ func (m *ScheduledMinimum) compile(now time.Time) *FieldError {
 // night Europe/Berlin goes from 02:00 to 03:00) opens at the change, as cron
 // daemons run a job of a skipped hour right after it (cronie, Debian's cron);
 // robfig/cron's Next skips the opening, which would leave that day's
-// window closed. An opening in a repeated hour opens once.
+// window closed. An opening in a repeated hour opens at both of its times
+// (that day's window ends an hour later).
 func (m *ScheduledMinimum) Open(now time.Time) bool {
 	if m.sched == nil {
 		return false
@@ -125,9 +126,10 @@ func (m *ScheduledMinimum) Open(now time.Time) bool {
 	return m.skippedOpening(from, now)
 }
 
-// maxZoneChanges bounds the zone changes skippedOpening looks at in one
-// window: real zones change at most a few times a year, and a window is
-// validated to be shorter than five years.
+// maxZoneChanges bounds the zone changes skippedOpening looks back over: real
+// zones change at most a few times a year, so 64 reach back years, past any
+// window between two openings of a schedule that opens (one that never does
+// is refused).
 const maxZoneChanges = 64
 
 // skippedOpening reports whether a change of m.loc's offset forward within

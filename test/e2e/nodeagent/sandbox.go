@@ -78,10 +78,6 @@ type podMount struct {
 
 // startInCluster starts eng's binary with args as the pod's container c (see above).
 func (a *Agent) startInCluster(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine, args []string) (*controlplane.Process, error) {
-	if eng.RootFS != "" {
-		return a.startInRootFS(ctx, r, pod, c, eng, args)
-	}
-	binary := eng.Binary
 	if a.o.APIServer == "" {
 		return nil, fmt.Errorf("image %s runs in-cluster, but the agent has no Options.APIServer", c.Image)
 	}
@@ -101,35 +97,91 @@ func (a *Agent) startInCluster(ctx context.Context, r *podRun, pod *corev1.Pod, 
 	if err != nil {
 		return nil, err
 	}
-	user, err := credentials(pod, c)
+	// The script gets the volumes' directory and the binary (or the root
+	// filesystem) as $1 and $2, and execs the rest: run, then its arguments.
+	var script, second string
+	var run []string
+	if eng.RootFS != "" {
+		script, run, err = rootFSSandbox(pod, c, eng, mounts)
+		second = eng.RootFS
+	} else {
+		script, run, err = hostSandbox(pod, c, mounts)
+		second = eng.Binary
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
+	}
+	cmd := []string{"--mount", "--propagation", "private", "/usr/bin/env", "-i"}
+	cmd = append(cmd, env...)
+	cmd = append(cmd, "/bin/sh", "-c", script, "pod-sandbox", dir, second)
+	cmd = append(cmd, run...)
+	cmd = append(cmd, args...)
+	return controlplane.StartProcess(a.o.LogDir, pod.Name, "/usr/bin/unshare", cmd, nil)
+}
+
+// hostSandbox returns the script that mounts the volumes over this machine's
+// root, and the command that runs the binary there as the container's user.
+func hostSandbox(pod *corev1.Pod, c corev1.Container, mounts []podMount) (string, []string, error) {
+	user, err := credentials(pod, c)
+	if err != nil {
+		return "", nil, err
 	}
 	script := sandboxScript
 	overlays, err := overlayDirs(mounts)
 	if err != nil {
-		return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
+		return "", nil, err
 	}
 	for _, d := range overlays {
 		q, w := shellQuote(d), shellQuote("/run/.pod-overlay"+d)
 		script += "mkdir -p " + w + "/upper " + w + "/work\nmount -t overlay overlay -o lowerdir=" + q +
 			",upperdir=" + w + "/upper,workdir=" + w + "/work " + q + "\n"
 	}
+	script += bindVolumes("", mounts) + "cd /\nexec \"$@\"\n"
+	return script, append(user, "/run/.pod-binary"), nil
+}
+
+// rootFSSandbox returns the script that builds the container's root from
+// eng.RootFS (see above), and the command that runs eng.Binary chrooted there
+// as the container's user.
+func rootFSSandbox(pod *corev1.Pod, c corev1.Container, eng Engine, mounts []podMount) (string, []string, error) {
+	if !path.IsAbs(eng.Binary) || strings.ContainsAny(eng.Binary, "'\n") {
+		return "", nil, fmt.Errorf("image %s: entrypoint %q: want an absolute path inside its root filesystem", c.Image, eng.Binary)
+	}
+	user, err := chrootCredentials(pod, c)
+	if err != nil {
+		return "", nil, err
+	}
+	const root = "/run/.pod-root"
+	script := `set -e
+mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p /run/.pod-volumes /run/.pod-rootfs/upper /run/.pod-rootfs/work ` + root + `
+mount --bind "$1" /run/.pod-volumes
+mount -t overlay overlay -o lowerdir="$2",upperdir=/run/.pod-rootfs/upper,workdir=/run/.pod-rootfs/work ` + root + `
+mkdir -p ` + root + `/proc ` + root + `/dev ` + root + `/etc
+mount -t proc proc ` + root + `/proc
+mount --rbind /dev ` + root + `/dev
+for f in hosts resolv.conf; do touch ` + root + `/etc/$f; mount --bind /etc/$f ` + root + `/etc/$f; mount -o remount,bind,ro ` + root + `/etc/$f; done
+shift 2
+` + bindVolumes(root, mounts)
+	if sc := c.SecurityContext; sc != nil && ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+		script += "mount -o remount,bind,ro " + root + "\n"
+	}
+	script += "exec \"$@\"\n"
+	return script, append(user, root, eng.Binary), nil
+}
+
+// bindVolumes returns the script lines that bind each volume's directory at
+// its mountPath under root ("" for /), read-only where the mount says so.
+func bindVolumes(root string, mounts []podMount) string {
+	var b strings.Builder
 	for _, m := range mounts {
-		q := shellQuote(m.path)
-		script += "mkdir -p " + q + "\nmount --bind /run/.pod-volumes/" + m.volume + " " + q + "\n"
+		q := shellQuote(root + m.path)
+		b.WriteString("mkdir -p " + q + "\nmount --bind /run/.pod-volumes/" + m.volume + " " + q + "\n")
 		if m.readOnly {
-			script += "mount -o remount,bind,ro " + q + "\n"
+			b.WriteString("mount -o remount,bind,ro " + q + "\n")
 		}
 	}
-	script += "cd /\nexec \"$@\"\n"
-	cmd := []string{"--mount", "--propagation", "private", "/usr/bin/env", "-i"}
-	cmd = append(cmd, env...)
-	cmd = append(cmd, "/bin/sh", "-c", script, "pod-sandbox", dir, binary)
-	cmd = append(cmd, user...)
-	cmd = append(cmd, "/run/.pod-binary")
-	cmd = append(cmd, args...)
-	return controlplane.StartProcess(a.o.LogDir, pod.Name, "/usr/bin/unshare", cmd, nil)
+	return b.String()
 }
 
 // podEnv returns the container's whole environment.
@@ -146,60 +198,6 @@ func (a *Agent) podEnv(r *podRun, pod *corev1.Pod, c corev1.Container, host, por
 		return nil, fmt.Errorf("pod %s: envFrom is not supported by the node agent", pod.Name)
 	}
 	return env, nil
-}
-
-// startInRootFS starts the container chrooted in eng.RootFS (see above).
-func (a *Agent) startInRootFS(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container, eng Engine, args []string) (*controlplane.Process, error) {
-	host, port, _ := strings.Cut(a.o.APIServer, ":")
-	if !path.IsAbs(eng.Binary) || strings.ContainsAny(eng.Binary, "'\n") {
-		return nil, fmt.Errorf("image %s: entrypoint %q: want an absolute path inside its root filesystem", c.Image, eng.Binary)
-	}
-	dir := filepath.Join(a.o.LogDir, pod.Name+".volumes")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	mounts, err := a.volumes(ctx, r, pod, c, dir)
-	if err != nil {
-		return nil, fmt.Errorf("pod %s: volumes: %w", pod.Name, err)
-	}
-	env, err := a.podEnv(r, pod, c, host, port)
-	if err != nil {
-		return nil, err
-	}
-	user, err := chrootCredentials(pod, c)
-	if err != nil {
-		return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
-	}
-	const root = "/run/.pod-root"
-	script := `set -e
-mount -t tmpfs -o mode=755 tmpfs /run
-mkdir -p /run/.pod-volumes /run/.pod-rootfs/upper /run/.pod-rootfs/work ` + root + `
-mount --bind "$1" /run/.pod-volumes
-mount -t overlay overlay -o lowerdir="$2",upperdir=/run/.pod-rootfs/upper,workdir=/run/.pod-rootfs/work ` + root + `
-mkdir -p ` + root + `/proc ` + root + `/dev ` + root + `/etc
-mount -t proc proc ` + root + `/proc
-mount --rbind /dev ` + root + `/dev
-for f in hosts resolv.conf; do touch ` + root + `/etc/$f; mount --bind /etc/$f ` + root + `/etc/$f; mount -o remount,bind,ro ` + root + `/etc/$f; done
-shift 2
-`
-	for _, m := range mounts {
-		q := shellQuote(root + m.path)
-		script += "mkdir -p " + q + "\nmount --bind /run/.pod-volumes/" + m.volume + " " + q + "\n"
-		if m.readOnly {
-			script += "mount -o remount,bind,ro " + q + "\n"
-		}
-	}
-	if sc := c.SecurityContext; sc != nil && ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
-		script += "mount -o remount,bind,ro " + root + "\n"
-	}
-	script += "exec \"$@\"\n"
-	cmd := []string{"--mount", "--propagation", "private", "/usr/bin/env", "-i"}
-	cmd = append(cmd, env...)
-	cmd = append(cmd, "/bin/sh", "-c", script, "pod-sandbox", dir, eng.RootFS)
-	cmd = append(cmd, user...)
-	cmd = append(cmd, root, eng.Binary)
-	cmd = append(cmd, args...)
-	return controlplane.StartProcess(a.o.LogDir, pod.Name, "/usr/bin/unshare", cmd, nil)
 }
 
 // podUser is who a container runs as: its user and group, fsGroup (a supplementary
