@@ -83,6 +83,7 @@ var docRunners = map[string]docRun{
 	"TestReadmeExplainCommands": {Sections: []docSection{
 		{"README.md", "Check it"},
 		{"docs/explain.md", "`adapter explain`: evaluate /metrics offline"},
+		{"docs/explain.md", "A wedged pod beside a sleeping one"},
 		{"docs/prometheus.md", "Prometheus, Thanos or Mimir as the source"},
 	}, Prefix: "adapter explain "},
 	"TestScoreboardDocShortRun":  {Sections: []docSection{{"docs/scoreboard.md", "A scoreboard in seconds"}}, Prefix: "lab scoreboard "},
