@@ -414,7 +414,7 @@ func (s *Selection) dropLargestLocked(weight func(memberList) int) {
 	largest := ""
 	for _, l := range s.members {
 		byNS[l.namespace] += weight(l)
-		if n := byNS[l.namespace]; n > byNS[largest] || largest == "" {
+		if byNS[l.namespace] > byNS[largest] {
 			largest = l.namespace
 		}
 	}

@@ -60,7 +60,10 @@ func withSelectorLimit(build func(http.Handler, *genericapiserver.Config) http.H
 // so fieldSelector=metadata.name=vllm-0 was answered with the whole pool's
 // value, as if it were that pod's.
 func externalFieldSelector(u *url.URL) string {
-	if !strings.HasPrefix(u.Path, "/apis/external.metrics.k8s.io/") {
+	// Every HPA request comes here: parse its query only when it can name one
+	// (spelled out, or percent-encoded).
+	if !strings.HasPrefix(u.Path, "/apis/external.metrics.k8s.io/") ||
+		!strings.Contains(u.RawQuery, "fieldSelector") && !strings.Contains(u.RawQuery, "%") {
 		return ""
 	}
 	q, _ := url.ParseQuery(u.RawQuery)
