@@ -231,17 +231,17 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 // lists every problem, each naming the field path and value, e.g.
 // `policies[0].terms[1].quantile: Invalid value: 1.5: must be in (0, 1), e.g. 0.95`.
 func Parse(data []byte) (*File, error) {
-	if err := oneDocument(data); err != nil {
+	doc, err := oneDocument(data)
+	if err != nil {
 		return nil, err
+	}
+	if doc != nil {
+		if path, value, why, ok := badNumber(doc); ok {
+			return nil, field.ErrorList{field.Invalid(path, value, why)}.ToAggregate()
+		}
 	}
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		if !strings.Contains(err.Error(), "unsupported value") {
-			return nil, fmt.Errorf("decoding the configuration: %w", err)
-		}
-		if path, value, ok := nonFinite(data); ok {
-			return nil, field.ErrorList{field.Invalid(path, value, "must be a finite number")}.ToAggregate()
-		}
 		return nil, fmt.Errorf("decoding the configuration: %w", err)
 	}
 	var f File
@@ -264,54 +264,60 @@ func Parse(data []byte) (*File, error) {
 	return &f, nil
 }
 
-// oneDocument refuses a file of more than one YAML document: the decoding
-// below reads the first alone, so the policies of a second ("---") would
-// vanish, and HPAs asking for them get "metric not found". Empty documents
-// (a leading or trailing "---") are not counted.
-func oneDocument(data []byte) error {
+// oneDocument returns the file's one YAML document as a node, refusing a
+// file of more than one: the decoding in Parse reads the first alone, so the
+// policies of a second ("---") would vanish, and HPAs asking for them get
+// "metric not found". Empty documents (a leading or trailing "---") are not
+// counted. It returns no node and no error when the first document is not
+// YAML (the decoding in Parse says what is wrong with it) or there is none.
+func oneDocument(data []byte) (*goyaml.Node, error) {
 	dec := goyaml.NewDecoder(bytes.NewReader(data))
-	docs := 0
+	var first *goyaml.Node
 	for {
 		var n goyaml.Node
 		err := dec.Decode(&n)
 		if errors.Is(err, io.EOF) {
-			return nil
+			return first, nil
 		}
 		if err != nil {
-			if docs == 0 {
-				return nil // the decoding below says what is wrong with the first
+			if first == nil {
+				return nil, nil
 			}
-			return fmt.Errorf("decoding the configuration: a second YAML document after \"---\", which is not YAML either (%w): the file must be one document", err)
+			return nil, fmt.Errorf("decoding the configuration: a second YAML document after \"---\", which is not YAML either (%w): the file must be one document", err)
 		}
 		if len(n.Content) == 0 || (len(n.Content) == 1 && n.Content[0].Tag == "!!null") {
 			continue
 		}
-		docs++
-		if docs > 1 {
-			return fmt.Errorf("decoding the configuration: a second YAML document starts at line %d: the file must be one document, its policies in one list (a second document's would never be read)", n.Line)
+		if first != nil {
+			return nil, fmt.Errorf("decoding the configuration: a second YAML document starts at line %d: the file must be one document, its policies in one list (a second document's would never be read)", n.Line)
 		}
+		first = &n
 	}
 }
 
-// nonFinite finds the first YAML scalar of data that is a NaN or an infinity
-// (.nan, .inf, -.Inf, ...), which the conversion to JSON refuses with
-// "json: unsupported value: NaN" and no field: it returns its path and its
-// text as written; false when there is none or data is not YAML. It does not
-// follow aliases: an anchored node is walked where it is defined, once (a
-// self-referencing anchor or nested aliases would otherwise recurse without
-// end, or for minutes).
-func nonFinite(data []byte) (*field.Path, string, bool) {
-	var doc goyaml.Node
-	if err := goyaml.Unmarshal(data, &doc); err != nil {
-		return nil, "", false
-	}
-	var walk func(n *goyaml.Node, path *field.Path) (*field.Path, string, bool)
-	walk = func(n *goyaml.Node, path *field.Path) (*field.Path, string, bool) {
+// badNumber finds the first scalar of doc that is written as a number no
+// 64-bit float holds, and returns its path, its text as written and why:
+//
+//   - a NaN or an infinity (.nan, .inf, -.Inf, ...), which the conversion to
+//     JSON refuses with "json: unsupported value: NaN" and no field;
+//   - an unquoted number past float64's range (1e400, -1e400), which YAML
+//     reads as text, so that the decoding said "cannot unmarshal string"
+//     about a number;
+//   - an unquoted number too small for a float64 (1e-400), which reads as 0
+//     without a word: a quantile of 0 is "unset" and took its default.
+//
+// Text that looks like such a number is refused too (quoted, it is text).
+// It does not follow aliases: an anchored node is walked where it is
+// defined, once (a self-referencing anchor or nested aliases would
+// otherwise recurse without end, or for minutes).
+func badNumber(doc *goyaml.Node) (*field.Path, string, string, bool) {
+	var walk func(n *goyaml.Node, path *field.Path) (*field.Path, string, string, bool)
+	walk = func(n *goyaml.Node, path *field.Path) (*field.Path, string, string, bool) {
 		switch n.Kind {
 		case goyaml.DocumentNode:
 			for _, c := range n.Content {
-				if p, v, ok := walk(c, path); ok {
-					return p, v, ok
+				if p, v, why, ok := walk(c, path); ok {
+					return p, v, why, ok
 				}
 			}
 		case goyaml.MappingNode:
@@ -320,8 +326,8 @@ func nonFinite(data []byte) (*field.Path, string, bool) {
 				if path != nil {
 					child = path.Child(n.Content[i].Value)
 				}
-				if p, v, ok := walk(n.Content[i+1], child); ok {
-					return p, v, ok
+				if p, v, why, ok := walk(n.Content[i+1], child); ok {
+					return p, v, why, ok
 				}
 			}
 		case goyaml.SequenceNode:
@@ -330,19 +336,51 @@ func nonFinite(data []byte) (*field.Path, string, bool) {
 				if path != nil {
 					child = path.Index(i)
 				}
-				if p, v, ok := walk(c, child); ok {
-					return p, v, ok
+				if p, v, why, ok := walk(c, child); ok {
+					return p, v, why, ok
 				}
 			}
 		case goyaml.ScalarNode:
-			var f float64
-			if n.ShortTag() == "!!float" && n.Decode(&f) == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
-				return path, n.Value, true
+			if why := scalarNumberProblem(n); why != "" {
+				return path, n.Value, why, true
 			}
 		}
-		return nil, "", false
+		return nil, "", "", false
 	}
-	return walk(&doc, nil)
+	return walk(doc, nil)
+}
+
+// scalarNumberProblem says what is wrong with n as a number (badNumber), or
+// "" when nothing is: quoted scalars are text and never a problem.
+func scalarNumberProblem(n *goyaml.Node) string {
+	if n.Style&(goyaml.DoubleQuotedStyle|goyaml.SingleQuotedStyle|goyaml.LiteralStyle|goyaml.FoldedStyle) != 0 {
+		return ""
+	}
+	var f float64
+	if n.ShortTag() == "!!float" && n.Decode(&f) == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
+		return "must be a finite number"
+	}
+	text := strings.ReplaceAll(n.Value, "_", "")
+	if text == "" || strings.ContainsAny(text[:1], "iInN") || strings.ContainsAny(text, "xXpP") {
+		return "" // inf, nan, hexadecimal: text to YAML, and no number here
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	var numErr *strconv.NumError
+	switch {
+	case errors.As(err, &numErr) && errors.Is(numErr.Err, strconv.ErrRange):
+		return "out of a 64-bit float's range: must be a finite number (quote it if it is text)"
+	case err == nil && f == 0 && strings.ContainsAny(mantissa(text), "123456789"):
+		return "too small for a 64-bit float, it would read as 0: write 0 if that is meant"
+	}
+	return ""
+}
+
+// mantissa returns a decimal number's text before its exponent.
+func mantissa(s string) string {
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // validate checks the section: matchers and every selector parse as PromQL,

@@ -81,10 +81,19 @@ func TestParseErrors(t *testing.T) {
 		{"NaN set point", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: .nan}]\n", []string{`policies[0].terms[0].setPoint: Invalid value: ".nan": must be a finite number`}},
 		{"infinite queue cap", head + "policies:\n- name: a\n  kind: mean\n  queueCap: -.Inf\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].queueCap: Invalid value: "-.Inf": must be a finite number`}},
 		{"NaN in a peak hold", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth}]\n  peak: {window: 1m, headroom: .NaN}\n", []string{`policies[0].peak.headroom: Invalid value: ".NaN": must be a finite number`}},
-		// Aliases are not followed by the walk that names a non-finite
-		// number: a self-referencing anchor overflowed its stack.
+		// Aliases are not followed by the walk that names a number no
+		// float64 holds: a self-referencing anchor overflowed its stack,
+		// and nested aliases would be walked 9^8 times.
 		{"self-referencing anchor", head + "policies: &p\n- name: a\n  kind: mean\n  terms: *p\n", []string{"decoding the configuration"}},
-		{"nested aliases", head + "x0: &a0 [.nan,1,1,1,1,1,1,1,1]\nx1: &a1 [*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0]\nx2: &a2 [*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1]\nx3: &a3 [*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2]\nx4: &a4 [*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3]\nx5: &a5 [*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4]\nx6: &a6 [*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5]\nx7: &a7 [*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6]\nx8: &a8 [*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7]\n", []string{"decoding the configuration"}},
+		{"nested aliases", head + "x0: &a0 [.nan,1,1,1,1,1,1,1,1]\nx1: &a1 [*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0]\nx2: &a2 [*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1]\nx3: &a3 [*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2]\nx4: &a4 [*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3]\nx5: &a5 [*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4]\nx6: &a6 [*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5]\nx7: &a7 [*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6]\nx8: &a8 [*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7]\n", []string{`x0[0]: Invalid value: ".nan": must be a finite number`}},
+		{"nested aliases of numbers", head + "x0: &a0 [1,1,1,1,1,1,1,1,1]\nx1: &a1 [*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0,*a0]\nx2: &a2 [*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1,*a1]\nx3: &a3 [*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2,*a2]\nx4: &a4 [*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3,*a3]\nx5: &a5 [*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4,*a4]\nx6: &a6 [*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5,*a5]\nx7: &a7 [*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6,*a6]\nx8: &a8 [*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7,*a7]\n", []string{"decoding the configuration"}},
+		// A number no float64 holds said "cannot unmarshal string" (past the
+		// range) or read as 0 (too small: a latency term's quantile of 0
+		// took the default 0.95), in YAML and in JSON alike.
+		{"set point past float64", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1e400}]\n", []string{`policies[0].terms[0].setPoint: Invalid value: "1e400": out of a 64-bit float's range`}},
+		{"negative queue cap past float64", head + "policies:\n- name: a\n  kind: mean\n  queueCap: -1_000e400\n  terms: [{kind: queueDepth}]\n", []string{`policies[0].queueCap: Invalid value: "-1_000e400": out of a 64-bit float's range`}},
+		{"quantile under float64", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: ttft, setPoint: 2, quantile: 1e-400}]\n", []string{`policies[0].terms[0].quantile: Invalid value: "1e-400": too small for a 64-bit float, it would read as 0`}},
+		{"JSON headroom past float64", `{"apiVersion": "saturation-adapter.io/v1alpha1", "kind": "PolicyConfig", "policies": [{"name": "a", "kind": "mean", "terms": [{"kind": "queueDepth"}], "peak": {"window": "1m", "headroom": 2e308}}]}`, []string{`policies[0].peak.headroom: Invalid value: "2e308": out of a 64-bit float's range`}},
 		{"saturation of an unknown pod on a signal policy", head + "policies:\n- name: a\n  kind: signal\n  signal: running\n  unknownPodSaturation: 2\n", []string{`policies[0].unknownPodSaturation: Forbidden: a signal policy serves a raw signal`}},
 		{"unknown kind", head + "policies:\n- name: a\n  kind: median\n", []string{`policies[0].kind: Unsupported value: "median"`}},
 		{"bad window", head + "policies:\n- name: a\n  kind: mean\n  terms: [{kind: preemptionRate, setPoint: 1, window: 100ms}]\n", []string{"policies[0].terms[0].window: Invalid value"}},

@@ -15,6 +15,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: b, kind: demand, queueCap: 5, terms: [{kind: ttft, slo: 1ms, quantile: 0.5, window: 1s, maxRatio: 1}], gateway: {selector: a=b, match: {x: y}}}\n"))
 	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies: []\nprometheus: {matchers: '{cluster=\"a\"}', series: {'vllm:num_requests_waiting': 'x{y=~\"z.*\"}'}}\n"))
 	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: n, kind: mean, terms: [{kind: queueDepth, setPoint: .nan}]}\n"))
+	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: n, kind: mean, queueCap: 1e400, terms: [{kind: ttft, quantile: 1e-400}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data)
 		if err != nil {
