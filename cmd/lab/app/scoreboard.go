@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	cliflag "k8s.io/component-base/cli/flag"
 
@@ -38,9 +39,15 @@ type ScoreboardOptions struct {
 	// family's, several are swept like targets). ScaleDownWindow and
 	// ScaleDownPeriod are its scale-down stabilization window and the period
 	// in which it may remove one pod (simulate.RecommendedBehavior's 30 s,
-	// 300 s and 120 s by default).
+	// 300 s and 120 s by default). ScaleUpPods, ScaleUpPercent and
+	// ScaleUpPeriod are its scale-up policies: at most ScaleUpPods pods added
+	// per ScaleUpPeriod or, when ScaleUpPercent is above 0, that percentage of
+	// the replicas, whichever allows more (selectPolicy Max); the
+	// recommended 2 pods per 60 s by default.
 	ScaleUpWindows                   []time.Duration
 	ScaleDownWindow, ScaleDownPeriod time.Duration
+	ScaleUpPods, ScaleUpPercent      int32
+	ScaleUpPeriod                    time.Duration
 	// JSON and SVG are output files ("" for none).
 	JSON, SVG string
 }
@@ -54,7 +61,8 @@ type ScoreboardOptions struct {
 func NewScoreboardOptions() *ScoreboardOptions {
 	o := &ScoreboardOptions{FleetOptions: NewFleetOptions(), ScoreStart: 30 * time.Minute, SliceLength: 30 * time.Minute,
 		Seeds: 10, FirstSeed: 1, SLOGoal: 0.99, CostGoal: 1.15, Grid: scoreboard.DefaultGrid(3, 0.3, 12),
-		ScaleUpWindows: []time.Duration{30 * time.Second}, ScaleDownWindow: 300 * time.Second, ScaleDownPeriod: 120 * time.Second}
+		ScaleUpWindows: []time.Duration{30 * time.Second}, ScaleDownWindow: 300 * time.Second, ScaleDownPeriod: 120 * time.Second,
+		ScaleUpPods: 2, ScaleUpPeriod: 60 * time.Second}
 	o.Window.WarmUp = 10 * time.Minute
 	return o
 }
@@ -88,7 +96,10 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	fs.Float64Var(&g.Peak.Headroom, "peak-headroom", g.Peak.Headroom, "Headroom above the held peak (0.1: 10 %).")
 	fs.DurationVar(&g.Peak.HalfLife, "peak-half-life", g.Peak.HalfLife, "Half-life of a held peak; 0 holds it whole for the window.")
 	fs.Float64SliceVar(&g.Floors, "minimums", g.Floors, "Least replicas saturation+minimum sweeps (a scheduled minimum open over the slice).")
-	fs.DurationSliceVar(&o.ScaleUpWindows, "scale-up-windows", o.ScaleUpWindows, "Every HPA's behavior.scaleUp.stabilizationWindowSeconds (its policy stays the recommended +2 pods per 60 s); several (at most 10), e.g. 30s,60s, are swept like targets: every point once per window (labels end ,up=60s), each family choosing its window on the tune slice.")
+	fs.DurationSliceVar(&o.ScaleUpWindows, "scale-up-windows", o.ScaleUpWindows, "Every HPA's behavior.scaleUp.stabilizationWindowSeconds (its policy: --scale-up-pods per --scale-up-period); several (at most 10), e.g. 30s,60s, are swept like targets: every point once per window (labels end ,up=60s), each family choosing its window on the tune slice.")
+	fs.Int32Var(&o.ScaleUpPods, "scale-up-pods", o.ScaleUpPods, "Every HPA's scale-up policy: at most this many pods added per --scale-up-period.")
+	fs.Int32Var(&o.ScaleUpPercent, "scale-up-percent", o.ScaleUpPercent, "Every HPA's second scale-up policy, when above 0: this percentage of the replicas added per --scale-up-period, if more than --scale-up-pods (selectPolicy Max; Kubernetes' default behavior is --scale-up-windows 0s --scale-up-pods 4 --scale-up-percent 100 --scale-up-period 15s).")
+	fs.DurationVar(&o.ScaleUpPeriod, "scale-up-period", o.ScaleUpPeriod, "Every HPA's scale-up policies: their period.")
 	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds.")
 	fs.DurationVar(&o.ScaleDownPeriod, "scale-down-period", o.ScaleDownPeriod, "Every HPA's scale-down policy: one pod per this period.")
 
@@ -105,6 +116,12 @@ const MaxSeeds = 1000
 // MaxScaleUpWindows is the most windows --scale-up-windows takes: each
 // replays every point again (scoreboard.MaxScaleUpWindows).
 const MaxScaleUpWindows = scoreboard.MaxScaleUpWindows
+
+// MaxScaleUpPercent bounds --scale-up-percent: 100 times the replicas added
+// per period, far past any autoscaler's need. --scale-up-pods is bounded by
+// the largest fleet (simulate.MaxFleet): the HPA model adds it to the
+// replicas in int32, as the controller does.
+const MaxScaleUpPercent = 10000
 
 // Validate reports every invalid flag at once.
 func (o *ScoreboardOptions) Validate() error {
@@ -127,22 +144,40 @@ func (o *ScoreboardOptions) Validate() error {
 	for _, err := range scoreboard.ScaleUpWindowErrors(o.ScaleUpWindows) {
 		errs = append(errs, fmt.Errorf("--scale-up-windows: %w", err))
 	}
-	if o.ScaleDownWindow < 0 || o.ScaleDownWindow > time.Hour || o.ScaleDownPeriod < time.Second || o.ScaleDownPeriod > 30*time.Minute {
-		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))
+	if !wholeSeconds(o.ScaleDownWindow, 0, time.Hour) || !wholeSeconds(o.ScaleDownPeriod, time.Second, 30*time.Minute) {
+		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want whole seconds, a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))
+	}
+	if o.ScaleUpPods < 1 || o.ScaleUpPods > simulate.MaxFleet || o.ScaleUpPercent < 0 || o.ScaleUpPercent > MaxScaleUpPercent ||
+		!wholeSeconds(o.ScaleUpPeriod, time.Second, 30*time.Minute) {
+		errs = append(errs, fmt.Errorf("--scale-up-pods=%d --scale-up-percent=%d --scale-up-period=%v: want 1 to %d pods (the largest fleet), a percentage in [0, %d] (0 for none) and whole seconds in [1s, 30m] (the HPA API's range)",
+			o.ScaleUpPods, o.ScaleUpPercent, o.ScaleUpPeriod, simulate.MaxFleet, MaxScaleUpPercent))
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// wholeSeconds reports whether d is a whole number of seconds in [lo, hi]:
+// the HPA API's behavior counts seconds in int32 fields.
+func wholeSeconds(d, lo, hi time.Duration) bool {
+	return d >= lo && d <= hi && d%time.Second == 0
 }
 
 // grid returns the grid of the flags, minReplicas aside (Run sets the
 // fleet's): o.Grid with the recommended HPA behavior
 // (simulate.RecommendedBehavior) at the scale-down window and period of
-// --scale-down-window and --scale-down-period, and the scale-up windows of
+// --scale-down-window and --scale-down-period, the scale-up policies of
+// --scale-up-pods, --scale-up-percent and --scale-up-period, and the scale-up windows of
 // --scale-up-windows, which the grid applies (Grid.HPABehavior, Families).
 func (o *ScoreboardOptions) grid() scoreboard.Grid {
 	b := simulate.RecommendedBehavior()
 	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
 	b.ScaleDown.StabilizationWindowSeconds = &window
 	b.ScaleDown.Policies[0].PeriodSeconds = period
+	upPeriod := int32(o.ScaleUpPeriod / time.Second)
+	b.ScaleUp.Policies[0].Value = o.ScaleUpPods
+	b.ScaleUp.Policies[0].PeriodSeconds = upPeriod
+	if o.ScaleUpPercent > 0 {
+		b.ScaleUp.Policies = append(b.ScaleUp.Policies, autoscalingv2.HPAScalingPolicy{Type: autoscalingv2.PercentScalingPolicy, Value: o.ScaleUpPercent, PeriodSeconds: upPeriod})
+	}
 	g := o.Grid
 	g.Behavior = b
 	g.ScaleUpWindows = o.ScaleUpWindows

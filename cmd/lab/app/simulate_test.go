@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 
 	"github.com/saturation-adapter/saturation-adapter/lab/simulate"
 )
@@ -240,6 +241,11 @@ func TestHostileLabInputs(t *testing.T) {
 		{"rates out of range", append(sb, "--rates", "-1,1e308"), []string{"demand rate -1", "demand rate 1e+308"}},
 		{"GPU utilization over 100 %", append(sb, "--gpu-utilization-targets", "1000"), []string{"GPU utilization target 1000"}},
 		{"scale-up windows past the API's range", append(sb, "--scale-up-windows", "2h,1500ms,0s,0s"), []string{"--scale-up-windows: scale-up window 2h0m0s: want whole seconds in [0, 1h]", "scale-up window 1.5s: want whole seconds", "scale-up window 0s given twice"}},
+		{"scale-up policy past the API's range", append(sb, "--scale-up-pods", "0", "--scale-up-period", "1500ms"), []string{"--scale-up-pods=0 --scale-up-percent=0 --scale-up-period=1.5s: want 1 to 1024 pods"}},
+		{"negative scale-up percentage", append(sb, "--scale-up-percent", "-100"), []string{"--scale-up-percent=-100"}},
+		{"huge scale-up percentage", append(sb, "--scale-up-percent", "2147483647"), []string{"--scale-up-percent=2147483647", "a percentage in [0, 10000]"}},
+		{"scale-up pods past int32", append(sb, "--scale-up-pods", "2147483647"), []string{"--scale-up-pods=2147483647", "want 1 to 1024 pods"}},
+		{"fractional scale-down period", append(sb, "--scale-down-period", "1500ms"), []string{"--scale-down-window=5m0s --scale-down-period=1.5s: want whole seconds"}},
 		{"too many scale-up windows", append(sb, "--scale-up-windows", "0s,1s,2s,3s,4s,5s,6s,7s,8s,9s,10s"), []string{"--scale-up-windows: 11 windows, want 1 to 10"}},
 		{"two rates one label", append(sb, "--families", "saturation+rate", "--rates", "8.4,8.40000001"), []string{"point saturation+rate/rate=8.4 given twice (points are told apart by their labels, which keep 3 decimals)"}},
 		{"two billion seeds", append(sb[:len(sb)-1], "2000000000"), []string{"--seeds=2000000000: want 1 to 1000"}},
@@ -297,7 +303,8 @@ func TestInterruptedRunReturns(t *testing.T) {
 	}
 }
 
-// TestScoreboardBehaviorFlags: one --scale-up-windows, --scale-down-window and
+// TestScoreboardBehaviorFlags: one --scale-up-windows, --scale-up-pods,
+// --scale-up-percent, --scale-up-period, --scale-down-window and
 // --scale-down-period set every family's HPA behavior; the rest stays the
 // recommended one.
 func TestScoreboardBehaviorFlags(t *testing.T) {
@@ -306,12 +313,15 @@ func TestScoreboardBehaviorFlags(t *testing.T) {
 	for _, f := range o.Flags().FlagSets {
 		fs.AddFlagSet(f)
 	}
-	if err := fs.Parse([]string{"--scale-up-windows", "60s", "--scale-down-window", "90s", "--scale-down-period", "30s"}); err != nil {
+	if err := fs.Parse([]string{"--scale-up-windows", "60s", "--scale-up-pods", "4", "--scale-up-percent", "100", "--scale-up-period", "15s",
+		"--scale-down-window", "90s", "--scale-down-period", "30s"}); err != nil {
 		t.Fatal(err)
 	}
 	want := simulate.RecommendedBehavior()
 	up, down := int32(60), int32(90)
 	want.ScaleUp.StabilizationWindowSeconds = &up
+	want.ScaleUp.Policies = []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 4, PeriodSeconds: 15},
+		{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}}
 	want.ScaleDown.StabilizationWindowSeconds = &down
 	want.ScaleDown.Policies[0].PeriodSeconds = 30
 	if diff := cmp.Diff(want, o.grid().HPABehavior()); diff != "" {
