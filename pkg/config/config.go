@@ -306,8 +306,8 @@ func oneDocument(data []byte) (*goyaml.Node, error) {
 //   - an unquoted number too small for a float64 (1e-400), which reads as 0
 //     without a word: a quantile of 0 is "unset" and took its default.
 //
-// Text that looks like such a number is refused too (quoted, it is text).
-// It does not follow aliases: an anchored node is walked where it is
+// Unquoted scalars are checked whatever their field: text that reads as
+// such a number must be quoted. It does not follow aliases: an anchored node is walked where it is
 // defined, once (a self-referencing anchor or nested aliases would
 // otherwise recurse without end, or for minutes).
 func badNumber(doc *goyaml.Node) (*field.Path, string, string, bool) {
