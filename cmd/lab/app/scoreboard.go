@@ -38,8 +38,9 @@ type ScoreboardOptions struct {
 	// on as the grid's (scoreboard.Grid's ScaleUpWindows: one is every
 	// family's, several are swept like targets). ScaleDownWindow and
 	// ScaleDownPeriod are its scale-down stabilization window and the period
-	// in which it may remove one pod (simulate.RecommendedBehavior's 30 s,
-	// 300 s and 120 s by default). ScaleUpPods, ScaleUpPercent and
+	// in which it may remove one pod or, when ScaleDownPercent is above 0,
+	// that percentage of the replicas, whichever removes more
+	// (simulate.RecommendedBehavior's 30 s, 300 s and 120 s by default). ScaleUpPods, ScaleUpPercent and
 	// ScaleUpPeriod are its scale-up policies: at most ScaleUpPods pods added
 	// per ScaleUpPeriod or, when ScaleUpPercent is above 0, that percentage of
 	// the replicas, whichever allows more (selectPolicy Max); the
@@ -47,6 +48,7 @@ type ScoreboardOptions struct {
 	ScaleUpWindows                   []time.Duration
 	ScaleDownWindow, ScaleDownPeriod time.Duration
 	ScaleUpPods, ScaleUpPercent      int32
+	ScaleDownPercent                 int32
 	ScaleUpPeriod                    time.Duration
 	// JSON and SVG are output files ("" for none).
 	JSON, SVG string
@@ -102,6 +104,7 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.ScaleUpPeriod, "scale-up-period", o.ScaleUpPeriod, "Every HPA's scale-up policies: their period.")
 	fs.DurationVar(&o.ScaleDownWindow, "scale-down-window", o.ScaleDownWindow, "Every HPA's behavior.scaleDown.stabilizationWindowSeconds.")
 	fs.DurationVar(&o.ScaleDownPeriod, "scale-down-period", o.ScaleDownPeriod, "Every HPA's scale-down policy: one pod per this period.")
+	fs.Int32Var(&o.ScaleDownPercent, "scale-down-percent", o.ScaleDownPercent, "Every HPA's second scale-down policy, when above 0: this percentage of the replicas removed per --scale-down-period, if more than one pod (selectPolicy Max; Kubernetes' default behavior is --scale-down-window 5m --scale-down-percent 100 --scale-down-period 15s).")
 
 	fs = fss.FlagSet("output")
 	fs.StringVar(&o.JSON, "json", o.JSON, "Write every point's results (medians and ranges on both slices) as JSON to this file.")
@@ -147,6 +150,9 @@ func (o *ScoreboardOptions) Validate() error {
 	if !wholeSeconds(o.ScaleDownWindow, 0, time.Hour) || !wholeSeconds(o.ScaleDownPeriod, time.Second, 30*time.Minute) {
 		errs = append(errs, fmt.Errorf("--scale-down-window=%v --scale-down-period=%v: want whole seconds, a window in [0, 1h] and a period in [1s, 30m] (the HPA API's ranges)", o.ScaleDownWindow, o.ScaleDownPeriod))
 	}
+	if o.ScaleDownPercent < 0 || o.ScaleDownPercent > 100 {
+		errs = append(errs, fmt.Errorf("--scale-down-percent=%d: want a percentage in [0, 100] (0 for none)", o.ScaleDownPercent))
+	}
 	if o.ScaleUpPods < 1 || o.ScaleUpPods > simulate.MaxFleet || o.ScaleUpPercent < 0 || o.ScaleUpPercent > MaxScaleUpPercent ||
 		!wholeSeconds(o.ScaleUpPeriod, time.Second, 30*time.Minute) {
 		errs = append(errs, fmt.Errorf("--scale-up-pods=%d --scale-up-percent=%d --scale-up-period=%v: want 1 to %d pods (the largest fleet), a percentage in [0, %d] (0 for none) and whole seconds in [1s, 30m] (the HPA API's range)",
@@ -164,7 +170,7 @@ func wholeSeconds(d, lo, hi time.Duration) bool {
 // grid returns the grid of the flags, minReplicas aside (Run sets the
 // fleet's): o.Grid with the recommended HPA behavior
 // (simulate.RecommendedBehavior) at the scale-down window and period of
-// --scale-down-window and --scale-down-period, the scale-up policies of
+// --scale-down-window, --scale-down-period and --scale-down-percent, the scale-up policies of
 // --scale-up-pods, --scale-up-percent and --scale-up-period, and the scale-up windows of
 // --scale-up-windows, which the grid applies (Grid.HPABehavior, Families).
 func (o *ScoreboardOptions) grid() scoreboard.Grid {
@@ -172,6 +178,9 @@ func (o *ScoreboardOptions) grid() scoreboard.Grid {
 	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
 	b.ScaleDown.StabilizationWindowSeconds = &window
 	b.ScaleDown.Policies[0].PeriodSeconds = period
+	if o.ScaleDownPercent > 0 {
+		b.ScaleDown.Policies = append(b.ScaleDown.Policies, autoscalingv2.HPAScalingPolicy{Type: autoscalingv2.PercentScalingPolicy, Value: o.ScaleDownPercent, PeriodSeconds: period})
+	}
 	upPeriod := int32(o.ScaleUpPeriod / time.Second)
 	b.ScaleUp.Policies[0].Value = o.ScaleUpPods
 	b.ScaleUp.Policies[0].PeriodSeconds = upPeriod

@@ -77,7 +77,7 @@ func TestScoreboardDocReplay(t *testing.T) {
 
 // TestScoreboardDocFullTables reproduces the doc's frontier tables (both
 // traces, both half-hours, 10 seeds, and again with a faster scale-down, with
-// the scale-up window swept and with Kubernetes' default scale-up):
+// the scale-up window swept and with Kubernetes' default behavior):
 // about a quarter to half an hour of CPU each, so only with
 // LAB_FULL_SCOREBOARD=1.
 func TestScoreboardDocFullTables(t *testing.T) {
@@ -94,7 +94,8 @@ func TestScoreboardDocFullTables(t *testing.T) {
 		{"code", "The code trace", 1},
 		{"faster-scale-down", "Faster scale-down", 2},
 		{"scale-up-window", "Scale-up window, swept", 2},
-		{"kubernetes-default-scale-up", "Kubernetes' default scale-up", 3},
+		{"default-scale-up", "The default scale-up alone", 3},
+		{"default-behavior", "The whole default behavior", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) { runDocSection(t, c.section, c.commands) })
 	}

@@ -245,6 +245,7 @@ func TestHostileLabInputs(t *testing.T) {
 		{"negative scale-up percentage", append(sb, "--scale-up-percent", "-100"), []string{"--scale-up-percent=-100"}},
 		{"huge scale-up percentage", append(sb, "--scale-up-percent", "2147483647"), []string{"--scale-up-percent=2147483647", "a percentage in [0, 10000]"}},
 		{"scale-up pods past int32", append(sb, "--scale-up-pods", "2147483647"), []string{"--scale-up-pods=2147483647", "want 1 to 1024 pods"}},
+		{"scale-down percentage over 100", append(sb, "--scale-down-percent", "101"), []string{"--scale-down-percent=101: want a percentage in [0, 100]"}},
 		{"fractional scale-down period", append(sb, "--scale-down-period", "1500ms"), []string{"--scale-down-window=5m0s --scale-down-period=1.5s: want whole seconds"}},
 		{"too many scale-up windows", append(sb, "--scale-up-windows", "0s,1s,2s,3s,4s,5s,6s,7s,8s,9s,10s"), []string{"--scale-up-windows: 11 windows, want 1 to 10"}},
 		{"two rates one label", append(sb, "--families", "saturation+rate", "--rates", "8.4,8.40000001"), []string{"point saturation+rate/rate=8.4 given twice (points are told apart by their labels, which keep 3 decimals)"}},
@@ -304,9 +305,9 @@ func TestInterruptedRunReturns(t *testing.T) {
 }
 
 // TestScoreboardBehaviorFlags: one --scale-up-windows, --scale-up-pods,
-// --scale-up-percent, --scale-up-period, --scale-down-window and
-// --scale-down-period set every family's HPA behavior; the rest stays the
-// recommended one.
+// --scale-up-percent, --scale-up-period, --scale-down-window,
+// --scale-down-period and --scale-down-percent set every family's HPA
+// behavior; the rest stays the recommended one.
 func TestScoreboardBehaviorFlags(t *testing.T) {
 	o := NewScoreboardOptions()
 	fs := pflag.NewFlagSet("scoreboard", pflag.ContinueOnError)
@@ -314,7 +315,7 @@ func TestScoreboardBehaviorFlags(t *testing.T) {
 		fs.AddFlagSet(f)
 	}
 	if err := fs.Parse([]string{"--scale-up-windows", "60s", "--scale-up-pods", "4", "--scale-up-percent", "100", "--scale-up-period", "15s",
-		"--scale-down-window", "90s", "--scale-down-period", "30s"}); err != nil {
+		"--scale-down-window", "90s", "--scale-down-period", "30s", "--scale-down-percent", "50"}); err != nil {
 		t.Fatal(err)
 	}
 	want := simulate.RecommendedBehavior()
@@ -323,7 +324,8 @@ func TestScoreboardBehaviorFlags(t *testing.T) {
 	want.ScaleUp.Policies = []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 4, PeriodSeconds: 15},
 		{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}}
 	want.ScaleDown.StabilizationWindowSeconds = &down
-	want.ScaleDown.Policies[0].PeriodSeconds = 30
+	want.ScaleDown.Policies = []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 1, PeriodSeconds: 30},
+		{Type: autoscalingv2.PercentScalingPolicy, Value: 50, PeriodSeconds: 30}}
 	if diff := cmp.Diff(want, o.grid().HPABehavior()); diff != "" {
 		t.Errorf("behavior (-want +got):\n%s", diff)
 	}
