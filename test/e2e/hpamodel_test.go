@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -288,6 +289,13 @@ func modelTrajectory(t *testing.T, h *autoscalingv2.HorizontalPodAutoscaler, opt
 //     the scale-up limit).
 //   - "legacy": External Value 1 without behavior: scale-up limit max(2 ×
 //     current, 4) and the controller's 5 min downscale window.
+//   - "unbounded": External Value 1 whose only scale-up policy allows
+//     2147483647 pods per 11 s, which the API accepts (a value above 0) and
+//     someone may write for "no limit". The controller adds it to the period's
+//     starting replicas in int32 (calculateScaleUpLimitWithScalingRules), so the
+//     limit wraps below the current count, which the controller then takes as
+//     the limit: asked for 5 replicas, the HPA stays at 1. The model does the
+//     same arithmetic; this checks that the controller does too.
 //
 // Timing: the model is fed the times the stand-in received each reconcile's
 // request, a few milliseconds from the controller's own clock reads. The scripts
@@ -326,6 +334,10 @@ func TestHPAModelAgreesWithController(t *testing.T) {
 			200, 200, 1000, // the 5 min downscale window holds
 			1000,
 		}},
+		"scripted_unbounded": {deployment: "unbounded", values: []int64{
+			1000, 5000, 5000, 5000, // a limit wrapped past int32: held at 1
+			5000,
+		}},
 	}}
 	startScriptedMetrics(t, s, m)
 
@@ -347,8 +359,13 @@ func TestHPAModelAgreesWithController(t *testing.T) {
 	}
 	legacy := stack.HPA("legacy", "legacy", "scripted_legacy", map[string]string{"app": "legacy"}, autoscalingv2.ValueMetricType, "1", 1, 10, 0)
 	legacy.Spec.Behavior = nil
-	initial := map[string]int32{"demand": 1, "saturation": 2, "legacy": 1}
-	hpas := []*autoscalingv2.HorizontalPodAutoscaler{demand, saturation, legacy}
+	unbounded := stack.HPA("unbounded", "unbounded", "scripted_unbounded", map[string]string{"app": "unbounded"}, autoscalingv2.ValueMetricType, "1", 1, 10, 0)
+	unbounded.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{
+		ScaleUp: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: &zero,
+			Policies: []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: math.MaxInt32, PeriodSeconds: 11}}},
+	}
+	initial := map[string]int32{"demand": 1, "saturation": 2, "legacy": 1, "unbounded": 1}
+	hpas := []*autoscalingv2.HorizontalPodAutoscaler{demand, saturation, legacy, unbounded}
 	for _, h := range hpas {
 		dep := stack.EngineDeployment(h.Name, initial[h.Name], stubImage)
 		if _, err := s.Cluster.Client.AppsV1().Deployments(s.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
@@ -396,7 +413,7 @@ func TestHPAModelAgreesWithController(t *testing.T) {
 	opts.SyncPeriod = 3 * time.Second // startStack's --horizontal-pod-autoscaler-sync-period
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, name := range []string{"scripted_demand", "scripted_saturation", "scripted_legacy"} {
+	for _, name := range []string{"scripted_demand", "scripted_saturation", "scripted_legacy", "scripted_unbounded"} {
 		sc := m.scripts[name]
 		h := created[sc.deployment].DeepCopy()
 		hpa.SetDefaults(h) // idempotent over the API server's defaults; fills what the model needs
