@@ -307,9 +307,9 @@ func oneDocument(data []byte) (*goyaml.Node, error) {
 //     without a word: a quantile of 0 is "unset" and took its default.
 //
 // Unquoted scalars are checked whatever their field: text that reads as
-// such a number must be quoted. It does not follow aliases: an anchored node is walked where it is
-// defined, once (a self-referencing anchor or nested aliases would
-// otherwise recurse without end, or for minutes).
+// such a number must be quoted. It does not follow aliases: an anchored node
+// is walked where it is defined, once (a self-referencing anchor or nested
+// aliases would otherwise recurse without end, or for minutes).
 func badNumber(doc *goyaml.Node) (*field.Path, string, string, bool) {
 	var walk func(n *goyaml.Node, path *field.Path) (*field.Path, string, string, bool)
 	walk = func(n *goyaml.Node, path *field.Path) (*field.Path, string, string, bool) {

@@ -293,8 +293,8 @@ func modelTrajectory(t *testing.T, h *autoscalingv2.HorizontalPodAutoscaler, opt
 //     2147483647 pods per 11 s, which the API accepts (a value above 0) and
 //     someone may write for "no limit". The controller adds it to the period's
 //     starting replicas in int32 (calculateScaleUpLimitWithScalingRules), so the
-//     limit wraps below the current count, which the controller then takes as
-//     the limit: asked for 5 replicas, the HPA stays at 1. The model does the
+//     limit wraps below the current count, and the controller raises it to the
+//     current count: asked for 5 replicas, the HPA stays at 1. The model does the
 //     same arithmetic; this checks that the controller does too.
 //
 // Timing: the model is fed the times the stand-in received each reconcile's

@@ -36,20 +36,20 @@ type ScoreboardOptions struct {
 	Families []string
 	// ScaleUpWindows are every HPA's scale-up stabilization windows, passed
 	// on as the grid's (scoreboard.Grid's ScaleUpWindows: one is every
-	// family's, several are swept like targets). ScaleDownWindow and
-	// ScaleDownPeriod are its scale-down stabilization window and the period
-	// in which it may remove one pod or, when ScaleDownPercent is above 0,
-	// that percentage of the replicas, whichever removes more
-	// (simulate.RecommendedBehavior's 30 s, 300 s and 120 s by default). ScaleUpPods, ScaleUpPercent and
-	// ScaleUpPeriod are its scale-up policies: at most ScaleUpPods pods added
+	// family's, several are swept like targets). ScaleUpPods, ScaleUpPercent
+	// and ScaleUpPeriod are its scale-up policies: at most ScaleUpPods pods
 	// per ScaleUpPeriod or, when ScaleUpPercent is above 0, that percentage of
-	// the replicas, whichever allows more (selectPolicy Max); the
-	// recommended 2 pods per 60 s by default.
+	// the replicas, whichever allows more (selectPolicy Max). ScaleDownWindow,
+	// ScaleDownPeriod and ScaleDownPercent are its scale-down side: the
+	// stabilization window, then one pod per period or, when ScaleDownPercent
+	// is above 0, that percentage, whichever removes more. The defaults are
+	// simulate.RecommendedBehavior's: up after 30 s by 2 pods per 60 s, down
+	// after 300 s by one pod per 120 s.
 	ScaleUpWindows                   []time.Duration
-	ScaleDownWindow, ScaleDownPeriod time.Duration
 	ScaleUpPods, ScaleUpPercent      int32
-	ScaleDownPercent                 int32
 	ScaleUpPeriod                    time.Duration
+	ScaleDownWindow, ScaleDownPeriod time.Duration
+	ScaleDownPercent                 int32
 	// JSON and SVG are output files ("" for none).
 	JSON, SVG string
 }
@@ -161,6 +161,15 @@ func (o *ScoreboardOptions) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
+// addPercentPolicy adds to rules a Percent policy of percent over the period
+// of its first policy, when percent is above 0.
+func addPercentPolicy(rules *autoscalingv2.HPAScalingRules, percent int32) {
+	if percent > 0 {
+		rules.Policies = append(rules.Policies, autoscalingv2.HPAScalingPolicy{Type: autoscalingv2.PercentScalingPolicy,
+			Value: percent, PeriodSeconds: rules.Policies[0].PeriodSeconds})
+	}
+}
+
 // wholeSeconds reports whether d is a whole number of seconds in [lo, hi]:
 // the HPA API's behavior counts seconds in int32 fields.
 func wholeSeconds(d, lo, hi time.Duration) bool {
@@ -170,23 +179,18 @@ func wholeSeconds(d, lo, hi time.Duration) bool {
 // grid returns the grid of the flags, minReplicas aside (Run sets the
 // fleet's): o.Grid with the recommended HPA behavior
 // (simulate.RecommendedBehavior) at the scale-down window and period of
-// --scale-down-window, --scale-down-period and --scale-down-percent, the scale-up policies of
-// --scale-up-pods, --scale-up-percent and --scale-up-period, and the scale-up windows of
-// --scale-up-windows, which the grid applies (Grid.HPABehavior, Families).
+// --scale-down-window, --scale-down-period and --scale-down-percent, the
+// scale-up policies of --scale-up-pods, --scale-up-percent and
+// --scale-up-period, and the scale-up windows of --scale-up-windows, which the grid applies (Grid.HPABehavior, Families).
 func (o *ScoreboardOptions) grid() scoreboard.Grid {
 	b := simulate.RecommendedBehavior()
 	window, period := int32(o.ScaleDownWindow/time.Second), int32(o.ScaleDownPeriod/time.Second)
 	b.ScaleDown.StabilizationWindowSeconds = &window
 	b.ScaleDown.Policies[0].PeriodSeconds = period
-	if o.ScaleDownPercent > 0 {
-		b.ScaleDown.Policies = append(b.ScaleDown.Policies, autoscalingv2.HPAScalingPolicy{Type: autoscalingv2.PercentScalingPolicy, Value: o.ScaleDownPercent, PeriodSeconds: period})
-	}
-	upPeriod := int32(o.ScaleUpPeriod / time.Second)
+	addPercentPolicy(b.ScaleDown, o.ScaleDownPercent)
 	b.ScaleUp.Policies[0].Value = o.ScaleUpPods
-	b.ScaleUp.Policies[0].PeriodSeconds = upPeriod
-	if o.ScaleUpPercent > 0 {
-		b.ScaleUp.Policies = append(b.ScaleUp.Policies, autoscalingv2.HPAScalingPolicy{Type: autoscalingv2.PercentScalingPolicy, Value: o.ScaleUpPercent, PeriodSeconds: upPeriod})
-	}
+	b.ScaleUp.Policies[0].PeriodSeconds = int32(o.ScaleUpPeriod / time.Second)
+	addPercentPolicy(b.ScaleUp, o.ScaleUpPercent)
 	g := o.Grid
 	g.Behavior = b
 	g.ScaleUpWindows = o.ScaleUpWindows
