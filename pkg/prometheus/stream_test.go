@@ -254,7 +254,10 @@ func TestSourceBoundsAnswers(t *testing.T) {
 	})
 	t.Run("the answers held", func(t *testing.T) {
 		prom := &fakeProm{srv: srv}
-		f := newFixture(t, prom, fixtureOptions{opts: Options{MaxHeldBytes: 8 << 20}}, pod{name: "vllm-000001", labels: map[string]string{"app": "x"}})
+		// A minute for the queries, not the fixture's 2 s: decoding 8 MiB under
+		// -race on a busy machine once took longer, and the deadline answered
+		// first. What is checked is the bound, not the time.
+		f := newFixture(t, prom, fixtureOptions{opts: Options{MaxHeldBytes: 8 << 20, Timeout: time.Minute}}, pod{name: "vllm-000001", labels: map[string]string{"app": "x"}})
 		// The fixture's client allows the default 16 MiB: the limit on held
 		// bytes (8 MiB here) refuses the answer first.
 		f.source.client.max = 64 << 20
