@@ -80,7 +80,7 @@ test-unit: tools
 # coordinator can report a worker still running at the deadline as a failure ("context
 # deadline exceeded", no failing input; golang/go#75804, fixed in Go 1.27), which a loaded
 # CI machine hits. 500 runs take 0.1-6 s per target here.
-FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzExtractSequence ./pkg/signals:FuzzGateway ./pkg/policy:FuzzPool ./pkg/policy:FuzzAggregate \
+FUZZ_TARGETS := ./pkg/signals:FuzzExtract ./pkg/signals:FuzzExtractSequence ./pkg/signals:FuzzGateway ./pkg/policy:FuzzPool ./pkg/policy:FuzzAggregate ./pkg/policy:FuzzTrend \
 	./pkg/signals:FuzzHistogramSince ./pkg/history:FuzzCompactHistory ./pkg/signals:FuzzSplitSeries ./pkg/provider:FuzzMilliQuantity ./pkg/provider:FuzzProviderAggregates ./pkg/config:FuzzParse \
 	./pkg/prometheus:FuzzDecode ./pkg/prometheus:FuzzDecodeStream
 FUZZTIME_TEST ?= 500x

@@ -99,6 +99,9 @@ type Policy struct {
 	// Peak holds the pool's demand at no less than its own recent peak × (1 +
 	// headroom) (mean and demand policies).
 	Peak *Peak `json:"peak,omitempty"`
+	// Trend serves a rising demand as it will be a lookahead ahead (mean and
+	// demand policies).
+	Trend *Trend `json:"trend,omitempty"`
 	// Minimums are scheduled windows of least demand (mean and demand
 	// policies).
 	Minimums []Minimum `json:"minimums,omitempty"`
@@ -112,6 +115,15 @@ type Peak struct {
 	Headroom float64 `json:"headroom,omitempty"`
 	// HalfLife, when set, decays a held peak: its weight halves every HalfLife.
 	HalfLife *Duration `json:"halfLife,omitempty"`
+}
+
+// Trend is a policy's trend (policy.Trend).
+type Trend struct {
+	// Window is the span the demand's slope is fitted over, e.g. 2m. Required.
+	Window *Duration `json:"window"`
+	// Lookahead is how far a rising demand is extrapolated, e.g. 4m: the pods'
+	// cold start plus the HPA's scale-up stabilization window. Required.
+	Lookahead *Duration `json:"lookahead"`
 }
 
 // Minimum is a scheduled window of least demand (policy.ScheduledMinimum).
@@ -565,7 +577,7 @@ func (p *Policy) convert(path *field.Path) (policy.Policy, field.ErrorList) {
 	return sp, errs
 }
 
-// convertAhead sets the peak hold and scheduled minimums of sp, requiring
+// convertAhead sets the peak hold, trend and scheduled minimums of sp, requiring
 // their mandatory fields (the policy's validation checks the values).
 func (p *Policy) convertAhead(path *field.Path, sp *policy.Policy) field.ErrorList {
 	var errs field.ErrorList
@@ -580,6 +592,20 @@ func (p *Policy) convertAhead(path *field.Path, sp *policy.Policy) field.ErrorLi
 			h.HalfLife = pk.HalfLife.Duration
 		}
 		sp.Peak = h
+	}
+	if tr := p.Trend; tr != nil {
+		t := &policy.Trend{}
+		if tr.Window == nil {
+			errs = append(errs, field.Required(path.Child("trend", "window"), "the span the demand's slope is fitted over, e.g. 2m"))
+		} else {
+			t.Window = tr.Window.Duration
+		}
+		if tr.Lookahead == nil {
+			errs = append(errs, field.Required(path.Child("trend", "lookahead"), "how far a rising demand is extrapolated, e.g. 4m (cold start + scale-up window)"))
+		} else {
+			t.Lookahead = tr.Lookahead.Duration
+		}
+		sp.Trend = t
 	}
 	for i, m := range p.Minimums {
 		mp := path.Child("minimums").Index(i)

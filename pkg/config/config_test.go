@@ -397,6 +397,11 @@ func TestAheadParseErrors(t *testing.T) {
 			[]string{"policies[0].minimums[0].schedule: Invalid value: \"0 0 30 2 *\": never opens"}},
 		{"local time zone", "  minimums: [{schedule: \"0 9 * * *\", duration: 1h, timeZone: Local, demand: 7}]\n",
 			[]string{"policies[0].minimums[0].timeZone: Invalid value: \"Local\""}},
+		{"trend without window and lookahead", "  trend: {}\n",
+			[]string{"policies[0].trend.window: Required value", "policies[0].trend.lookahead: Required value"}},
+		{"trend lookahead past an hour", "  trend: {window: 2m, lookahead: 2h}\n", []string{"policies[0].trend.lookahead: Invalid value: \"2h0m0s\""}},
+		{"trend on a signal", "- name: s\n  kind: signal\n  signal: queueDepth\n  trend: {window: 2m, lookahead: 4m}\n",
+			[]string{"policies[1].kind: Invalid value: \"signal\""}},
 		{"signal policy", "- name: s\n  kind: signal\n  signal: queueDepth\n  peak: {window: 1m}\n",
 			[]string{"policies[1].kind: Invalid value: \"signal\""}},
 	}

@@ -16,6 +16,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies: []\nprometheus: {matchers: '{cluster=\"a\"}', series: {'vllm:num_requests_waiting': 'x{y=~\"z.*\"}'}}\n"))
 	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: n, kind: mean, terms: [{kind: queueDepth, setPoint: .nan}]}\n"))
 	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: n, kind: mean, queueCap: 1e400, terms: [{kind: ttft, quantile: 1e-400}]}\n"))
+	f.Add([]byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- {name: t, kind: mean, terms: [{kind: demandRate, setPoint: 12, window: 30s}], trend: {window: 2m, lookahead: 4m}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data)
 		if err != nil {

@@ -37,6 +37,20 @@ type PeakHold struct {
 	HalfLife time.Duration
 }
 
+// Trend serves demand that is rising as it will be a lookahead from now: the
+// pool's demand plus the slope of its own recent demand (a least-squares line
+// over Window, never below 0) × Lookahead. A rise is followed before the queue
+// builds behind a cold start; a flat or falling demand adds nothing.
+type Trend struct {
+	// Window is the span the slope is fitted over, in [1s, MaxTrendWindow];
+	// the fit needs three samples spanning at least half of it.
+	Window time.Duration
+	// Lookahead is how far the rise is extrapolated, > 0, at most
+	// MaxLookahead: the pods' cold start plus the HPA's scale-up
+	// stabilization window is what a new replica takes to serve.
+	Lookahead time.Duration
+}
+
 // ScheduledMinimum is a time window of known demand (a daily peak): while it is
 // open the pool's demand is at least Demand replicas.
 type ScheduledMinimum struct {
@@ -71,6 +85,13 @@ const (
 	// replicas: math.MaxInt32, the largest maxReplicas an autoscaling/v2 HPA
 	// takes (its field is an int32).
 	MaxScheduledDemand = float64(math.MaxInt32)
+	// MaxLookahead is the longest trend lookahead accepted: an hour.
+	MaxLookahead = time.Hour
+	// MaxTrendWindow is the longest trend window accepted: a day.
+	MaxTrendWindow = 24 * time.Hour
+	// trendSamples is how many demand samples a trend keeps per window at most:
+	// requests closer than Window/trendSamples replace the newest sample.
+	trendSamples = 64
 )
 
 // cronParser reads standard cron expressions and descriptors (robfig/cron's
@@ -160,8 +181,16 @@ func (m *ScheduledMinimum) skippedOpening(from, now time.Time) bool {
 // validateAhead checks the policy's peak hold and scheduled minimums and
 // compiles the schedules.
 func (p *Policy) validateAhead() *FieldError {
-	if (p.Peak != nil || len(p.Minimums) > 0) && p.Kind != KindMean && p.Kind != KindDemand {
-		return fieldErr("kind", p.Kind, "only mean and demand policies take a peak hold or scheduled minimums")
+	if (p.Peak != nil || p.Trend != nil || len(p.Minimums) > 0) && p.Kind != KindMean && p.Kind != KindDemand {
+		return fieldErr("kind", p.Kind, "only mean and demand policies take a peak hold, a trend or scheduled minimums")
+	}
+	if t := p.Trend; t != nil {
+		switch {
+		case t.Window < time.Second || t.Window > MaxTrendWindow:
+			return fieldErr("trend.window", t.Window, "must be in [1s, %s]", MaxTrendWindow)
+		case t.Lookahead <= 0 || t.Lookahead > MaxLookahead:
+			return fieldErr("trend.lookahead", t.Lookahead, "must be in (0, %s]", MaxLookahead)
+		}
 	}
 	if h := p.Peak; h != nil {
 		switch {
@@ -192,10 +221,23 @@ func (p *Policy) validateAhead() *FieldError {
 // Remembers reports whether the policy keeps state between requests for a
 // pool (a peak hold): the caller then keeps a PoolState per pool and passes it
 // to Ahead.
-func (p *Policy) Remembers() bool { return p.Peak != nil }
+func (p *Policy) Remembers() bool { return p.Peak != nil || p.Trend != nil }
+
+// Memory returns how long the policy's pool state remembers demand: the longer
+// of its peak hold's and its trend's windows (0 when it remembers nothing).
+func (p *Policy) Memory() time.Duration {
+	var d time.Duration
+	if p.Peak != nil {
+		d = p.Peak.Window
+	}
+	if p.Trend != nil {
+		d = max(d, p.Trend.Window)
+	}
+	return d
+}
 
 // HasAhead reports whether the policy has a peak hold or scheduled minimums.
-func (p *Policy) HasAhead() bool { return p.Peak != nil || len(p.Minimums) > 0 }
+func (p *Policy) HasAhead() bool { return p.Remembers() || len(p.Minimums) > 0 }
 
 // PoolState is what a policy remembers of one pool between requests: the
 // demand it served, for its peak hold. One per (policy, pool); safe for
@@ -206,6 +248,9 @@ type PoolState struct {
 	// larger (a sample no larger than a newer one can never be the peak again,
 	// since it is older and decays and expires first).
 	peaks []demandSample
+	// trend holds the demand samples of the trend's window, oldest first, at
+	// least Window/trendSamples apart.
+	trend []demandSample
 	last  time.Time
 }
 
@@ -249,6 +294,60 @@ func (s *PoolState) observe(now time.Time, demand float64, h *PeakHold) float64 
 	return best
 }
 
+// observeTrend records demand at now and returns the trend's addition: the
+// least-squares slope of the demand over the window (per second), if it is
+// rising, × the lookahead in seconds, at most MaxHeadroom × the window's
+// largest demand (so that a jump between two close samples never serves
+// thousands of times the pool); 0 from fewer than three samples or samples
+// spanning less than half the window.
+func (s *PoolState) observeTrend(now time.Time, demand float64, t *Trend) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = now
+	start := now.Add(-t.Window)
+	k := 0
+	for k < len(s.trend) && !s.trend[k].at.After(start) {
+		k++
+	}
+	s.trend = s.trend[k:]
+	if n := len(s.trend); n > 1 && now.Sub(s.trend[n-2].at) < t.Window/trendSamples {
+		s.trend[n-1] = demandSample{at: now, demand: demand}
+	} else if n > 0 && !now.After(s.trend[n-1].at) {
+		s.trend[n-1].demand = demand
+	} else {
+		s.trend = append(s.trend, demandSample{at: now, demand: demand})
+	}
+	n := len(s.trend)
+	if n < 3 || 2*now.Sub(s.trend[0].at) < t.Window {
+		return 0
+	}
+	// x is each sample's time in seconds relative to now (<= 0).
+	var mx, my float64
+	for _, p := range s.trend {
+		mx += p.at.Sub(now).Seconds()
+		my += p.demand
+	}
+	mx, my = mx/float64(n), my/float64(n)
+	var sxy, sxx float64
+	for _, p := range s.trend {
+		dx := p.at.Sub(now).Seconds() - mx
+		sxy += dx * (p.demand - my)
+		sxx += dx * dx
+	}
+	if sxx <= 0 {
+		return 0
+	}
+	slope := sxy / sxx
+	if !(slope > 0) {
+		return 0
+	}
+	top := 0.0
+	for _, p := range s.trend {
+		top = max(top, p.demand)
+	}
+	return min(slope*t.Lookahead.Seconds(), MaxHeadroom*top)
+}
+
 // AheadValue says how the controls that see ahead moved a pool's value, in
 // replicas.
 type AheadValue struct {
@@ -256,6 +355,9 @@ type AheadValue struct {
 	Demand float64 `json:"demand"`
 	// Peak is the held peak × (1 + headroom), when the policy holds one.
 	Peak *float64 `json:"peak,omitempty"`
+	// Trend is the demand plus its rising trend over the lookahead, when the
+	// policy has a trend.
+	Trend *float64 `json:"trend,omitempty"`
 	// Scheduled is the largest open scheduled minimum, when one is open;
 	// Window names it.
 	Scheduled *float64 `json:"scheduled,omitempty"`
@@ -290,6 +392,11 @@ func (p *Policy) Ahead(now time.Time, st *PoolState, pool Pool) Pool {
 		peak := st.observe(now, av.Demand, h) * (1 + h.Headroom)
 		av.Peak = &peak
 		av.Served = max(av.Served, peak)
+	}
+	if t := p.Trend; t != nil && st != nil && pool.Value != nil {
+		ahead := av.Demand + st.observeTrend(now, av.Demand, t)
+		av.Trend = &ahead
+		av.Served = max(av.Served, ahead)
 	}
 	for i := range p.Minimums {
 		m := &p.Minimums[i]

@@ -321,3 +321,87 @@ func TestOpenAcrossDaylightSavingChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestTrend: a demand rising 1 replica a minute, fitted over 2 minutes and
+// extrapolated 2 minutes ahead, is served 2 replicas above itself; a flat or
+// falling demand adds nothing; samples spanning less than half the window
+// give no trend; requests closer than Window/64 replace the newest sample.
+func TestTrend(t *testing.T) {
+	tr := &Trend{Window: 2 * time.Minute, Lookahead: 2 * time.Minute}
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var st PoolState
+	if got := st.observeTrend(at(0), 4, tr); got != 0 {
+		t.Errorf("one sample: trend %g, want 0", got)
+	}
+	if got := st.observeTrend(at(15), 4.25, tr); got != 0 {
+		t.Errorf("two samples: trend %g, want 0", got)
+	}
+	if got := st.observeTrend(at(30), 4.5, tr); got != 0 {
+		t.Errorf("30 s of a 2 min window: trend %g, want 0 (half the window needed)", got)
+	}
+	var got float64
+	for s := 45.0; s <= 180; s += 15 {
+		got = st.observeTrend(at(s), 4+s/60, tr)
+	}
+	if !approx(got, 2) {
+		t.Errorf("rising 1/min: trend %g, want 1/60 per s × 120 s = 2", got)
+	}
+	if n := len(st.trend); n != 8 {
+		t.Errorf("%d samples kept, want the 8 of (60 s, 180 s]", n)
+	}
+	var flat, falling PoolState
+	for s := 0.0; s <= 180; s += 15 {
+		if g := flat.observeTrend(at(s), 5, tr); g != 0 {
+			t.Fatalf("flat demand at %g s: trend %g, want 0", s, g)
+		}
+		if g := falling.observeTrend(at(s), 10-s/60, tr); g != 0 {
+			t.Fatalf("falling demand at %g s: trend %g, want 0", s, g)
+		}
+	}
+	// A flood of requests 10 ms apart keeps one sample per 1.875 s.
+	var flood PoolState
+	for i := range 12000 {
+		flood.observeTrend(t0.Add(time.Duration(i)*10*time.Millisecond), 3, tr)
+	}
+	if n := len(flood.trend); n > trendSamples+2 {
+		t.Errorf("a flood of requests kept %d samples, want at most %d", n, trendSamples+2)
+	}
+	// Served through Ahead: the demand plus the trend, said in AheadValue.
+	pol := demandCatalog(t, Policy{Name: "d", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(), Trend: tr}).Lookup("d")
+	var ps PoolState
+	var pool Pool
+	for s := 0.0; s <= 120; s += 15 {
+		d := 4 + s/60
+		pool = pol.Ahead(at(s), &ps, Pool{Pods: 4, Known: 4, Value: &d})
+	}
+	if pool.Ahead == nil || pool.Ahead.Trend == nil || !approx(*pool.Ahead.Trend, 8) || !approx(*pool.Value, 8) {
+		t.Errorf("served %v (ahead %+v), want demand 6 + trend 2 = 8", deref(pool.Value), pool.Ahead)
+	}
+}
+
+// TestTrendBounds: a jump between close samples adds at most MaxHeadroom ×
+// the window's largest demand; windows under 1 s or over a day and
+// lookaheads over an hour are refused, naming the field.
+func TestTrendBounds(t *testing.T) {
+	tr := &Trend{Window: time.Second, Lookahead: MaxLookahead}
+	var st PoolState
+	st.observeTrend(t0, 0, tr)
+	st.observeTrend(t0.Add(300*time.Millisecond), 0, tr)
+	if got := st.observeTrend(t0.Add(600*time.Millisecond), 1e6, tr); !approx(got, MaxHeadroom*1e6) {
+		t.Errorf("a jump of 1e6 in 0.3 s, an hour ahead: trend %g, want the cap %g", got, MaxHeadroom*1e6)
+	}
+	for _, tt := range []struct {
+		trend Trend
+		field string
+	}{
+		{Trend{Window: time.Second - 1, Lookahead: time.Minute}, "trend.window"},
+		{Trend{Window: MaxTrendWindow + 1, Lookahead: time.Minute}, "trend.window"},
+		{Trend{Window: time.Minute}, "trend.lookahead"},
+		{Trend{Window: time.Minute, Lookahead: MaxLookahead + 1}, "trend.lookahead"},
+	} {
+		_, err := NewCatalog(Policy{Name: "p", Kind: KindMean, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(), Trend: &tt.trend})
+		if err == nil || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("trend %+v: error %v, want one naming %s", tt.trend, err, tt.field)
+		}
+	}
+}

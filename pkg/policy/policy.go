@@ -336,6 +336,9 @@ type Policy struct {
 	// Peak, when set, holds the pool's demand at its own recent peak
 	// (KindMean and KindDemand; see Ahead).
 	Peak *PeakHold
+	// Trend, when set, adds the pool's rising demand extrapolated over a
+	// lookahead (KindMean and KindDemand; see Ahead).
+	Trend *Trend
 	// Minimums are scheduled windows of least demand (KindMean and
 	// KindDemand; see Ahead).
 	Minimums []ScheduledMinimum

@@ -57,3 +57,48 @@ func TestAheadServedThroughHandlers(t *testing.T) {
 		t.Errorf("in the scheduled window: %s, want 9", got)
 	}
 }
+
+// TestTrendServedThroughHandlers serves a policy with a trend through the
+// handlers: a demand rising 1 replica per 15 s (the HPA's sync period) is
+// served 4 replicas ahead of itself once the samples span half the 1-minute
+// window (slope 1/15 per second × 60 s lookahead), and the trend falls away
+// once the demand stops rising.
+func TestTrendServedThroughHandlers(t *testing.T) {
+	body := func(done float64) string {
+		return fmt.Sprintf("vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0.1\n"+
+			"vllm:request_success_total{finished_reason=\"stop\"} %g\n", done)
+	}
+	e := newEngine(t, body(0))
+	catalog, err := policy.NewCatalog(policy.Policy{Name: "chat-trend", Kind: policy.KindMean, UnknownSaturation: 1,
+		Terms: []policy.Term{{Kind: policy.TermDemandRate, SetPoint: 1, Window: 10 * time.Second}},
+		Trend: &policy.Trend{Window: time.Minute, Lookahead: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureCatalog(t, catalog, podSpec{name: "a", labels: map[string]string{"app": "x"}, engine: e})
+	done := 0.0
+	// step serves a demand of rate replicas: two scrapes 10 s apart, rate
+	// requests per second between them (the term's window), 15 s per step.
+	step := func(rate float64) string {
+		f.clock.Step(5 * time.Second)
+		e.set(200, body(done))
+		f.scraper.ScrapeOne(context.Background(), mustTarget(t, f, "a"))
+		f.clock.Step(10 * time.Second)
+		done += 10 * rate
+		e.set(200, body(done))
+		f.scraper.ScrapeOne(context.Background(), mustTarget(t, f, "a"))
+		return f.value(t, "llm", "chat-trend", "app=x")
+	}
+	for k, want := range []string{"1", "2", "7", "8", "9"} { // from the third sample on: demand + 4
+		if got := step(float64(k + 1)); got != want {
+			t.Errorf("rising, demand %d: served %s, want %s", k+1, got, want)
+		}
+	}
+	var got string
+	for range 5 { // flat at 5 for 75 s: the window holds no rise
+		got = step(5)
+	}
+	if got != "5" {
+		t.Errorf("flat for a window: served %s, want the demand 5", got)
+	}
+}

@@ -84,9 +84,10 @@ type Metrics struct {
 	ServedValue *prometheus.GaugeVec
 	// PoolPods is the number of pods behind that answer, by PodState.
 	PoolPods *prometheus.GaugeVec
-	// PeakStatesEvicted counts the peak-hold pool states dropped to keep a
-	// namespace within its bound, by who asked about the pool (hpa, request):
-	// that pool's peak hold started afresh.
+	// PeakStatesEvicted counts the pool states of peak-hold and trend
+	// policies dropped to keep a namespace within its bound, by who asked
+	// about the pool (hpa, request): that pool's peak hold and trend started
+	// afresh.
 	PeakStatesEvicted *prometheus.CounterVec
 }
 
@@ -108,7 +109,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"namespace", "hpa", "metric", "state"}),
 		PeakStatesEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "peak_states_evicted_total",
-			Help: "Peak-hold pool states dropped because their namespace kept the most pools of that kind (asked by an HPA, or by other requests only); the pool's peak hold starts afresh.",
+			Help: "Pool states of peak-hold and trend policies dropped because their namespace kept the most pools of that kind (asked by an HPA, or by other requests only); the pool's peak hold and trend start afresh.",
 		}, []string{"asked_by"}),
 	}
 	for _, c := range []prometheus.Collector{m.Requests, m.ServedValue, m.PoolPods, m.PeakStatesEvicted} {

@@ -50,8 +50,9 @@ const (
 // peakClasses names the classes, in documentation order.
 var peakClasses = [numPeakClasses]string{peakByHPA: "hpa", peakByRequest: "request"}
 
-// peakStates keeps the policy.PoolState of each pool a peak-hold policy
-// serves (the demand it served, for its held peak), by namespace, selector
+// peakStates keeps the policy.PoolState of each pool a peak-hold or trend
+// policy serves (the demand it served, for its held peak and its trend), by
+// namespace, selector
 // and policy, so that memory is bounded by configuration, not by what
 // requests send:
 //
@@ -62,12 +63,12 @@ var peakClasses = [numPeakClasses]string{peakByHPA: "hpa", peakByRequest: "reque
 //     distinct selectors in one namespace never evicts another namespace's
 //     state (which would change the value served there), and a flood of
 //     requests no HPA makes never evicts a state an HPA reads.
-//   - A state unused for longer than twice its policy's peak window and
-//     peakStateIdle is dropped by a sweep, at most once per peakSweep.
+//   - A state unused for longer than twice its policy's memory (the longer of
+//     its peak and trend windows, policy.Policy.Memory) and peakStateIdle is dropped by a sweep, at most once per peakSweep.
 //
-// A dropped state's pool starts its peak hold afresh on its next request: the
-// value served is then its current demand (and scheduled minimums) until a
-// new peak is held. It is safe for concurrent use.
+// A dropped state's pool starts its peak hold and trend afresh on its next
+// request: the value served is then its current demand (and scheduled
+// minimums) until a new peak is held or a new rise fitted. It is safe for concurrent use.
 type peakStates struct {
 	mu    sync.Mutex
 	byNS  map[string]*nsPeakStates
@@ -97,8 +98,8 @@ type nsPeakStates struct {
 type peakEntry struct {
 	key   peakKey
 	state *policy.PoolState
-	// used is when a request last read the state; window is its policy's peak
-	// window then (each state expires by its own policy's window).
+	// used is when a request last read the state; window is its policy's
+	// memory then (each state expires by its own policy's windows).
 	used   time.Time
 	window time.Duration
 	// class indexes peakClasses; elem is the entry in lru[class].
@@ -151,7 +152,7 @@ func (ps *peakStates) get(pol *policy.Policy, namespace string, selector labels.
 	default:
 		ns.lru[class].MoveToFront(e.elem)
 	}
-	e.used, e.window = now, pol.Peak.Window
+	e.used, e.window = now, pol.Memory()
 	if l := ns.lru[class]; l.Len() > maxPeakStatesPerNamespace {
 		old := l.Back().Value.(*peakEntry)
 		l.Remove(old.elem)

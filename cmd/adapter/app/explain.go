@@ -604,6 +604,9 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 		if a.Peak != nil {
 			line += fmt.Sprintf(", held peak %.4g (these readings only: the server holds its own history)", *a.Peak)
 		}
+		if a.Trend != nil {
+			line += fmt.Sprintf(", with its trend %.4g (no trend from one answer: the server fits its own history of served demand)", *a.Trend)
+		}
 		if a.Scheduled != nil {
 			line += fmt.Sprintf(", scheduled minimum %.4g (%s)", *a.Scheduled, a.Window)
 		}

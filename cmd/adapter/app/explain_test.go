@@ -506,8 +506,8 @@ func sameDuration(a, b string) bool {
 }
 
 // explain shows the controls that see ahead: the demand-rate term of each pod
-// (over its scrapes, --interval apart) and the pool's held peak, in the table
-// and the JSON.
+// (over its scrapes, --interval apart), the pool's held peak and its trend, in
+// the table and the JSON.
 func TestExplainAhead(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "policies.yaml")
@@ -518,6 +518,7 @@ policies:
   kind: mean
   terms: [{kind: queueDepth, setPoint: 3}, {kind: demandRate, setPoint: 10, window: 30s}]
   peak: {window: 10m, headroom: 0.2}
+  trend: {window: 2m, lookahead: 4m}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +537,9 @@ policies:
 	// 190 finished + 10 more running over 10 s: 20 requests/s, 2 replicas at 10
 	// per replica; held with 20 % headroom: 2.4.
 	table := string(runExplain(t, "--config="+cfg, "--policy=chat-ahead", "--interval=10s", "-o", "table", pod))
-	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4", "serves 2.4 replicas", "pool chat-ahead = 2.4 over 1 pods"} {
+	// One answer holds no rise: the trend is the demand itself.
+	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4 (these readings only", "with its trend 2 (no trend from one answer",
+		"serves 2.4 replicas", "pool chat-ahead = 2.4 over 1 pods"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table does not contain %q:\n%s", want, table)
 		}
@@ -545,8 +548,8 @@ policies:
 	if err := json.Unmarshal(runExplain(t, "--config="+cfg, "--policy=chat-ahead", "--interval=10s", pod), &ex); err != nil {
 		t.Fatal(err)
 	}
-	if a := ex.Pool.Ahead; a == nil || a.Peak == nil || math.Abs(a.Served-2.4) > 1e-9 {
-		t.Errorf("pool ahead = %+v, want a held peak and 2.4 served", a)
+	if a := ex.Pool.Ahead; a == nil || a.Peak == nil || a.Trend == nil || *a.Trend != 2 || math.Abs(a.Served-2.4) > 1e-9 {
+		t.Errorf("pool ahead = %+v, want a held peak, a trend of 2 and 2.4 served", a)
 	}
 }
 
