@@ -38,6 +38,8 @@ type Grid struct {
 	DemandWindow time.Duration
 	// Peak is the peak hold of the ahead family.
 	Peak policy.PeakHold
+	// Trend is the trend of the trend family.
+	Trend policy.Trend
 	// Floors are the least replicas of the minimum family: a scheduled
 	// minimum open over the whole replay (what a schedule known in advance
 	// would hold during the trace's hour).
@@ -75,6 +77,7 @@ func DefaultGrid(queue, kv, rate float64) Grid {
 		DemandRate:      []float64{rate * 0.7, rate * 0.8, rate * 0.9, rate, rate * 1.1},
 		DemandWindow:    30 * time.Second,
 		Peak:            policy.PeakHold{Window: 10 * time.Minute, Headroom: 0.1, HalfLife: 5 * time.Minute},
+		Trend:           policy.Trend{Window: 2 * time.Minute, Lookahead: 4 * time.Minute},
 		Floors:          []float64{2, 4, 6, 8},
 		MinReplicas:     1,
 	}
@@ -90,9 +93,11 @@ const MaxRate = 1e6
 // that panics): GPU utilization in [1, 100] percent, queue targets and set
 // points and demand rates in [policy.MinSetPoint, MaxRate], KV-cache targets
 // and set points in [policy.MinSetPoint, 1], floors in (0,
-// simulate.MaxFleet], a demand window in [1s, 1h] and, when there are any,
-// the scale-up windows (ScaleUpWindowErrors). The peak hold is the policy's
-// to validate (policy.NewCatalog, when the families are built).
+// simulate.MaxFleet], a demand window in [1s, 1h], a trend window in [1s,
+// policy.MaxTrendWindow] and lookahead in (0, policy.MaxLookahead] and, when
+// there are any, the scale-up windows (ScaleUpWindowErrors). The peak hold
+// is the policy's to validate (policy.NewCatalog, when the families are
+// built).
 func (g Grid) Validate() error {
 	var errs []error
 	in := func(name string, v, lo, hi float64) {
@@ -126,6 +131,12 @@ func (g Grid) Validate() error {
 	}
 	if g.DemandWindow < time.Second || g.DemandWindow > time.Hour {
 		errs = append(errs, fmt.Errorf("demand-rate window %v: want one in [1s, 1h]", g.DemandWindow))
+	}
+	if g.Trend.Window < time.Second || g.Trend.Window > policy.MaxTrendWindow {
+		errs = append(errs, fmt.Errorf("trend window %v: want one in [1s, %v]", g.Trend.Window, policy.MaxTrendWindow))
+	}
+	if g.Trend.Lookahead <= 0 || g.Trend.Lookahead > policy.MaxLookahead {
+		errs = append(errs, fmt.Errorf("trend lookahead %v: want one in (0s, %v]", g.Trend.Lookahead, policy.MaxLookahead))
 	}
 	if len(g.ScaleUpWindows) > 0 {
 		errs = append(errs, ScaleUpWindowErrors(g.ScaleUpWindows)...)
@@ -168,8 +179,8 @@ const (
 
 // Families returns the families of the grid: the baselines (gpu-util,
 // keda-queue without and with its cache, queue, kv) and the adapter's (the
-// fused saturation, with a demand-rate term, with a held peak, with a
-// scheduled minimum).
+// fused saturation, with a demand-rate term, with a held peak, with a trend
+// (Named: compared when asked for), with a scheduled minimum).
 func Families(g Grid) ([]Family, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
@@ -187,16 +198,19 @@ func Families(g Grid) ([]Family, error) {
 	for _, spec := range []struct {
 		name, desc string
 		points     []ownPoint
+		named      bool
 	}{
-		{"saturation", "the fused score llm_saturation (mean of max(queue/q, KV/kv)), Value 1, through the adapter", b.saturationPoints()},
-		{"saturation+rate", fmt.Sprintf("the fused score with a demandRate term (arrivals over %s / requests per second per replica), Value 1", g.DemandWindow), b.demandPoints(nil)},
-		{"saturation+rate+peak", fmt.Sprintf("the same with the demand held at its peak over %s (half-life %s) × %s", g.Peak.Window, g.Peak.HalfLife, num(1+g.Peak.Headroom)), b.demandPoints(&g.Peak)},
-		{"saturation+minimum", "the fused score with a scheduled minimum of demand open over the whole slice (a known daily peak)", b.minimumPoints()},
+		{"saturation", "the fused score llm_saturation (mean of max(queue/q, KV/kv)), Value 1, through the adapter", b.saturationPoints(), false},
+		{"saturation+rate", fmt.Sprintf("the fused score with a demandRate term (arrivals over %s / requests per second per replica), Value 1", g.DemandWindow), b.demandPoints(nil), false},
+		{"saturation+rate+peak", fmt.Sprintf("the same with the demand held at its peak over %s (half-life %s) × %s", g.Peak.Window, g.Peak.HalfLife, num(1+g.Peak.Headroom)), b.demandPoints(&g.Peak), false},
+		{"saturation+rate+trend", fmt.Sprintf("the same with the demand's rise over %s extrapolated %s ahead", g.Trend.Window, g.Trend.Lookahead), b.trendPoints(), true},
+		{"saturation+minimum", "the fused score with a scheduled minimum of demand open over the whole slice (a known daily peak)", b.minimumPoints(), false},
 	} {
 		f, err := b.own(spec.name, spec.desc, spec.points)
 		if err != nil {
 			return nil, err
 		}
+		f.Named = spec.named
 		out = append(out, f)
 	}
 	if len(g.ScaleUpWindows) > 1 {
@@ -329,7 +343,7 @@ func (b *familyBuilder) own(name, desc string, points []ownPoint) (Family, error
 	f := Family{Name: name, Description: desc}
 	for _, p := range points {
 		c, err := policy.NewCatalog(policy.Policy{Name: metricAhead, Kind: policy.KindMean, UnknownSaturation: policy.DefaultUnknownSaturation,
-			HoldLastGood: policy.DefaultHoldLastGood, Terms: p.terms, Peak: p.peak, Minimums: p.minimums})
+			HoldLastGood: policy.DefaultHoldLastGood, Terms: p.terms, Peak: p.peak, Trend: p.trend, Minimums: p.minimums})
 		if err != nil {
 			return f, fmt.Errorf("%s %s: %w", name, p.label, err)
 		}
@@ -372,6 +386,17 @@ func (b *familyBuilder) demandPoints(peak *policy.PeakHold) []ownPoint {
 	return pts
 }
 
+// trendPoints are saturation+rate+trend's points: demandPoints with the
+// grid's trend.
+func (b *familyBuilder) trendPoints() []ownPoint {
+	pts := b.demandPoints(nil)
+	for i := range pts {
+		t := b.g.Trend
+		pts[i].trend = &t
+	}
+	return pts
+}
+
 // minimumPoints are saturation+minimum's points: the fused score with a
 // scheduled minimum of each of the grid's floors, open over the whole day.
 func (b *familyBuilder) minimumPoints() []ownPoint {
@@ -390,6 +415,7 @@ type ownPoint struct {
 	def      bool
 	terms    []policy.Term
 	peak     *policy.PeakHold
+	trend    *policy.Trend
 	minimums []policy.ScheduledMinimum
 }
 

@@ -44,6 +44,10 @@ type Family struct {
 	// Baseline marks a family the product is compared against (false for the
 	// adapter's own families).
 	Baseline bool
+	// Named marks a family compared only when asked for by name (lab
+	// scoreboard --families): one added after the documented tables, which
+	// the default set still reproduces.
+	Named bool
 	// Points are its targets, in sweep order.
 	Points []Point
 }

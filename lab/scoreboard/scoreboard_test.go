@@ -283,3 +283,27 @@ func TestGridScaleUpWindow(t *testing.T) {
 		t.Errorf("ScaleUpWindowErrors(nil) = %v, want the count refused", errs)
 	}
 }
+
+// TestTrendFamilyNamed: the trend family is built with every point of the
+// demand-rate family and is the only family compared only when named, so
+// that the default set stays the one the documented tables were made with.
+func TestTrendFamilyNamed(t *testing.T) {
+	families, err := Families(DefaultGrid(3, 0.3, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	points := map[string]int{}
+	for _, f := range families {
+		if f.Named {
+			named = append(named, f.Name)
+		}
+		points[f.Name] = len(f.Points)
+	}
+	if len(named) != 1 || named[0] != "saturation+rate+trend" {
+		t.Errorf("families compared only when named: %v, want [saturation+rate+trend]", named)
+	}
+	if points["saturation+rate+trend"] != points["saturation+rate"] || points["saturation+rate"] == 0 {
+		t.Errorf("points: %v, want the trend family to sweep the demand-rate family's rates", points)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,7 +86,7 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 
 	g := &o.Grid
 	fs = fss.FlagSet("families")
-	fs.StringSliceVar(&o.Families, "families", o.Families, "Families to compare (gpu-util, keda-queue, keda-queue-cached, queue, kv, saturation, saturation+rate, saturation+rate+peak, saturation+minimum); empty for all.")
+	fs.StringSliceVar(&o.Families, "families", o.Families, "Families to compare (gpu-util, keda-queue, keda-queue-cached, queue, kv, saturation, saturation+rate, saturation+rate+peak, saturation+minimum, and saturation+rate+trend, compared only when named); empty for all the others.")
 	fs.Int32SliceVar(&g.GPUUtilization, "gpu-utilization-targets", g.GPUUtilization, "gpu-util's averageUtilization targets, percent.")
 	fs.Float64SliceVar(&g.Queue, "queue-targets", g.Queue, "Waiting requests per pod of keda-queue, keda-queue-cached and queue.")
 	fs.Float64SliceVar(&g.KV, "kv-targets", g.KV, "KV-cache usage targets of kv.")
@@ -97,6 +98,8 @@ func (o *ScoreboardOptions) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&g.Peak.Window, "peak-window", g.Peak.Window, "How long saturation+rate+peak holds a peak.")
 	fs.Float64Var(&g.Peak.Headroom, "peak-headroom", g.Peak.Headroom, "Headroom above the held peak (0.1: 10 %).")
 	fs.DurationVar(&g.Peak.HalfLife, "peak-half-life", g.Peak.HalfLife, "Half-life of a held peak; 0 holds it whole for the window.")
+	fs.DurationVar(&g.Trend.Window, "trend-window", g.Trend.Window, "Span saturation+rate+trend fits the demand's slope over.")
+	fs.DurationVar(&g.Trend.Lookahead, "trend-lookahead", g.Trend.Lookahead, "How far ahead saturation+rate+trend extrapolates a rising demand.")
 	fs.Float64SliceVar(&g.Floors, "minimums", g.Floors, "Least replicas saturation+minimum sweeps (a scheduled minimum open over the slice).")
 	fs.DurationSliceVar(&o.ScaleUpWindows, "scale-up-windows", o.ScaleUpWindows, "Every HPA's behavior.scaleUp.stabilizationWindowSeconds (its policy: --scale-up-pods per --scale-up-period); several (at most 10), e.g. 30s,60s, are swept like targets: every point once per window (labels end ,up=60s), each family choosing its window on the tune slice.")
 	fs.Int32Var(&o.ScaleUpPods, "scale-up-pods", o.ScaleUpPods, "Every HPA's scale-up policy: at most this many pods added per --scale-up-period.")
@@ -227,6 +230,8 @@ func (o *ScoreboardOptions) Run(out, progress io.Writer) error {
 			}
 		}
 		families = keep
+	} else {
+		families = slices.DeleteFunc(families, func(f scoreboard.Family) bool { return f.Named })
 	}
 	seeds := make([]uint64, o.Seeds)
 	for i := range seeds {

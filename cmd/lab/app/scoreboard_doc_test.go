@@ -77,7 +77,8 @@ func TestScoreboardDocReplay(t *testing.T) {
 
 // TestScoreboardDocFullTables reproduces the doc's frontier tables (both
 // traces, both half-hours, 10 seeds, and again with a faster scale-down, with
-// the scale-up window swept and with Kubernetes' default behavior):
+// the scale-up window swept, with Kubernetes' default behavior and with the
+// trend):
 // about a quarter to half an hour of CPU each, so only with
 // LAB_FULL_SCOREBOARD=1.
 func TestScoreboardDocFullTables(t *testing.T) {
@@ -96,6 +97,7 @@ func TestScoreboardDocFullTables(t *testing.T) {
 		{"scale-up-window", "Scale-up window, swept", 2},
 		{"default-scale-up", "The default scale-up alone", 3},
 		{"default-behavior", "The whole default behavior", 2},
+		{"trend", "The trend", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) { runDocSection(t, c.section, c.commands) })
 	}

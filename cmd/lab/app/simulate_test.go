@@ -249,6 +249,8 @@ func TestHostileLabInputs(t *testing.T) {
 		{"fractional scale-down period", append(sb, "--scale-down-period", "1500ms"), []string{"--scale-down-window=5m0s --scale-down-period=1.5s: want whole seconds"}},
 		{"too many scale-up windows", append(sb, "--scale-up-windows", "0s,1s,2s,3s,4s,5s,6s,7s,8s,9s,10s"), []string{"--scale-up-windows: 11 windows, want 1 to 10"}},
 		{"two rates one label", append(sb, "--families", "saturation+rate", "--rates", "8.4,8.40000001"), []string{"point saturation+rate/rate=8.4 given twice (points are told apart by their labels, which keep 3 decimals)"}},
+		{"trend window under a second", append(sb, "--trend-window", "1ms"), []string{"trend window 1ms: want one in [1s, 24h0m0s]"}},
+		{"trend lookahead past an hour", append(sb, "--trend-lookahead", "2h"), []string{"trend lookahead 2h0m0s: want one in (0s, 1h0m0s]"}},
 		{"two billion seeds", append(sb[:len(sb)-1], "2000000000"), []string{"--seeds=2000000000: want 1 to 1000"}},
 		{"seeds wrapping around", append(sb, "--first-seed", "18446744073709551615", "--seeds", "2"), []string{"wrap around"}},
 		{"negative workers", append(sb, "--workers", "-1"), []string{"--workers=-1"}},
