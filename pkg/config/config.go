@@ -99,8 +99,8 @@ type Policy struct {
 	// Peak holds the pool's demand at no less than its own recent peak × (1 +
 	// headroom) (mean and demand policies).
 	Peak *Peak `json:"peak,omitempty"`
-	// Trend serves a rising demand as it will be a lookahead ahead (mean and
-	// demand policies).
+	// Trend serves a rising demand as it will be a lookahead from now (mean
+	// and demand policies).
 	Trend *Trend `json:"trend,omitempty"`
 	// Minimums are scheduled windows of least demand (mean and demand
 	// policies).

@@ -16,7 +16,7 @@ import (
 
 // The controls that see ahead: floors under a mean or demand policy's value,
 // served inside the same External metric, so that a plain HPA follows them.
-// Both are in the pool's demand unit, replicas (the sum of the pods' parts, the
+// All are in the pool's demand unit, replicas (the sum of the pods' parts, the
 // value a KindDemand policy serves): a KindMean policy serves the floored
 // demand divided by the pool's pods, which an HPA with target Value 1 turns
 // back into ceil(demand) replicas.
@@ -178,8 +178,8 @@ func (m *ScheduledMinimum) skippedOpening(from, now time.Time) bool {
 	return false
 }
 
-// validateAhead checks the policy's peak hold and scheduled minimums and
-// compiles the schedules.
+// validateAhead checks the policy's peak hold, trend and scheduled minimums
+// and compiles the schedules.
 func (p *Policy) validateAhead() *FieldError {
 	if (p.Peak != nil || p.Trend != nil || len(p.Minimums) > 0) && p.Kind != KindMean && p.Kind != KindDemand {
 		return fieldErr("kind", p.Kind, "only mean and demand policies take a peak hold, a trend or scheduled minimums")
@@ -219,8 +219,8 @@ func (p *Policy) validateAhead() *FieldError {
 }
 
 // Remembers reports whether the policy keeps state between requests for a
-// pool (a peak hold): the caller then keeps a PoolState per pool and passes it
-// to Ahead.
+// pool (a peak hold or a trend): the caller then keeps a PoolState per pool
+// and passes it to Ahead.
 func (p *Policy) Remembers() bool { return p.Peak != nil || p.Trend != nil }
 
 // Memory returns how long the policy's pool state remembers demand: the longer
@@ -236,11 +236,12 @@ func (p *Policy) Memory() time.Duration {
 	return d
 }
 
-// HasAhead reports whether the policy has a peak hold or scheduled minimums.
+// HasAhead reports whether the policy has a peak hold, a trend or scheduled
+// minimums.
 func (p *Policy) HasAhead() bool { return p.Remembers() || len(p.Minimums) > 0 }
 
 // PoolState is what a policy remembers of one pool between requests: the
-// demand it served, for its peak hold. One per (policy, pool); safe for
+// demand it served, for its peak hold and its trend. One per (policy, pool); safe for
 // concurrent use. The zero value is ready.
 type PoolState struct {
 	mu sync.Mutex
@@ -267,18 +268,22 @@ func (s *PoolState) LastUsed() time.Time {
 	return s.last
 }
 
+// since returns the samples (oldest first) after start.
+func since(samples []demandSample, start time.Time) []demandSample {
+	k := 0
+	for k < len(samples) && !samples[k].at.After(start) {
+		k++
+	}
+	return samples[k:]
+}
+
 // observe records demand at now and returns the held peak: the largest
 // recorded demand within window, weighted 2^(-age/halfLife).
 func (s *PoolState) observe(now time.Time, demand float64, h *PeakHold) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = now
-	start := now.Add(-h.Window)
-	k := 0
-	for k < len(s.peaks) && !s.peaks[k].at.After(start) {
-		k++
-	}
-	s.peaks = s.peaks[k:]
+	s.peaks = since(s.peaks, now.Add(-h.Window))
 	for n := len(s.peaks); n > 0 && s.peaks[n-1].demand <= demand; n-- {
 		s.peaks = s.peaks[:n-1]
 	}
@@ -304,12 +309,7 @@ func (s *PoolState) observeTrend(now time.Time, demand float64, t *Trend) float6
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = now
-	start := now.Add(-t.Window)
-	k := 0
-	for k < len(s.trend) && !s.trend[k].at.After(start) {
-		k++
-	}
-	s.trend = s.trend[k:]
+	s.trend = since(s.trend, now.Add(-t.Window))
 	if n := len(s.trend); n > 1 && now.Sub(s.trend[n-2].at) < t.Window/trendSamples {
 		s.trend[n-1] = demandSample{at: now, demand: demand}
 	} else if n > 0 && !now.After(s.trend[n-1].at) {
@@ -362,13 +362,14 @@ type AheadValue struct {
 	// Window names it.
 	Scheduled *float64 `json:"scheduled,omitempty"`
 	Window    string   `json:"window,omitempty"`
-	// Served is the demand served: the largest of the three.
+	// Served is the demand served: the largest of the demand, the held peak,
+	// the trend and the scheduled minimum.
 	Served float64 `json:"served"`
 }
 
-// Ahead applies the policy's peak hold and scheduled minimums to pool (built
-// by the policy's PoolBuilder) at now, recording the pool's demand in st
-// (which may be nil for a policy that does not remember). A pool without a
+// Ahead applies the policy's peak hold, trend and scheduled minimums to pool
+// (built by the policy's PoolBuilder) at now, recording the pool's demand in
+// st (which may be nil for a policy that does not remember). A pool without a
 // value keeps none (no data is never a floor), except a pool of zero pods
 // under an open scheduled minimum, which is served that minimum (the HPA
 // computes ceil(value / target) at zero replicas). The pool's Ahead field
