@@ -97,7 +97,7 @@ func TestScoreboardDocFullTables(t *testing.T) {
 		{"scale-up-window", "Scale-up window, swept", 2},
 		{"default-scale-up", "The default scale-up alone", 3},
 		{"default-behavior", "The whole default behavior", 2},
-		{"trend", "The trend", 2},
+		{"trend", "The trend", 3},
 	} {
 		t.Run(c.name, func(t *testing.T) { runDocSection(t, c.section, c.commands) })
 	}
