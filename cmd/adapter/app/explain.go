@@ -73,10 +73,20 @@ type ExplainPool struct {
 	// GatewayQueue is the gateway-held backlog the policy's gateway input adds
 	// (from the --gateway files), nil without one.
 	GatewayQueue *float64 `json:"gatewayQueue,omitempty"`
-	// Ahead says how the policy's peak hold and scheduled minimums moved the
-	// value (replicas), nil when it has neither. Explain holds no history
-	// across runs: its peak is the demand of the readings given.
+	// Ahead says how the policy's peak hold, trend and scheduled minimums
+	// moved the value (replicas), nil when it has none. Explain holds no
+	// history across runs: its peak and trend are those of the pool's answers
+	// at the reading times given.
 	Ahead *policy.AheadValue `json:"ahead,omitempty"`
+	// Answers is, for a policy with a peak hold or a trend, how many answers
+	// the pool state saw: one per distinct reading time from the first at which
+	// every pod has a reading, the newest included; AnswersSpan is the time
+	// from the first to the newest (a Go duration, "" for one answer).
+	Answers     int    `json:"answers,omitempty"`
+	AnswersSpan string `json:"answersSpan,omitempty"`
+	// TrendUnfit says why a policy's trend adds nothing because the answers
+	// are too few or too close for its fit (policy.Trend), "" otherwise.
+	TrendUnfit string `json:"trendUnfit,omitempty"`
 	// Starting and InFlight: pods of a scale-up still starting (--starting)
 	// and what a demand policy does for them ("scale-from-zero in flight: …").
 	Starting int    `json:"starting,omitempty"`
@@ -133,7 +143,9 @@ standard input), taken --interval apart unless their samples carry timestamps. I
 pod's signals, every term of --policy with its value, set point and ratio, the dominant term,
 each engine's state (wedged, frozen, sleeping, clipped) and, under "pool", what an HPA would
 be served for these pods as one pool. It needs no cluster. --config and the scoring flags
-are the server's.
+are the server's. A policy's peak hold and trend are those of the pool's answers at the
+reading times given (one per time, at least half of --interval apart), as if the HPA had
+asked then.
 
 With --prometheus-response FILE (repeatable; - reads standard input) it evaluates instead
 what Prometheus answered to an instant query of the engines' series (the JSON of
@@ -287,11 +299,10 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 					f, r.Time.UTC().Format(time.RFC3339Nano), prevFile, prev.Time.UTC().Format(time.RFC3339Nano))
 			}
 			prev, prevFile = &r, f
-			inputs[i].h = inputs[i].h.Append(&r, hopts)
-			inputs[i].scrapes++
+			inputs[i].add(&r, hopts)
 		}
 	}
-	return explain(catalog, pol, inputs, gateways, 3*eo.Interval, eo.Starting), nil
+	return explainReplayed(catalog, pol, inputs, gateways, eo.Interval, eo.Starting), nil
 }
 
 // explainGateways reads the --gateway files with the server's extractor, reading
@@ -377,9 +388,12 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 	for i, pod := range names {
 		rs := byPod[pod]
 		slices.SortStableFunc(rs, func(a, b *signals.Reading) int { return a.Time.Compare(b.Time) })
-		inputs[i] = explainInput{source: pod.String(), scrapes: len(rs), h: history.NewHistory(hopts, rs...)}
+		inputs[i] = explainInput{source: pod.String()}
+		for _, r := range rs {
+			inputs[i].add(r, hopts)
+		}
 	}
-	return explain(catalog, pol, inputs, nil, 3*prom.ScrapeInterval, eo.Starting), nil
+	return explainReplayed(catalog, pol, inputs, nil, prom.ScrapeInterval, eo.Starting), nil
 }
 
 // explainPolicy returns the catalog of the scoring options and the policy
@@ -400,17 +414,109 @@ func explainPolicy(scoring ScoringOptions, eo ExplainOptions) (*policy.Catalog, 
 }
 
 // explainInput is one pod to explain: its name in the output, its number of
-// readings and its history.
+// readings and its history; steps is the history after each reading, oldest
+// first (the last is h), for the replay of a policy that remembers.
 type explainInput struct {
 	source  string
 	scrapes int
 	h       *history.History
+	steps   []*history.History
+}
+
+// add appends r, newer than the pod's readings, to its history.
+func (in *explainInput) add(r *signals.Reading, o history.HistoryOptions) {
+	in.h = in.h.Append(r, o)
+	in.steps = append(in.steps, in.h)
+	in.scrapes++
+}
+
+// maxExplainAnswers bounds the answers explain replays for a policy that
+// remembers (explainReplayed): at most one per 1/1024 of its memory, so that a
+// saved Prometheus answer of many readings costs at most 1,024 evaluations of
+// the pool, whatever --prometheus-scrape-interval says.
+const maxExplainAnswers = 1024
+
+// explainReplayed explains the pods at their newest reading (explain, a
+// reading older than 3 × interval then being stale) with a pool state that
+// has seen the pool's answer at earlier reading times, as if the HPA had asked
+// then: a policy with a peak hold or a trend remembers the demand it served
+// (policy.PoolState), and the server fits its trend and holds its peak over
+// those answers. The answers start once every pod has a reading (the pool is
+// then whole), lie within the policy's memory (Policy.Memory) before the
+// newest, and are at least interval/2 apart (one per round of scrapes however
+// the pods' scrapes are staggered: 300 pods of 150 readings each make about
+// 150 answers, not 45,000) and at most maxExplainAnswers to the memory. The
+// --gateway files and --starting count at every answer, as they are the only
+// ones given. Without a peak hold or a trend there is nothing to replay: one
+// evaluation, at the newest reading.
+func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, interval time.Duration, starting int) Explanation {
+	maxAge := 3 * interval
+	st := &policy.PoolState{}
+	var times []time.Time
+	if pol.Remembers() && len(pods) > 0 {
+		var start time.Time // every pod has a reading from start on
+		for _, p := range pods {
+			if at := p.steps[0].Latest().At(); at.After(start) {
+				start = at
+			}
+		}
+		for _, p := range pods {
+			for _, h := range p.steps {
+				if at := h.Latest().At(); !at.Before(start) {
+					times = append(times, at)
+				}
+			}
+		}
+		slices.SortFunc(times, time.Time.Compare)
+		// The newest is the explanation's own answer; an earlier one counts
+		// within the policy's memory before it (older ones are forgotten by
+		// then), at least gap after the previous and before the newest.
+		newest := times[len(times)-1]
+		gap := max(interval/2, pol.Memory()/maxExplainAnswers)
+		kept := times[:0]
+		for _, at := range times[:len(times)-1] {
+			if newest.Sub(at) < pol.Memory() && newest.Sub(at) >= gap && (len(kept) == 0 || at.Sub(kept[len(kept)-1]) >= gap) {
+				kept = append(kept, at)
+			}
+		}
+		times = append(kept, newest)
+	}
+	step := make([]explainInput, len(pods))
+	for k, at := range times {
+		if k == len(times)-1 {
+			break // the newest: the explanation itself
+		}
+		for i, p := range pods {
+			n, _ := slices.BinarySearchFunc(p.steps, at, func(h *history.History, at time.Time) int {
+				if h.Latest().At().After(at) {
+					return 1
+				}
+				return -1
+			})
+			step[i] = explainInput{source: p.source, scrapes: n, h: p.steps[n-1]}
+		}
+		explain(catalog, pol, step, gateways, maxAge, starting, st)
+	}
+	ex := explain(catalog, pol, pods, gateways, maxAge, starting, st)
+	if pol.Remembers() {
+		ex.Pool.Answers = max(len(times), 1)
+		var span time.Duration
+		if len(times) > 1 {
+			span = times[len(times)-1].Sub(times[0])
+			ex.Pool.AnswersSpan = span.String()
+		}
+		if t := pol.Trend; t != nil && (ex.Pool.Answers < 3 || 2*span < t.Window) {
+			ex.Pool.TrendUnfit = fmt.Sprintf("no rise fitted: the fit needs 3 answers spanning at least %s, half the trend's window", t.Window/2)
+		}
+	}
+	return ex
 }
 
 // explain pools the pods as one pool of Ready pods at the newest reading of
 // any, a reading older than maxAge before that being stale, with the gateway's
-// queue when the policy has a gateway input.
-func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int) Explanation {
+// queue when the policy has a gateway input. The pool's answer goes through
+// st (its peak hold and trend).
+func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int, st *policy.PoolState) Explanation {
 	var now time.Time
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
@@ -452,7 +558,7 @@ func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, g
 	chosen.AddStarting(starting)
 	p := chosen.Pool()
 	if pol.HasAhead() {
-		p = pol.Ahead(now, &policy.PoolState{}, p)
+		p = pol.Ahead(now, st, p)
 		ex.Pool.Ahead = p.Ahead
 	}
 	ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Policy, ex.Pool.Latency = p.Pods, p.Pods-p.Known, pol.Name, p.Latency
@@ -602,15 +708,32 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 	if a := ex.Pool.Ahead; a != nil {
 		line := fmt.Sprintf("pool %s: demand %.4g replicas", ex.Pool.Policy, a.Demand)
 		if a.Peak != nil {
-			line += fmt.Sprintf(", held peak %.4g (these readings only: the server holds its own history)", *a.Peak)
+			line += fmt.Sprintf(", held peak %.4g", *a.Peak)
 		}
 		if a.Trend != nil {
-			line += fmt.Sprintf(", with its trend %.4g (no trend from one answer: the server fits its own history of served demand)", *a.Trend)
+			line += fmt.Sprintf(", with its trend %.4g", *a.Trend)
+			if ex.Pool.TrendUnfit != "" {
+				line += " (" + ex.Pool.TrendUnfit + ")"
+			}
 		}
 		if a.Scheduled != nil {
 			line += fmt.Sprintf(", scheduled minimum %.4g (%s)", *a.Scheduled, a.Window)
 		}
 		fmt.Fprintf(w, "%s: serves %.4g replicas\n", line, a.Served)
+		if ex.Pool.Answers > 0 {
+			over := "1 answer, at the newest reading"
+			if ex.Pool.Answers > 1 {
+				over = fmt.Sprintf("%d answers over %s, one per reading time", ex.Pool.Answers, ex.Pool.AnswersSpan)
+			}
+			what := "peak and trend"
+			switch {
+			case a.Trend == nil:
+				what = "held peak"
+			case a.Peak == nil:
+				what = "trend"
+			}
+			fmt.Fprintf(w, "pool %s: %s of these readings' %s (the server keeps its own, one per request)\n", ex.Pool.Policy, what, over)
+		}
 	}
 	if ex.Pool.Value == nil {
 		_, err := fmt.Fprintf(w, "pool %s: no value over %d pods (%d unknown): %s\n", ex.Pool.Policy, ex.Pool.Pods, ex.Pool.Unknown, ex.Pool.Error)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,41 @@ func TestExplainJSONSchema(t *testing.T) {
 	for _, key := range []string{"pods", "unknown", "saturation", "demandReplicas"} {
 		if _, ok := doc.Pool[key]; !ok {
 			t.Errorf("pool has no %q", key)
+		}
+	}
+}
+
+// Every field of explain's JSON is in docs/explain.md's field table, as
+// `name` (a pod's, or the pool's in its row) or `pool.name`.
+func TestExplainJSONFieldsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/explain.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table []string
+	for _, l := range strings.Split(string(doc[bytes.Index(doc, []byte("| field | meaning |")):]), "\n") {
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		table = append(table, l)
+	}
+	rows := strings.Join(table, "\n")
+	poolRow := ""
+	for _, l := range table {
+		if strings.HasPrefix(l, "| `pool` |") {
+			poolRow = l
+		}
+	}
+	for _, c := range []struct {
+		typ    reflect.Type
+		prefix string
+		rows   string
+	}{{reflect.TypeFor[ExplainPod](), "", rows}, {reflect.TypeFor[ExplainPool](), "pool.", poolRow}} {
+		for f := range c.typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !strings.Contains(c.rows, "`"+name+"`") && !strings.Contains(rows, "`"+c.prefix+name+"`") {
+				t.Errorf("docs/explain.md's field table does not name `%s%s` (%s.%s)", c.prefix, name, c.typ.Name(), f.Name)
+			}
 		}
 	}
 }
@@ -537,9 +573,10 @@ policies:
 	// 190 finished + 10 more running over 10 s: 20 requests/s, 2 replicas at 10
 	// per replica; held with 20 % headroom: 2.4.
 	table := string(runExplain(t, "--config="+cfg, "--policy=chat-ahead", "--interval=10s", "-o", "table", pod))
-	// One answer holds no rise: the trend is the demand itself.
-	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4 (these readings only", "with its trend 2 (no trend from one answer",
-		"serves 2.4 replicas", "pool chat-ahead = 2.4 over 1 pods"} {
+	// Two answers 10 s apart hold no rise: the trend is the demand itself.
+	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4, with its trend 2 (no rise fitted: the fit needs 3 answers spanning at least 1m0s, half the trend's window)",
+		"serves 2.4 replicas", "pool chat-ahead: peak and trend of these readings' 2 answers over 10s, one per reading time (the server keeps its own, one per request)",
+		"pool chat-ahead = 2.4 over 1 pods"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table does not contain %q:\n%s", want, table)
 		}
@@ -550,6 +587,158 @@ policies:
 	}
 	if a := ex.Pool.Ahead; a == nil || a.Peak == nil || a.Trend == nil || *a.Trend != 2 || math.Abs(a.Served-2.4) > 1e-9 {
 		t.Errorf("pool ahead = %+v, want a held peak, a trend of 2 and 2.4 served", a)
+	}
+}
+
+// explain's peak hold and trend are the server's over the pool's answers at
+// each reading time (as if the HPA had asked then), from the first time every
+// pod has a reading: a peak that fell is still held, a rise over half the
+// trend's window is extrapolated, and a reading before the pool is whole
+// (another pod not yet read) is no answer.
+func TestExplainAheadReplaysAnswers(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- name: held
+  kind: mean
+  terms: [{kind: queueDepth, setPoint: 1}]
+  peak: {window: 10m, headroom: 0}
+- name: rising
+  kind: mean
+  terms: [{kind: queueDepth, setPoint: 1}]
+  trend: {window: 1m, lookahead: 1m}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string, lines ...string) string {
+		var files []string
+		for i, l := range lines {
+			f := filepath.Join(dir, fmt.Sprintf("%s%d.prom", name, i))
+			if err := os.WriteFile(f, []byte(l+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+		return strings.Join(files, ",")
+	}
+	queues := func(name string, qs ...int) string {
+		var lines []string
+		for _, q := range qs {
+			lines = append(lines, fmt.Sprintf("vllm:num_requests_waiting %d", q))
+		}
+		return pod(name, lines...)
+	}
+	at := func(q, sec int) string {
+		return fmt.Sprintf("vllm:num_requests_waiting %d %d", q, explainEpoch.Add(time.Duration(sec)*time.Second).UnixMilli())
+	}
+	for _, c := range []struct {
+		name    string
+		args    []string
+		served  float64
+		answers int
+		span    string
+		unfit   bool
+	}{
+		// The queue fell from 5 to 1: the held peak is the first answer's 5
+		// (one answer would hold 1).
+		{"a peak that fell", []string{"--policy=held", "--interval=10s", queues("fell", 5, 1)}, 5, 2, "10s", false},
+		// 1 to 7 over 60 s: slope 0.1/s × 60 s ahead = 6 above the newest 7;
+		// the answer at 0 s, a whole window before the newest, is forgotten.
+		{"a rise over the window", []string{"--policy=rising", "--interval=10s", queues("rise", 1, 2, 3, 4, 5, 6, 7)}, 13, 6, "50s", false},
+		// The same rise 1 s apart spans 6 s, under half the 1 m window.
+		{"a rise too short to fit", []string{"--policy=rising", "--interval=1s", queues("short", 1, 2, 3, 4, 5, 6, 7)}, 7, 7, "6s", true},
+		// Pod a alone at 0 s (9 waiting) is no answer: b's first reading is at
+		// 10 s, so the pool's answers are at 10 s and 20 s: 2 replicas each.
+		{"the pool is whole from its last pod's first reading", []string{"--policy=held", pod("a", at(9, 0), at(1, 10), at(1, 20)), pod("b", at(1, 10), at(1, 20))}, 2, 2, "10s", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ex Explanation
+			if err := json.Unmarshal(runExplain(t, append([]string{"--config=" + cfg}, c.args...)...), &ex); err != nil {
+				t.Fatal(err)
+			}
+			a := ex.Pool.Ahead
+			if a == nil || math.Abs(a.Served-c.served) > 1e-9 || ex.Pool.Answers != c.answers || ex.Pool.AnswersSpan != c.span || (ex.Pool.TrendUnfit != "") != c.unfit {
+				t.Errorf("pool = %+v, ahead %+v; want %g served over %d answers in %s, trend unfit %v", ex.Pool, a, c.served, c.answers, c.span, c.unfit)
+			}
+		})
+	}
+}
+
+// A saved Prometheus answer of pods scraped at staggered offsets is replayed
+// once per round of scrapes (answers at least half the scrape interval apart),
+// not once per pod's reading: 100 pods of 30 readings make 30 answers.
+func TestExplainPrometheusReplaysRounds(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: held\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1}]\n  peak: {window: 10m, headroom: 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var series []string
+	for p := range 100 {
+		var values []string
+		for k := range 30 {
+			// Pod p is scraped p ms into each 2 s round; its queue is 5 in
+			// round 10, else 1.
+			q := 1
+			if k == 10 {
+				q = 5
+			}
+			values = append(values, fmt.Sprintf(`[%d.%03d,"%d"]`, 1767225600+2*k, p, q))
+		}
+		series = append(series, fmt.Sprintf(`{"metric":{"__name__":"vllm:num_requests_waiting","namespace":"llm","pod":"pod-%d"},"values":[%s]}`, p, strings.Join(values, ",")))
+	}
+	answer := filepath.Join(dir, "answer.json")
+	if err := os.WriteFile(answer, []byte(`{"status":"success","data":{"resultType":"matrix","result":[`+strings.Join(series, ",")+`]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scoring := NewScoringOptions()
+	scoring.ConfigFile = cfg
+	prom := NewPrometheusOptions()
+	prom.ScrapeInterval = 2 * time.Second
+	ex, err := ExplainPrometheus([]string{answer}, scoring, prom, ExplainOptions{Policy: "held"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The answers are at 0.099 s (every pod read once), then at each round's
+	// first reading (2 s, 4 s, … 56 s) and at the newest (58.099 s): the
+	// answer at 22 s sees pod-0's round 11 (1) and the others' round 10 (5),
+	// 496 replicas, the peak held since.
+	if a := ex.Pool.Ahead; ex.Pool.Answers != 30 || ex.Pool.AnswersSpan != "58s" || a == nil || a.Peak == nil || *a.Peak != 496 || a.Demand != 100 {
+		t.Errorf("pool: %d answers over %s, ahead %+v; want 30 over 58s, a held peak of 496 over a demand of 100", ex.Pool.Answers, ex.Pool.AnswersSpan, a)
+	}
+}
+
+// However short --prometheus-scrape-interval, a saved answer of many
+// readings replays at most maxExplainAnswers answers over the policy's memory:
+// of 3,000 readings 100 ms apart the decoder keeps the newest 1,024
+// (pkg/prometheus's maxPointsPerSeries), 102.3 s, and the answers are at
+// least 10m/1024 = 586 ms apart: one per 600 ms, 171 (1,024 without the bound).
+func TestExplainReplayBounded(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: held\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1}]\n  peak: {window: 10m, headroom: 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	values := make([]string, 3000)
+	for k := range values {
+		values[k] = fmt.Sprintf(`[%d.%d,"1"]`, 1767225600+k/10, k%10)
+	}
+	answer := filepath.Join(dir, "answer.json")
+	if err := os.WriteFile(answer, []byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"vllm:num_requests_waiting","namespace":"llm","pod":"p"},"values":[`+strings.Join(values, ",")+`]}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scoring := NewScoringOptions()
+	scoring.ConfigFile = cfg
+	prom := NewPrometheusOptions()
+	prom.ScrapeInterval = time.Nanosecond
+	ex, err := ExplainPrometheus([]string{answer}, scoring, prom, ExplainOptions{Policy: "held"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Pool.Answers != 171 || ex.Pool.AnswersSpan != "1m42.3s" {
+		t.Errorf("%d answers over %s; want 171 over 1m42.3s (one per 600 ms, the first reading after 586 ms)", ex.Pool.Answers, ex.Pool.AnswersSpan)
 	}
 }
 
