@@ -386,6 +386,7 @@ func TestAheadParseErrors(t *testing.T) {
 			[]string{"policies[1].terms[0].setPoint: Required value"}},
 		{"peak without window", "  peak: {headroom: 0.2}\n", []string{"policies[0].peak.window: Required value"}},
 		{"negative headroom", "  peak: {window: 5m, headroom: -1}\n", []string{"policies[0].peak.headroom: Invalid value: -1"}},
+		{"peak window past a day", "  peak: {window: 25h}\n", []string{"policies[0].peak.window: Invalid value: \"25h0m0s\": must be in (0, 24h0m0s]"}},
 		{"bad schedule and zone", "  minimums: [{schedule: \"every day\", duration: 1h, timeZone: Nowhere/Land, demand: 2}]\n",
 			[]string{"policies[0].minimums[0].schedule: Invalid value"}},
 		{"bad zone", "  minimums: [{schedule: \"@daily\", duration: 1h, timeZone: Nowhere/Land, demand: 2}]\n",

@@ -25,7 +25,9 @@ import (
 // at no less than its own peak over Window, decayed by HalfLife, times
 // (1 + Headroom).
 type PeakHold struct {
-	// Window is how long a peak counts, > 0.
+	// Window is how long a peak counts, in (0, MaxPeakWindow]. The hold keeps
+	// at most one sample per Window/64 (the larger demand, at the earlier
+	// time), so a peak may end up to Window/64 early.
 	Window time.Duration
 	// Headroom is the fraction added to the held peak, in [0, MaxHeadroom]
 	// (0.2: 20 % above it). The newest demand is a peak too, so the served
@@ -89,8 +91,17 @@ const (
 	MaxLookahead = time.Hour
 	// MaxTrendWindow is the longest trend window accepted: a day.
 	MaxTrendWindow = 24 * time.Hour
-	// trendSamples is how many demand samples a trend keeps per window at most:
-	// requests closer than Window/trendSamples replace the newest sample.
+	// MaxPeakWindow is the longest peak-hold window accepted: a day.
+	MaxPeakWindow = 24 * time.Hour
+	// MaxRememberedDemand is the largest demand a peak hold or a trend
+	// records, in replicas: math.MaxInt32, the largest maxReplicas an
+	// autoscaling/v2 HPA takes. A larger one (a counter's jump read as
+	// arrivals) is no measurement of a pool; it is served as it is, once, and
+	// not remembered.
+	MaxRememberedDemand = float64(math.MaxInt32)
+	// trendSamples is how many samples a peak hold or a trend keeps per
+	// window at most, but for the newest: samples are at least
+	// Window/trendSamples apart.
 	trendSamples = 64
 )
 
@@ -194,8 +205,8 @@ func (p *Policy) validateAhead() *FieldError {
 	}
 	if h := p.Peak; h != nil {
 		switch {
-		case h.Window <= 0:
-			return fieldErr("peak.window", h.Window, "must be > 0")
+		case h.Window <= 0 || h.Window > MaxPeakWindow:
+			return fieldErr("peak.window", h.Window, "must be in (0, %s]", MaxPeakWindow)
 		case !(h.Headroom >= 0) || h.Headroom > MaxHeadroom:
 			return fieldErr("peak.headroom", h.Headroom, "must be a number in [0, %g] (0.2: 20 %% above the peak)", MaxHeadroom)
 		case h.HalfLife < 0:
@@ -278,21 +289,33 @@ func since(samples []demandSample, start time.Time) []demandSample {
 }
 
 // observe records demand at now and returns the held peak: the largest
-// recorded demand within window, weighted 2^(-age/halfLife).
+// recorded demand within window, weighted 2^(-age/halfLife). A sample within
+// Window/trendSamples of the newest merges into it (the larger demand, at the
+// newest's time), so at most trendSamples+1 are kept. A sample from before the
+// newest (requests observed out of order) weighs as if it were now, never
+// more than its demand.
 func (s *PoolState) observe(now time.Time, demand float64, h *PeakHold) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = now
 	s.peaks = since(s.peaks, now.Add(-h.Window))
+	at := now
+	if n := len(s.peaks); n > 0 && now.Sub(s.peaks[n-1].at) < h.Window/trendSamples {
+		// Merge into the newest: keep its (earlier) time, so a stream of
+		// close requests never carries a peak past its window.
+		at = s.peaks[n-1].at
+		demand = max(demand, s.peaks[n-1].demand)
+		s.peaks = s.peaks[:n-1]
+	}
 	for n := len(s.peaks); n > 0 && s.peaks[n-1].demand <= demand; n-- {
 		s.peaks = s.peaks[:n-1]
 	}
-	s.peaks = append(s.peaks, demandSample{at: now, demand: demand})
+	s.peaks = append(s.peaks, demandSample{at: at, demand: demand})
 	best := 0.0
 	for _, p := range s.peaks {
 		v := p.demand
-		if h.HalfLife > 0 {
-			v *= math.Exp2(-float64(now.Sub(p.at)) / float64(h.HalfLife))
+		if age := now.Sub(p.at); h.HalfLife > 0 && age > 0 {
+			v *= math.Exp2(-float64(age) / float64(h.HalfLife))
 		}
 		best = max(best, v)
 	}
@@ -310,11 +333,16 @@ func (s *PoolState) observeTrend(now time.Time, demand float64, t *Trend) float6
 	defer s.mu.Unlock()
 	s.last = now
 	s.trend = since(s.trend, now.Add(-t.Window))
-	if n := len(s.trend); n > 1 && now.Sub(s.trend[n-2].at) < t.Window/trendSamples {
-		s.trend[n-1] = demandSample{at: now, demand: demand}
-	} else if n > 0 && !now.After(s.trend[n-1].at) {
+	// Every sample but the newest is at least Window/trendSamples after the
+	// one before it; the newest moves forward until it is that far from the
+	// one before, then stays, and the next request appends.
+	gap := t.Window / trendSamples
+	switch n := len(s.trend); {
+	case n > 0 && !now.After(s.trend[n-1].at):
 		s.trend[n-1].demand = demand
-	} else {
+	case n > 1 && s.trend[n-1].at.Sub(s.trend[n-2].at) < gap:
+		s.trend[n-1] = demandSample{at: now, demand: demand}
+	default:
 		s.trend = append(s.trend, demandSample{at: now, demand: demand})
 	}
 	n := len(s.trend)
@@ -389,13 +417,23 @@ func (p *Policy) Ahead(now time.Time, st *PoolState, pool Pool) Pool {
 		return pool
 	}
 	av.Served = av.Demand
-	if h := p.Peak; h != nil && st != nil && pool.Value != nil {
-		peak := st.observe(now, av.Demand, h) * (1 + h.Headroom)
+	// What the peak hold and the trend record is the demand measured: not
+	// the floor of the pods still starting (PoolBuilder.AddStarting), which
+	// is the HPA's own last answer and would hold or extrapolate the
+	// replicas it served into more replicas, answer after answer; nor a
+	// demand no HPA can scale to (MaxRememberedDemand).
+	measured := av.Demand
+	if pool.Measured != nil {
+		measured = *pool.Measured * scale
+	}
+	remember := st != nil && pool.Value != nil && measured <= MaxRememberedDemand
+	if h := p.Peak; h != nil && remember {
+		peak := st.observe(now, measured, h) * (1 + h.Headroom)
 		av.Peak = &peak
 		av.Served = max(av.Served, peak)
 	}
-	if t := p.Trend; t != nil && st != nil && pool.Value != nil {
-		ahead := av.Demand + st.observeTrend(now, av.Demand, t)
+	if t := p.Trend; t != nil && remember {
+		ahead := measured + st.observeTrend(now, measured, t)
 		av.Trend = &ahead
 		av.Served = max(av.Served, ahead)
 	}

@@ -150,6 +150,10 @@ func TestAheadValidation(t *testing.T) {
 		{"signal policy", func(p *Policy) { p.Kind, p.Terms, p.Peak = KindSignal, nil, &PeakHold{Window: time.Minute} }, "kind"},
 		{"no window", func(p *Policy) { p.Peak = &PeakHold{} }, "peak.window"},
 		{"negative headroom", func(p *Policy) { p.Peak = &PeakHold{Window: time.Minute, Headroom: -1} }, "peak.headroom"},
+		// The longest duration: the idle sweep's 2 × window overflowed to a
+		// negative, dropping the state after 2 h unused.
+		{"window past a day", func(p *Policy) { p.Peak = &PeakHold{Window: MaxPeakWindow + time.Nanosecond} }, "peak.window"},
+		{"longest window", func(p *Policy) { p.Peak = &PeakHold{Window: time.Duration(math.MaxInt64)} }, "peak.window"},
 		{"bad cron", func(p *Policy) {
 			p.Minimums = []ScheduledMinimum{{Schedule: "every morning", Duration: time.Hour, Demand: 1}}
 		}, "minimums[0].schedule"},

@@ -62,19 +62,29 @@ func FuzzPool(f *testing.F) {
 
 // FuzzTrend: whatever the sequence of requests (times may repeat or go
 // backwards, demands jump), the trend's addition is finite, >= 0 and at
-// most MaxHeadroom × the largest demand of its window, and the state keeps a
-// bounded number of samples.
+// most MaxHeadroom × the largest demand of its window, the held peak (with a
+// half-life or without) finite, >= 0 and at most the largest demand seen, and
+// each keeps a bounded number of samples.
 func FuzzTrend(f *testing.F) {
 	f.Add([]byte{15, 1, 15, 2, 15, 3, 15, 4, 15, 5}, uint16(120), uint16(240))
 	f.Add([]byte{0, 255, 0, 0, 1, 255, 200, 0}, uint16(1), uint16(3600))
 	f.Fuzz(func(t *testing.T, steps []byte, window, lookahead uint16) {
 		tr := &Trend{Window: time.Duration(max(window, 1)) * time.Second, Lookahead: time.Duration(min(max(lookahead, 1), 3600)) * time.Second}
-		var st PoolState
+		h := &PeakHold{Window: tr.Window, HalfLife: time.Duration(lookahead%3) * tr.Window / 4}
+		var st, peak PoolState
 		now := t0
+		seen := 0.0
 		for i := 0; i+1 < len(steps); i += 2 {
 			// Steps of -8 to +247 deciseconds; demands 0 to 255 squared.
 			now = now.Add(time.Duration(int(steps[i])-8) * 100 * time.Millisecond)
 			d := float64(steps[i+1]) * float64(steps[i+1])
+			seen = max(seen, d)
+			if held := peak.observe(now, d, h); math.IsNaN(held) || held < 0 || held > seen {
+				t.Fatalf("step %d: held peak %g (largest demand seen %g)", i/2, held, seen)
+			}
+			if len(peak.peaks) > trendSamples+2 {
+				t.Fatalf("step %d: %d peak samples kept", i/2, len(peak.peaks))
+			}
 			got := st.observeTrend(now, d, tr)
 			top := 0.0
 			for _, s := range st.trend {

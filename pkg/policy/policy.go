@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -342,7 +344,18 @@ type Policy struct {
 	// Minimums are scheduled windows of least demand (KindMean and
 	// KindDemand; see Ahead).
 	Minimums []ScheduledMinimum
+
+	// definition is a digest of the policy as the catalog holds it (its
+	// exported fields as JSON, set by NewCatalog): Definition.
+	definition [sha256.Size]byte
 }
+
+// Definition returns a digest of the policy's definition as its catalog
+// holds it (every exported field, defaults applied), so that what is
+// remembered for a policy (a held peak, a trend's samples: PoolState) is not
+// read under an edited one of the same name; the zero digest for a policy not
+// from NewCatalog.
+func (p *Policy) Definition() [sha256.Size]byte { return p.definition }
 
 // GatewayInput names where a policy reads the pool's gateway-held backlog; the
 // provider resolves it to a number (see PoolBuilder.AddGateway).
@@ -693,7 +706,13 @@ func NewCatalog(policies ...Policy) (*Catalog, error) {
 		if c.Lookup(p.Name) != nil {
 			return nil, fmt.Errorf("policy %s is defined twice", p.Name)
 		}
-		c.policies = append(c.policies, p.withDefaults())
+		q := p.withDefaults()
+		def, err := json.Marshal(q)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		q.definition = sha256.Sum256(def)
+		c.policies = append(c.policies, q)
 	}
 	return c, nil
 }

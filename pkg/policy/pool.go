@@ -63,6 +63,10 @@ type Pool struct {
 	// HPA's Event ("" when none).
 	Starting int
 	InFlight string
+	// Measured is Value before the floor of the pods still starting, when
+	// that floor raised it (nil otherwise): the demand the pods and the
+	// gateway measured, which a peak hold or a trend records (Policy.Ahead).
+	Measured *float64
 }
 
 // PoolBuilder folds the pods of one pool into a Pool under one policy, one pod
@@ -403,7 +407,7 @@ func (p *Policy) poolOf(t *tally, obs []*signals.Histogram, unknowns []float64) 
 	switch {
 	case out.Value != nil && *out.Value < floor:
 		v := floor
-		out.Value = &v
+		out.Measured, out.Value = out.Value, &v
 		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting, so the demand served is at least %d (the pods counted and starting) until they are Ready or older than the start-up grace",
 			kind, t.starting, t.pods+t.starting)
 	case out.Value != nil:

@@ -79,8 +79,11 @@ type peakStates struct {
 
 // peakKey identifies a pool's state within its namespace.
 type peakKey struct {
-	// selector is the SHA-256 of the selector's canonical form
-	// (labels.Selector.String sorts its requirements).
+	// selector is the SHA-256 of the policy's definition digest
+	// (policy.Policy.Definition: an edited policy starts afresh, never
+	// reading a peak or a trend in the old definition's units) followed by
+	// the selector's canonical form (labels.Selector.String sorts its
+	// requirements).
 	selector [sha256.Size]byte
 	// policy is the catalog name of the policy (the operator's).
 	policy string
@@ -113,7 +116,14 @@ func newPeakStates(evicted func(class string)) *peakStates {
 
 // peakKeyOf returns the key of pol's state for selector's pool.
 func peakKeyOf(selector labels.Selector, pol *policy.Policy) peakKey {
-	return peakKey{selector: sha256.Sum256([]byte(selector.String())), policy: pol.Name}
+	h := sha256.New()
+	def := pol.Definition()
+	h.Write(def[:])
+	h.Write([]byte(selector.String()))
+	var k peakKey
+	h.Sum(k.selector[:0])
+	k.policy = pol.Name
+	return k
 }
 
 // get returns the state pol keeps for the pool of namespace and selector,

@@ -376,3 +376,32 @@ func TestFairShare(t *testing.T) {
 		}
 	}
 }
+
+// A state belongs to one definition of its policy: states were keyed by the
+// policy's name, so a reload that halved the set point (every demand doubles)
+// served the old held peak in the new units, and the trend fitted the step
+// from old to new units as a rise. A reload that leaves the policy as it was
+// keeps its state.
+func TestPeakStateNotSharedAcrossPolicyEdits(t *testing.T) {
+	mk := func(setPoint float64, window time.Duration) *policy.Policy {
+		c, err := policy.NewCatalog(policy.Policy{Name: "chat", Kind: policy.KindDemand, UnknownSaturation: 1,
+			Terms: []policy.Term{{Kind: policy.TermQueueDepth, SetPoint: setPoint}}, Peak: &policy.PeakHold{Window: window, Headroom: 0.2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Lookup("chat")
+	}
+	ps := newPeakStates(func(string) {})
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	sel := mustParse(t, "app=vllm")
+	before := ps.get(mk(3, 2*time.Hour), "llm", sel, true, now)
+	if ps.get(mk(6, 2*time.Hour), "llm", sel, true, now.Add(time.Second)) == before {
+		t.Error("the state recorded under the policy before its set point changed is the one used after it")
+	}
+	if ps.get(mk(3, time.Minute), "llm", sel, true, now.Add(2*time.Second)) == before {
+		t.Error("the state recorded under the policy before its peak window changed is the one used after it")
+	}
+	if ps.get(mk(3, 2*time.Hour), "llm", sel, true, now.Add(3*time.Second)) != before {
+		t.Error("the policy reloaded as it was: its state started afresh")
+	}
+}
