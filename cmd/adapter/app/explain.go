@@ -128,12 +128,18 @@ type ExplainOptions struct {
 	// Starting is the number of pods a scale-up created that are still
 	// starting (policy.PoolBuilder.AddStarting).
 	Starting int
+	// At is when the newest scrape of files without timestamps was taken
+	// (the others --interval apart before it), and the time of a pool
+	// without pods: scheduled minimums are open or closed then. Zero: the
+	// clock.
+	At time.Time
 }
 
 func newExplainCommand() *cobra.Command {
 	scoring := NewScoringOptions()
 	prom := NewPrometheusOptions()
 	eo := ExplainOptions{Policy: policy.MetricSaturation, Interval: 2 * time.Second, Output: "json"}
+	at := "now"
 	cmd := &cobra.Command{
 		Use:   "explain POD... [--gateway FILE] | explain --gateway FILE --policy NAME | explain --prometheus-response FILE",
 		Short: "Evaluate /metrics bodies or a saved Prometheus answer offline and print the saturation as JSON or a table",
@@ -180,12 +186,20 @@ holding requests that --policy does not count is warned about.`,
 		},
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if at != "now" {
+				t, err := time.Parse(time.RFC3339Nano, at)
+				if err != nil {
+					return fmt.Errorf("--at=%q: not an RFC 3339 time (2026-12-07T09:00:00Z, or with an offset +01:00)", at)
+				}
+				eo.At = t
+			}
 			return explainRun(cmd, args, &scoring, prom, eo)
 		},
 	}
 	var fss cliflag.NamedFlagSets
 	in := fss.FlagSet("input")
 	in.DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
+	in.StringVar(&at, "at", at, "When the newest scrape was taken, for files whose samples carry no timestamps, and the time of a pool without pods (RFC 3339, e.g. 2026-12-07T09:00:00+01:00, or now): a policy's scheduled minimums are open or closed then.")
 	in.StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
 	in.IntVar(&eo.Starting, "starting", 0, "Pods a scale-up created that are still starting (not Ready, within the server's --startup-grace): a demand policy then serves at least the pods given and these (scale from zero in flight).")
 	in.StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
@@ -238,10 +252,6 @@ func explainRun(cmd *cobra.Command, args []string, scoring *ScoringOptions, prom
 	return enc.Encode(ex)
 }
 
-// explainEpoch is the time of a pod's first scrape when its samples carry no
-// timestamps, so that the output does not depend on the clock.
-var explainEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // Explain evaluates pods as the server evaluates them: each argument is one
 // Ready pod, its files its scrapes in time order, read by the server's
 // extractor into the server's History and pooled by the same
@@ -258,6 +268,17 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 	if eo.Interval <= 0 {
 		eo.Interval = 2 * time.Second
 	}
+	if eo.At.IsZero() {
+		eo.At = time.Now()
+	}
+	// Files without timestamps: the newest of the pod with the most files
+	// was taken at eo.At, and each pod's k-th file k intervals after the
+	// first of that pod.
+	most := 0
+	for _, arg := range pods {
+		most = max(most, strings.Count(arg, ",")+1)
+	}
+	first := eo.At.Add(-time.Duration(most-1) * eo.Interval)
 	e := signals.NewExtractor()
 	hopts := history.HistoryOptions{Needs: catalog.Needs(), StateWindow: scoring.StateWindow}
 	gateways, err := explainGateways(catalog, eo.Gateways, stdin)
@@ -278,7 +299,7 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			if err != nil {
 				return Explanation{}, fmt.Errorf("%s: %w", f, err)
 			}
-			r.Time = explainEpoch.Add(time.Duration(k) * eo.Interval)
+			r.Time = first.Add(time.Duration(k) * eo.Interval)
 			if !r.SampleTime.IsZero() {
 				r.Time = r.SampleTime
 			}
@@ -302,7 +323,7 @@ func Explain(pods []string, scoring ScoringOptions, eo ExplainOptions, stdin io.
 			inputs[i].add(&r, hopts)
 		}
 	}
-	return explainReplayed(catalog, pol, inputs, gateways, eo.Interval, eo.Starting), nil
+	return explainReplayed(catalog, pol, inputs, gateways, eo.Interval, eo.Starting, eo.At), nil
 }
 
 // explainGateways reads the --gateway files with the server's extractor, reading
@@ -393,7 +414,7 @@ func ExplainPrometheus(files []string, scoring ScoringOptions, prom PrometheusOp
 			inputs[i].add(r, hopts)
 		}
 	}
-	return explainReplayed(catalog, pol, inputs, nil, prom.ScrapeInterval, eo.Starting), nil
+	return explainReplayed(catalog, pol, inputs, nil, prom.ScrapeInterval, eo.Starting, eo.At), nil
 }
 
 // explainPolicy returns the catalog of the scoring options and the policy
@@ -448,8 +469,8 @@ const maxExplainAnswers = 1024
 // 150 answers, not 45,000) and at most maxExplainAnswers to the memory. The
 // --gateway files and --starting count at every answer, as they are the only
 // ones given. Without a peak hold or a trend there is nothing to replay: one
-// evaluation, at the newest reading.
-func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, interval time.Duration, starting int) Explanation {
+// evaluation, at the newest reading (at idle, without pods).
+func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, interval time.Duration, starting int, idle time.Time) Explanation {
 	maxAge := 3 * interval
 	st := &policy.PoolState{}
 	var times []time.Time
@@ -495,9 +516,9 @@ func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explain
 			})
 			step[i] = explainInput{source: p.source, scrapes: n, h: p.steps[n-1]}
 		}
-		explain(catalog, pol, step, gateways, maxAge, starting, st)
+		explain(catalog, pol, step, gateways, maxAge, starting, st, idle)
 	}
-	ex := explain(catalog, pol, pods, gateways, maxAge, starting, st)
+	ex := explain(catalog, pol, pods, gateways, maxAge, starting, st, idle)
 	if pol.Remembers() {
 		ex.Pool.Answers = max(len(times), 1)
 		var span time.Duration
@@ -514,10 +535,13 @@ func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explain
 
 // explain pools the pods as one pool of Ready pods at the newest reading of
 // any, a reading older than maxAge before that being stale, with the gateway's
-// queue when the policy has a gateway input. The pool's answer goes through
-// st (its peak hold and trend).
-func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int, st *policy.PoolState) Explanation {
-	var now time.Time
+// queue when the policy has a gateway input; a pool without pods at idle. The
+// pool's answer goes through st (its peak hold and trend).
+func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int, st *policy.PoolState, idle time.Time) Explanation {
+	now := idle // a pool without pods
+	if len(pods) > 0 {
+		now = time.Time{}
+	}
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
 			now = at

@@ -535,6 +535,9 @@ func TestExplainFlagsDocumented(t *testing.T) {
 	}
 }
 
+// explainEpoch is a fixed time for timestamped samples.
+var explainEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func sameDuration(a, b string) bool {
 	da, err1 := time.ParseDuration(a)
 	db, err2 := time.ParseDuration(b)
