@@ -26,8 +26,8 @@ import (
 // (1 + Headroom).
 type PeakHold struct {
 	// Window is how long a peak counts, in (0, MaxPeakWindow]. The hold keeps
-	// at most one sample per Window/64 (the larger demand, at the earlier
-	// time), so a peak may end up to Window/64 early.
+	// at most one sample per Window/64, so a peak may end up to Window/64
+	// early (see PoolState.observe).
 	Window time.Duration
 	// Headroom is the fraction added to the held peak, in [0, MaxHeadroom]
 	// (0.2: 20 % above it). The newest demand is a peak too, so the served
@@ -289,37 +289,48 @@ func since(samples []demandSample, start time.Time) []demandSample {
 }
 
 // observe records demand at now and returns the held peak: the largest
-// recorded demand within window, weighted 2^(-age/halfLife). A sample within
-// Window/trendSamples of the newest merges into it (the larger demand, at the
-// newest's time), so at most trendSamples+1 are kept. A sample from before the
-// newest (requests observed out of order) weighs as if it were now, never
-// more than its demand.
+// recorded demand within window, weighted 2^(-age/halfLife) (never more than
+// its demand), at least demand itself.
+//
+// Two samples keep their order under the decay (both halve every half-life),
+// so a sample whose weight now is at most the new demand's is never the peak
+// again: it is dropped (exact). A new demand within Window/trendSamples of a
+// sample that outweighs it is not kept (that sample stays the larger until
+// it leaves the window, at most Window/trendSamples before the new one
+// would): so at most trendSamples+1 are kept, and a peak may end up to
+// Window/trendSamples early but never outlives its window. A request older
+// than the last one observed (out of order) is recorded and answered at that
+// one's time.
 func (s *PoolState) observe(now time.Time, demand float64, h *PeakHold) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last = now
-	s.peaks = since(s.peaks, now.Add(-h.Window))
 	at := now
-	if n := len(s.peaks); n > 0 && now.Sub(s.peaks[n-1].at) < h.Window/trendSamples {
-		// Merge into the newest: keep its (earlier) time, so a stream of
-		// close requests never carries a peak past its window.
-		at = s.peaks[n-1].at
-		demand = max(demand, s.peaks[n-1].demand)
+	if at.Before(s.last) {
+		at = s.last
+	}
+	s.last = at
+	s.peaks = since(s.peaks, at.Add(-h.Window))
+	for n := len(s.peaks); n > 0 && s.peaks[n-1].weighed(at, h) <= demand; n-- {
 		s.peaks = s.peaks[:n-1]
 	}
-	for n := len(s.peaks); n > 0 && s.peaks[n-1].demand <= demand; n-- {
-		s.peaks = s.peaks[:n-1]
+	if n := len(s.peaks); n == 0 || at.Sub(s.peaks[n-1].at) >= h.Window/trendSamples {
+		s.peaks = append(s.peaks, demandSample{at: at, demand: demand})
 	}
-	s.peaks = append(s.peaks, demandSample{at: at, demand: demand})
-	best := 0.0
+	best := demand
 	for _, p := range s.peaks {
-		v := p.demand
-		if age := now.Sub(p.at); h.HalfLife > 0 && age > 0 {
-			v *= math.Exp2(-float64(age) / float64(h.HalfLife))
-		}
-		best = max(best, v)
+		best = max(best, p.weighed(at, h))
 	}
 	return best
+}
+
+// weighed returns the sample's demand weighted at now by the hold's
+// half-life: 2^(-age/halfLife), 1 for no half-life or a sample not older than
+// now.
+func (d demandSample) weighed(now time.Time, h *PeakHold) float64 {
+	if age := now.Sub(d.at); h.HalfLife > 0 && age > 0 {
+		return d.demand * math.Exp2(-float64(age)/float64(h.HalfLife))
+	}
+	return d.demand
 }
 
 // observeTrend records demand at now and returns the trend's addition: the
@@ -331,7 +342,9 @@ func (s *PoolState) observe(now time.Time, demand float64, h *PeakHold) float64 
 func (s *PoolState) observeTrend(now time.Time, demand float64, t *Trend) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last = now
+	if now.After(s.last) {
+		s.last = now
+	}
 	s.trend = since(s.trend, now.Add(-t.Window))
 	// Every sample but the newest is at least Window/trendSamples after the
 	// one before it; the newest moves forward until it is that far from the
@@ -376,6 +389,18 @@ func (s *PoolState) observeTrend(now time.Time, demand float64, t *Trend) float6
 	return min(slope*t.Lookahead.Seconds(), MaxHeadroom*top)
 }
 
+// TrendSamples returns how many demand samples the trend holds and the time
+// they span: its fit needs 3 spanning at least half its window (a trend that
+// adds nothing with fewer fitted none).
+func (s *PoolState) TrendSamples() (n int, span time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n = len(s.trend); n > 1 {
+		span = s.trend[n-1].at.Sub(s.trend[0].at)
+	}
+	return n, span
+}
+
 // AheadValue says how the controls that see ahead moved a pool's value, in
 // replicas.
 type AheadValue struct {
@@ -393,6 +418,9 @@ type AheadValue struct {
 	// Served is the demand served: the largest of the demand, the held peak,
 	// the trend and the scheduled minimum.
 	Served float64 `json:"served"`
+	// Unremembered says that the measured demand was above
+	// MaxRememberedDemand: served once, neither held nor fitted.
+	Unremembered bool `json:"unremembered,omitempty"`
 }
 
 // Ahead applies the policy's peak hold, trend and scheduled minimums to pool
@@ -427,6 +455,7 @@ func (p *Policy) Ahead(now time.Time, st *PoolState, pool Pool) Pool {
 		measured = *pool.Measured * scale
 	}
 	remember := st != nil && pool.Value != nil && measured <= MaxRememberedDemand
+	av.Unremembered = p.Remembers() && pool.Value != nil && measured > MaxRememberedDemand
 	if h := p.Peak; h != nil && remember {
 		peak := st.observe(now, measured, h) * (1 + h.Headroom)
 		av.Peak = &peak

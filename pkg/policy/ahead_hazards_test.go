@@ -141,3 +141,31 @@ func TestPeakHoldTimeGoingBackwards(t *testing.T) {
 		t.Errorf("the clock an hour back: held peak %g, want the newer sample's 4", got)
 	}
 }
+
+// The newest demand is a peak too: the served demand is at least demand ×
+// (1 + headroom), with a half-life as without. A demand merged into an
+// earlier sample took that sample's time and was decayed by its age: 10
+// arriving 59 s after a 1 (64 m window, 1 m half-life) was served 10, not 12;
+// a steady 10 asked every 15 s with a 1 h window served 12, 10.09, 8.49, 7.14.
+func TestPeakHoldKeepsTheNewestDemandWhole(t *testing.T) {
+	pol := demandCatalog(t, Policy{Name: "d", Kind: KindDemand, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(),
+		Peak: &PeakHold{Window: 64 * time.Minute, Headroom: 0.2, HalfLife: time.Minute}}).Lookup("d")
+	var st PoolState
+	steps := []struct {
+		at     time.Duration
+		demand float64
+	}{{0, 1}, {59 * time.Second, 10}}
+	for i := range 12 {
+		steps = append(steps, struct {
+			at     time.Duration
+			demand float64
+		}{time.Minute + time.Duration(i)*15*time.Second, 10})
+	}
+	for _, step := range steps {
+		v := step.demand
+		p := pol.Ahead(t0.Add(step.at), &st, Pool{Pods: 1, Known: 1, Value: &v})
+		if want := step.demand * 1.2; p.Ahead == nil || math.Abs(p.Ahead.Served-want) > 1e-9 {
+			t.Errorf("demand %g at +%s: served %+v, want demand × (1 + headroom) = %g", step.demand, step.at, p.Ahead, want)
+		}
+	}
+}

@@ -72,6 +72,7 @@ func FuzzTrend(f *testing.F) {
 		tr := &Trend{Window: time.Duration(max(window, 1)) * time.Second, Lookahead: time.Duration(min(max(lookahead, 1), 3600)) * time.Second}
 		h := &PeakHold{Window: tr.Window, HalfLife: time.Duration(lookahead%3) * tr.Window / 4}
 		var st, peak PoolState
+		var all []demandSample // every request, at the time the hold records it
 		now := t0
 		seen := 0.0
 		for i := 0; i+1 < len(steps); i += 2 {
@@ -79,8 +80,28 @@ func FuzzTrend(f *testing.F) {
 			now = now.Add(time.Duration(int(steps[i])-8) * 100 * time.Millisecond)
 			d := float64(steps[i+1]) * float64(steps[i+1])
 			seen = max(seen, d)
-			if held := peak.observe(now, d, h); math.IsNaN(held) || held < 0 || held > seen {
-				t.Fatalf("step %d: held peak %g (largest demand seen %g)", i/2, held, seen)
+			held := peak.observe(now, d, h)
+			if math.IsNaN(held) || held < d || held > seen {
+				t.Fatalf("step %d: held peak %g (demand %g, largest demand seen %g)", i/2, held, d, seen)
+			}
+			// Against every sample kept: never more than the peak of the
+			// window, never less than that of the window cut by 1/64.
+			at := now
+			if n := len(all); n > 0 && at.Before(all[n-1].at) {
+				at = all[n-1].at
+			}
+			all = append(all, demandSample{at: at, demand: d})
+			full, short := 0.0, 0.0
+			for _, p := range all {
+				if p.at.After(at.Add(-h.Window)) {
+					full = max(full, p.weighed(at, h))
+				}
+				if p.at.After(at.Add(-h.Window + h.Window/trendSamples)) {
+					short = max(short, p.weighed(at, h))
+				}
+			}
+			if held > full*(1+1e-12) || held < short*(1-1e-12) {
+				t.Fatalf("step %d: held peak %g, want it in [%g, %g] (the peak of the window cut by 1/64, of the whole window)", i/2, held, short, full)
 			}
 			if len(peak.peaks) > trendSamples+2 {
 				t.Fatalf("step %d: %d peak samples kept", i/2, len(peak.peaks))

@@ -345,13 +345,15 @@ type Policy struct {
 	// KindDemand; see Ahead).
 	Minimums []ScheduledMinimum
 
-	// definition is a digest of the policy as the catalog holds it (its
-	// exported fields as JSON, set by NewCatalog): Definition.
-	definition [sha256.Size]byte
+	// base is a digest of the policy's exported fields as JSON (set by
+	// NewCatalog), definition that and, for a policy with a Role, the
+	// catalog's role label: Definition.
+	base, definition [sha256.Size]byte
 }
 
 // Definition returns a digest of the policy's definition as its catalog
-// holds it (every exported field, defaults applied), so that what is
+// holds it (every exported field, defaults applied, and for a policy with a
+// Role the catalog's role label, which decides its pods), so that what is
 // remembered for a policy (a held peak, a trend's samples: PoolState) is not
 // read under an edited one of the same name; the zero digest for a policy not
 // from NewCatalog.
@@ -711,9 +713,10 @@ func NewCatalog(policies ...Policy) (*Catalog, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
-		q.definition = sha256.Sum256(def)
+		q.base = sha256.Sum256(def)
 		c.policies = append(c.policies, q)
 	}
+	c.define()
 	return c, nil
 }
 
@@ -725,7 +728,24 @@ func (c *Catalog) WithRoleLabel(key string) *Catalog {
 	if key == "" {
 		out.roleLabel = DefaultRoleLabel
 	}
+	out.policies = slices.Clone(c.policies)
+	out.define()
 	return &out
+}
+
+// define sets each policy's Definition: its base digest, and for a policy
+// with a Role the digest of that and the role label.
+func (c *Catalog) define() {
+	for i := range c.policies {
+		p := &c.policies[i]
+		p.definition = p.base
+		if p.Role != "" {
+			h := sha256.New()
+			h.Write(p.base[:])
+			h.Write([]byte(c.roleLabel))
+			h.Sum(p.definition[:0])
+		}
+	}
 }
 
 // RoleLabel returns the pod label that carries a pod's role.

@@ -405,3 +405,24 @@ func TestPeakStateNotSharedAcrossPolicyEdits(t *testing.T) {
 		t.Error("the policy reloaded as it was: its state started afresh")
 	}
 }
+
+// A role policy's pods are those whose role label (the configuration file's
+// roleLabel) has its role: editing roleLabel changes its pods as much as
+// editing its role, and starts its state afresh too.
+func TestPeakStateNotSharedAcrossRoleLabelEdits(t *testing.T) {
+	c, err := policy.NewCatalog(policy.Policy{Name: "decode", Kind: policy.KindDemand, UnknownSaturation: 1, Role: "decode",
+		Terms: []policy.Term{{Kind: policy.TermQueueDepth, SetPoint: 3}}, Peak: &policy.PeakHold{Window: time.Hour, Headroom: 0.2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := newPeakStates(func(string) {})
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	sel := mustParse(t, "app=vllm")
+	before := ps.get(c.WithRoleLabel("llm-d.ai/role").Lookup("decode"), "llm", sel, true, now)
+	if ps.get(c.WithRoleLabel("example.com/tier").Lookup("decode"), "llm", sel, true, now.Add(time.Second)) == before {
+		t.Error("the state held while the role label was llm-d.ai/role is the one used after roleLabel changed to example.com/tier")
+	}
+	if ps.get(c.WithRoleLabel("llm-d.ai/role").Lookup("decode"), "llm", sel, true, now.Add(2*time.Second)) != before {
+		t.Error("the same role label again: the state started afresh")
+	}
+}
