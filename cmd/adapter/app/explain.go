@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -189,7 +190,10 @@ holding requests that --policy does not count is warned about.`,
 			if at != "now" {
 				t, err := time.Parse(time.RFC3339Nano, at)
 				if err != nil {
-					return fmt.Errorf("--at=%q: not an RFC 3339 time (2026-12-07T09:00:00Z, or with an offset +01:00)", at)
+					return fmt.Errorf("--at=%q: not an RFC 3339 time (2026-12-07T09:00:00Z, or with an offset +01:00) nor now", at)
+				}
+				if t.Before(minExplainAt) {
+					return fmt.Errorf("--at=%q: before %s; give a time the pods could have been scraped at", at, minExplainAt.Format(time.RFC3339))
 				}
 				eo.At = t
 			}
@@ -199,9 +203,9 @@ holding requests that --policy does not count is warned about.`,
 	var fss cliflag.NamedFlagSets
 	in := fss.FlagSet("input")
 	in.DurationVar(&eo.Interval, "interval", eo.Interval, "Time between the scrapes of one pod, for files whose samples carry no timestamps.")
-	in.StringVar(&at, "at", at, "When the newest scrape was taken, for files whose samples carry no timestamps, and the time of a pool without pods (RFC 3339, e.g. 2026-12-07T09:00:00+01:00, or now): a policy's scheduled minimums are open or closed then.")
+	in.StringVar(&at, "at", at, "For files whose samples carry no timestamps, when the newest scrape of the pod with the most files was taken (each pod's files --interval apart from its first), and the time of a pool without pods (RFC 3339, e.g. 2026-12-07T09:00:00+01:00, 1970 or later, or now): a policy's scheduled minimums are open or closed then.")
 	in.StringArrayVar(&eo.Gateways, "gateway", nil, "The /metrics of a gateway pod (the endpoint picker), for a policy with a gateway input and to warn about requests flow control holds; repeatable, one per pod.")
-	in.IntVar(&eo.Starting, "starting", 0, "Pods a scale-up created that are still starting (not Ready, within the server's --startup-grace): a demand policy then serves at least the pods given and these (scale from zero in flight).")
+	in.IntVar(&eo.Starting, "starting", 0, "Pods a scale-up created that are still starting (not Ready, within the server's --startup-grace), at most 2147483647: a demand policy then serves at least the pods given and these (scale from zero in flight).")
 	in.StringArrayVar(&eo.PrometheusResponses, "prometheus-response", nil, "A saved answer of Prometheus's /api/v1/query (a vector, or a range selector's matrix) to evaluate instead of /metrics files; repeatable.")
 	prom.AddLabelFlags(in)
 	out := fss.FlagSet("output")
@@ -225,8 +229,8 @@ func explainRun(cmd *cobra.Command, args []string, scoring *ScoringOptions, prom
 	if eo.Interval <= 0 || eo.Interval > MaxScrapeInterval {
 		errs = append(errs, fmt.Errorf("--interval=%s: must be > 0 and at most %s", eo.Interval, MaxScrapeInterval))
 	}
-	if eo.Starting < 0 {
-		errs = append(errs, fmt.Errorf("--starting=%d: must be >= 0", eo.Starting))
+	if eo.Starting < 0 || eo.Starting > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("--starting=%d: must be in [0, %d] (an HPA's maxReplicas is an int32)", eo.Starting, math.MaxInt32))
 	}
 	if eo.Output != "json" && eo.Output != "table" {
 		errs = append(errs, fmt.Errorf("-o=%q: must be json or table", eo.Output))
@@ -451,6 +455,10 @@ func (in *explainInput) add(r *signals.Reading, o history.HistoryOptions) {
 	in.scrapes++
 }
 
+// minExplainAt is the earliest --at taken: 1970-01-01T00:00:00Z, the Unix
+// epoch (the zero time.Time, year 1, means the clock).
+var minExplainAt = time.Unix(0, 0).UTC()
+
 // maxExplainAnswers bounds the answers explain replays for a policy that
 // remembers (explainReplayed): at most one per 1/1024 of its memory, so that a
 // saved Prometheus answer of many readings costs at most 1,024 evaluations of
@@ -491,12 +499,13 @@ func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explain
 		slices.SortFunc(times, time.Time.Compare)
 		// The newest is the explanation's own answer; an earlier one counts
 		// within the policy's memory before it (older ones are forgotten by
-		// then), at least gap after the previous and before the newest.
+		// then), at least gap (and a nanosecond: one answer per reading time)
+		// after the previous and before the newest.
 		newest := times[len(times)-1]
 		gap := max(interval/2, pol.Memory()/maxExplainAnswers)
 		kept := times[:0]
 		for _, at := range times[:len(times)-1] {
-			if newest.Sub(at) < pol.Memory() && newest.Sub(at) >= gap && (len(kept) == 0 || at.Sub(kept[len(kept)-1]) >= gap) {
+			if newest.Sub(at) < pol.Memory() && newest.Sub(at) >= max(gap, 1) && (len(kept) == 0 || at.Sub(kept[len(kept)-1]) >= max(gap, 1)) {
 				kept = append(kept, at)
 			}
 		}
@@ -521,13 +530,12 @@ func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explain
 	ex := explain(catalog, pol, pods, gateways, maxAge, starting, st, idle)
 	if pol.Remembers() {
 		ex.Pool.Answers = max(len(times), 1)
-		var span time.Duration
 		if len(times) > 1 {
-			span = times[len(times)-1].Sub(times[0])
-			ex.Pool.AnswersSpan = span.String()
+			ex.Pool.AnswersSpan = times[len(times)-1].Sub(times[0]).String()
 		}
-		if t := pol.Trend; t != nil && (ex.Pool.Answers < 3 || 2*span < t.Window) {
-			ex.Pool.TrendUnfit = fmt.Sprintf("no rise fitted: the fit needs 3 answers spanning at least %s, half the trend's window", t.Window/2)
+		if n, fit := st.TrendSamples(); pol.Trend != nil && ex.Pool.Ahead != nil && !ex.Pool.Ahead.Unremembered && (n < 3 || 2*fit < pol.Trend.Window) {
+			ex.Pool.TrendUnfit = fmt.Sprintf("no rise fitted: the fit needs 3 answers within the trend's window spanning at least %s, half of it (one kept per 1/64 of it); it holds %d spanning %s",
+				pol.Trend.Window/2, n, fit)
 		}
 	}
 	return ex
@@ -744,7 +752,10 @@ func writeExplainTable(w io.Writer, ex Explanation) error {
 			line += fmt.Sprintf(", scheduled minimum %.4g (%s)", *a.Scheduled, a.Window)
 		}
 		fmt.Fprintf(w, "%s: serves %.4g replicas\n", line, a.Served)
-		if ex.Pool.Answers > 0 {
+		if a.Unremembered {
+			fmt.Fprintf(w, "pool %s: a demand above %d replicas is more than an HPA takes: served once, neither held nor fitted\n", ex.Pool.Policy, math.MaxInt32)
+		}
+		if ex.Pool.Answers > 0 && (a.Peak != nil || a.Trend != nil) {
 			over := "1 answer, at the newest reading"
 			if ex.Pool.Answers > 1 {
 				over = fmt.Sprintf("%d answers over %s, one per reading time", ex.Pool.Answers, ex.Pool.AnswersSpan)

@@ -50,9 +50,16 @@ policies:
 			}
 		})
 	}
-	cmd := newExplainCommand()
-	cmd.SetArgs([]string{"--at=yesterday", pod})
-	if err := cmd.Execute(); err == nil || err.Error() != `--at="yesterday": not an RFC 3339 time (2026-12-07T09:00:00Z, or with an offset +01:00)` {
-		t.Errorf("--at=yesterday: error %v", err)
+	for at, want := range map[string]string{
+		"yesterday": `--at="yesterday": not an RFC 3339 time (2026-12-07T09:00:00Z, or with an offset +01:00) nor now`,
+		// The zero time.Time (year 1) read as the clock.
+		"0001-01-01T00:00:00Z":      `--at="0001-01-01T00:00:00Z": before 1970-01-01T00:00:00Z; give a time the pods could have been scraped at`,
+		"1969-12-31T23:59:59+00:00": `--at="1969-12-31T23:59:59+00:00": before 1970-01-01T00:00:00Z; give a time the pods could have been scraped at`,
+	} {
+		cmd := newExplainCommand()
+		cmd.SetArgs([]string{"--at=" + at, pod})
+		if err := cmd.Execute(); err == nil || err.Error() != want {
+			t.Errorf("--at=%s: error %v, want %s", at, err, want)
+		}
 	}
 }

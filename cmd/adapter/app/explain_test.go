@@ -577,7 +577,7 @@ policies:
 	// per replica; held with 20 % headroom: 2.4.
 	table := string(runExplain(t, "--config="+cfg, "--policy=chat-ahead", "--interval=10s", "-o", "table", pod))
 	// Two answers 10 s apart hold no rise: the trend is the demand itself.
-	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4, with its trend 2 (no rise fitted: the fit needs 3 answers spanning at least 1m0s, half the trend's window)",
+	for _, want := range []string{"demandRate 20/10=2*", "pool chat-ahead: demand 2 replicas, held peak 2.4, with its trend 2 (no rise fitted: the fit needs 3 answers within the trend's window spanning at least 1m0s, half of it (one kept per 1/64 of it); it holds 2 spanning 10s)",
 		"serves 2.4 replicas", "pool chat-ahead: peak and trend of these readings' 2 answers over 10s, one per reading time (the server keeps its own, one per request)",
 		"pool chat-ahead = 2.4 over 1 pods"} {
 		if !strings.Contains(table, want) {
@@ -713,6 +713,91 @@ func TestExplainPrometheusReplaysRounds(t *testing.T) {
 	}
 }
 
+// Explain's replay edge cases, each with its own policy: the answers are one
+// per distinct reading time (50 pods read at one instant, at --interval=1ns
+// under a 500 ns peak window, were 50 answers, each evaluating every pod);
+// pool.trendUnfit judges the samples the trend holds, not the answers of the
+// policy's whole memory (a peak's 10 m beside a 1 m trend) nor before its
+// thinning (answers 0.5 s apart under a 64 s trend count as one); a demand
+// too large to remember is said so in the table, which claimed a held peak.
+func TestExplainReplayEdges(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
+kind: PolicyConfig
+policies:
+- {name: tiny, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], peak: {window: 500ns, headroom: 0}}
+- {name: both, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], peak: {window: 10m, headroom: 0}, trend: {window: 1m, lookahead: 1m}}
+- {name: t64, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], trend: {window: 64s, lookahead: 1m}}
+- {name: big, kind: demand, terms: [{kind: queueDepth, setPoint: 0.001}], peak: {window: 10m, headroom: 0.2}, trend: {window: 1m, lookahead: 1m}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := func(name, body string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(body+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	one := file("one.prom", "vllm:num_requests_waiting 1")
+	t.Run("one answer per reading time", func(t *testing.T) {
+		pods := make([]string, 50)
+		for i := range pods {
+			pods[i] = one
+		}
+		var ex Explanation
+		if err := json.Unmarshal(runExplain(t, append([]string{"--config=" + cfg, "--policy=tiny", "--interval=1ns"}, pods...)...), &ex); err != nil {
+			t.Fatal(err)
+		}
+		if ex.Pool.Answers != 1 {
+			t.Errorf("50 pods read at one instant: %d answers, want 1", ex.Pool.Answers)
+		}
+	})
+	t.Run("the trend's own window", func(t *testing.T) {
+		var files []string
+		for i, q := range []int{1, 2, 5, 9} {
+			files = append(files, file(fmt.Sprintf("q%d.prom", i), fmt.Sprintf("vllm:num_requests_waiting %d", q)))
+		}
+		var ex Explanation
+		if err := json.Unmarshal(runExplain(t, "--config="+cfg, "--policy=both", "--interval=1m", strings.Join(files, ",")), &ex); err != nil {
+			t.Fatal(err)
+		}
+		if ex.Pool.Answers != 4 || !strings.Contains(ex.Pool.TrendUnfit, "it holds 1 spanning 0s") {
+			t.Errorf("4 answers a minute apart under a 1 m trend: %d answers, trendUnfit %q; want 4 and the trend's 1 sample named (the one a minute before is out of its window)", ex.Pool.Answers, ex.Pool.TrendUnfit)
+		}
+	})
+	t.Run("after thinning", func(t *testing.T) {
+		ms := explainEpoch.UnixMilli()
+		files := []string{
+			file("t0.prom", fmt.Sprintf("vllm:num_requests_waiting 1 %d", ms)),
+			file("t1.prom", fmt.Sprintf("vllm:num_requests_waiting 2 %d", ms+500)),
+			file("t2.prom", fmt.Sprintf("vllm:num_requests_waiting 10 %d", ms+32000)),
+		}
+		var ex Explanation
+		if err := json.Unmarshal(runExplain(t, "--config="+cfg, "--policy=t64", "--interval=1s", strings.Join(files, ",")), &ex); err != nil {
+			t.Fatal(err)
+		}
+		if a := ex.Pool.Ahead; a == nil || a.Trend == nil || *a.Trend != 10 || !strings.Contains(ex.Pool.TrendUnfit, "it holds 2 spanning 32s") {
+			t.Errorf("answers at 0, 0.5 s and 32 s under a 64 s trend: ahead %+v, trendUnfit %q; want the trend 10 and its 2 samples named", a, ex.Pool.TrendUnfit)
+		}
+	})
+	t.Run("a demand too large to remember", func(t *testing.T) {
+		f := file("big.prom", "vllm:num_requests_waiting 10000000")
+		var ex Explanation
+		if err := json.Unmarshal(runExplain(t, "--config="+cfg, "--policy=big", f), &ex); err != nil {
+			t.Fatal(err)
+		}
+		if a := ex.Pool.Ahead; a == nil || a.Peak != nil || a.Trend != nil || !a.Unremembered || ex.Pool.TrendUnfit != "" {
+			t.Fatalf("ahead %+v, trendUnfit %q: want a demand of 1e10 unremembered, with no peak, trend or trendUnfit", a, ex.Pool.TrendUnfit)
+		}
+		table := string(runExplain(t, "--config="+cfg, "--policy=big", "-o", "table", f))
+		if strings.Contains(table, "held peak") || !strings.Contains(table, "pool big: a demand above 2147483647 replicas is more than an HPA takes: served once, neither held nor fitted") {
+			t.Errorf("table:\n%s", table)
+		}
+	})
+}
+
 // However short --prometheus-scrape-interval, a saved answer of many
 // readings replays at most maxExplainAnswers answers over the policy's memory:
 // of 3,000 readings 100 ms apart the decoder keeps the newest 1,024
@@ -788,7 +873,7 @@ func TestExplainScrapesInTimeOrder(t *testing.T) {
 // once overflowed into a negative age that made every pod stale.
 func TestExplainFlagsValidated(t *testing.T) {
 	_, _, err := runRoot("explain", "--starting=-3", "--interval=1000000h", "-o", "yaml", "testdata/sleeping.prom")
-	for _, want := range []string{"--starting=-3: must be >= 0", "--interval=1000000h0m0s: must be > 0 and at most 1h0m0s", `-o="yaml": must be json or table`} {
+	for _, want := range []string{"--starting=-3: must be in [0, 2147483647]", "--interval=1000000h0m0s: must be > 0 and at most 1h0m0s", `-o="yaml": must be json or table`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want it to say %q", err, want)
 		}
