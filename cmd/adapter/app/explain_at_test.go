@@ -2,7 +2,6 @@ package app
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -14,18 +13,12 @@ import (
 // made-up 2026-01-01.
 func TestExplainMinimumsAtTheGivenTime(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
-kind: PolicyConfig
-policies:
-- name: qwen-demand
+	cfg := writePolicies(t, dir, `- name: qwen-demand
   kind: demand
   terms: [{kind: queueDepth, setPoint: 5}, {kind: kvCacheUsage, setPoint: 0.8}]
   gateway: {selector: app=qwen3-32b-epp, match: {inference_pool: qwen3-32b-pool}}
   minimums: [{schedule: "30 23 * * 0", duration: 1h, demand: 500}]
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	epp := filepath.Join("..", "..", "..", "testdata", "hazards", "NC-04-epp.prom")
 	pod := filepath.Join(samples, "vllm_v1-0.10-nvcr25.09_single-engine.prom")
 	for _, c := range []struct {

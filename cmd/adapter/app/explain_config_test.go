@@ -15,11 +15,7 @@ import (
 // pods offline. The engine dump is NC-02's, scraped at the cap.
 func TestExplainConfigWarnings(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
-kind: PolicyConfig
-policies:
-- name: capped
+	cfg := writePolicies(t, dir, `- name: capped
   kind: demand
   queueCap: 166
   terms: [{kind: queueDepth, setPoint: 200}]
@@ -27,9 +23,7 @@ policies:
   kind: demand
   role: decode
   terms: [{kind: queueDepth, setPoint: 5}]
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	body := filepath.Join("..", "..", "..", "testdata", "hazards", "NC-02-t0.prom")
 	for _, tt := range []struct {
 		policy string

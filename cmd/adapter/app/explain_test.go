@@ -411,11 +411,7 @@ func TestExplainPrometheusFamilyLabelOnEngineSeries(t *testing.T) {
 // a mean policy read at zero Ready pods too (NC-08).
 func TestExplainGateway(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
-kind: PolicyConfig
-policies:
-- name: qwen-demand
+	cfg := writePolicies(t, dir, `- name: qwen-demand
   kind: demand
   terms: [{kind: queueDepth, setPoint: 5}, {kind: kvCacheUsage, setPoint: 0.8}]
   gateway: {selector: app=qwen3-32b-epp, match: {inference_pool: qwen3-32b-pool}}
@@ -427,9 +423,7 @@ policies:
   kind: demand
   terms: [{kind: queueDepth, setPoint: 5}]
   gateway: {selector: app=qwen3-32b-epp, match: {inference_pool: llama-pool}}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	a := filepath.Join(dir, "a.prom")
 	b := filepath.Join(dir, "b.prom")
 	for f, body := range map[string]string{
@@ -549,18 +543,12 @@ func sameDuration(a, b string) bool {
 // the table and the JSON.
 func TestExplainAhead(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
-kind: PolicyConfig
-policies:
-- name: chat-ahead
+	cfg := writePolicies(t, dir, `- name: chat-ahead
   kind: mean
   terms: [{kind: queueDepth, setPoint: 3}, {kind: demandRate, setPoint: 10, window: 30s}]
   peak: {window: 10m, headroom: 0.2}
   trend: {window: 2m, lookahead: 4m}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	var scrapes []string
 	for i, body := range []string{
 		"vllm:num_requests_waiting 0\nvllm:num_requests_running 10\nvllm:request_success_total{finished_reason=\"stop\"} 100\n",
@@ -600,11 +588,7 @@ policies:
 // (another pod not yet read) is no answer.
 func TestExplainAheadReplaysAnswers(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
-kind: PolicyConfig
-policies:
-- name: held
+	cfg := writePolicies(t, dir, `- name: held
   kind: mean
   terms: [{kind: queueDepth, setPoint: 1}]
   peak: {window: 10m, headroom: 0}
@@ -612,9 +596,7 @@ policies:
   kind: mean
   terms: [{kind: queueDepth, setPoint: 1}]
   trend: {window: 1m, lookahead: 1m}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	pod := func(name string, lines ...string) string {
 		var files []string
 		for i, l := range lines {
@@ -674,10 +656,7 @@ policies:
 // not once per pod's reading: 100 pods of 30 readings make 30 answers.
 func TestExplainPrometheusReplaysRounds(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: held\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1}]\n  peak: {window: 10m, headroom: 0}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writePolicies(t, dir, "- name: held\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1}]\n  peak: {window: 10m, headroom: 0}\n")
 	var series []string
 	for p := range 100 {
 		var values []string
@@ -722,17 +701,11 @@ func TestExplainPrometheusReplaysRounds(t *testing.T) {
 // too large to remember is said so in the table, which claimed a held peak.
 func TestExplainReplayEdges(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte(`apiVersion: saturation-adapter.io/v1alpha1
-kind: PolicyConfig
-policies:
-- {name: tiny, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], peak: {window: 500ns, headroom: 0}}
+	cfg := writePolicies(t, dir, `- {name: tiny, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], peak: {window: 500ns, headroom: 0}}
 - {name: both, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], peak: {window: 10m, headroom: 0}, trend: {window: 1m, lookahead: 1m}}
 - {name: t64, kind: demand, terms: [{kind: queueDepth, setPoint: 1}], trend: {window: 64s, lookahead: 1m}}
 - {name: big, kind: demand, terms: [{kind: queueDepth, setPoint: 0.001}], peak: {window: 10m, headroom: 0.2}, trend: {window: 1m, lookahead: 1m}}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	file := func(name, body string) string {
 		f := filepath.Join(dir, name)
 		if err := os.WriteFile(f, []byte(body+"\n"), 0o600); err != nil {
@@ -805,10 +778,7 @@ policies:
 // least 10m/1024 = 586 ms apart: one per 600 ms, 171 (1,024 without the bound).
 func TestExplainReplayBounded(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "policies.yaml")
-	if err := os.WriteFile(cfg, []byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n- name: held\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1}]\n  peak: {window: 10m, headroom: 0}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writePolicies(t, dir, "- name: held\n  kind: mean\n  terms: [{kind: queueDepth, setPoint: 1}]\n  peak: {window: 10m, headroom: 0}\n")
 	values := make([]string, 3000)
 	for k := range values {
 		values[k] = fmt.Sprintf(`[%d.%d,"1"]`, 1767225600+k/10, k%10)
@@ -881,4 +851,15 @@ func TestExplainFlagsValidated(t *testing.T) {
 	if _, _, err := runRoot("explain", "--starting=2", "--interval=1h", "testdata/sleeping.prom"); err != nil {
 		t.Errorf("--starting=2 --interval=1h: %v", err)
 	}
+}
+
+// writePolicies writes a policy configuration file of the given policies (a
+// YAML list, the lines after "policies:") into dir and returns its path.
+func writePolicies(t *testing.T, dir, policies string) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte("apiVersion: saturation-adapter.io/v1alpha1\nkind: PolicyConfig\npolicies:\n"+policies), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
