@@ -184,6 +184,9 @@ func describePool(p Pool) string {
 	} else {
 		b.WriteString("value none\n")
 	}
+	if p.Measured != nil {
+		fmt.Fprintf(&b, "measured %g (%x)\n", *p.Measured, math.Float64bits(*p.Measured))
+	}
 	for _, l := range p.Latency {
 		fmt.Fprintf(&b, "latency %s %x %x %x %v %q\n", l.Term, math.Float64bits(l.Value), math.Float64bits(l.SetPoint), math.Float64bits(l.Ratio), l.Capped, l.Note)
 	}

@@ -169,3 +169,34 @@ func TestPeakHoldKeepsTheNewestDemandWhole(t *testing.T) {
 		}
 	}
 }
+
+// A pod without a fresh value counts at its placeholder (UnknownSaturation)
+// in the answer, a moment's caution; the peak hold and the trend recorded
+// that answer, so one slow scrape of one pod in ten, at 0.3 where the
+// placeholder is 1, was held for the whole window at 3.7 × 1.2. They record
+// the pod at the known pods' mean (never more than the answer): 3 × 1.2.
+func TestAheadDoesNotHoldAPlaceholder(t *testing.T) {
+	for _, kind := range []Kind{KindMean, KindDemand} {
+		pol := demandCatalog(t, Policy{Name: "d", Kind: kind, UnknownSaturation: 1, Terms: DefaultSetPoints().Terms(),
+			Peak: &PeakHold{Window: 10 * time.Minute, Headroom: 0.2}}).Lookup("d")
+		var st PoolState
+		served := func(now time.Time, stale int) float64 {
+			b := pol.NewPool(now, maxAge)
+			for i := range 10 {
+				at := now
+				if i < stale {
+					at = now.Add(-time.Minute)
+				}
+				b.Add(history.NewHistory(history.HistoryOptions{}, read(t, vllm(0, 4, 0.24), at)), "")
+			}
+			p := pol.Ahead(now, &st, b.Pool())
+			return p.Ahead.Served
+		}
+		if got := served(t0, 1); math.Abs(got-3.7) > 1e-9 {
+			t.Errorf("%s: one pod of ten without a fresh reading: served %g, want 9 × 0.3 + 1 = 3.7", kind, got)
+		}
+		if got := served(t0.Add(15*time.Second), 0); math.Abs(got-3.6) > 1e-9 {
+			t.Errorf("%s: every pod fresh again at 0.3: served %g, want the held 3 × 1.2 = 3.6, not the placeholder's 3.7 × 1.2", kind, got)
+		}
+	}
+}

@@ -63,9 +63,12 @@ type Pool struct {
 	// HPA's Event ("" when none).
 	Starting int
 	InFlight string
-	// Measured is Value before the floor of the pods still starting, when
-	// that floor raised it (nil otherwise): the demand the pods and the
-	// gateway measured, which a peak hold or a trend records (Policy.Ahead).
+	// Measured is what the pods and the gateway measured, when Value holds
+	// more (nil otherwise): Value before the floor of the pods still starting,
+	// and with the pods without a fresh value counted at the known pods' mean
+	// instead of their placeholder (UnknownSaturation, a held value) when
+	// that is less. A peak hold or a trend records it (Policy.Ahead): a
+	// placeholder or a floor is one answer's caution, not a demand to hold.
 	Measured *float64
 }
 
@@ -139,8 +142,9 @@ type tally struct {
 	pods, fresh, known, held int
 	states                   map[EngineState]int
 	// sum is the exact sum of the pods' parts (KindSignal: of the known
-	// pods' signals): the same float64 in any order, and after removals.
-	sum exactSum
+	// pods' signals): the same float64 in any order, and after removals;
+	// known, of the known pods' parts (KindMean, KindDemand).
+	sum, knownSum exactSum
 	// KindSignal: the known pods with the signal, and the pods with neither
 	// a fresh reading nor a held value (then the pool has no value).
 	n, dark int
@@ -327,6 +331,9 @@ func (t *tally) add(p *Policy, pt *part, sign int) {
 		return
 	}
 	t.sum.add(pt.value, sign)
+	if pt.known {
+		t.knownSum.add(pt.value, sign)
+	}
 	if pt.state != StateOK {
 		if t.states == nil {
 			t.states = map[EngineState]int{}
@@ -407,7 +414,10 @@ func (p *Policy) poolOf(t *tally, obs []*signals.Histogram, unknowns []float64) 
 	switch {
 	case out.Value != nil && *out.Value < floor:
 		v := floor
-		out.Measured, out.Value = out.Value, &v
+		if out.Measured == nil {
+			out.Measured = out.Value
+		}
+		out.Value = &v
 		out.InFlight = fmt.Sprintf("%s in flight: %d pods starting, so the demand served is at least %d (the pods counted and starting) until they are Ready or older than the start-up grace",
 			kind, t.starting, t.pods+t.starting)
 	case out.Value != nil:
@@ -457,11 +467,11 @@ func (p *Policy) pool(t *tally, obs []*signals.Histogram, unknowns []float64) Po
 			// No pod known, but the gateway holds requests: evidence of demand
 			// the pods' silence cannot cancel. Each unknown pod counts as it is
 			// counted (UnknownSaturation, or its held last good value).
-			v := sum + gwDemand
+			v, m := sum+gwDemand, gwDemand
 			if p.Kind == KindMean {
-				v /= float64(t.pods)
+				v, m = v/float64(t.pods), m/float64(t.pods)
 			}
-			out.Value = &v
+			out.Value, out.Measured = &v, &m
 		}
 		return out
 	}
@@ -488,11 +498,19 @@ func (p *Policy) pool(t *tally, obs []*signals.Histogram, unknowns []float64) Po
 		out.Latency = append(out.Latency, TermValue{Term: term.Kind, Value: lv, SetPoint: term.SetPoint, Ratio: ratio, Capped: capped, Note: note})
 		latency = math.Max(latency, ratio)
 	}
+	measured := demand
+	if t.known < t.pods {
+		measured = math.Min(demand, t.knownSum.Value()/float64(t.known)*float64(t.pods))
+	}
 	demand = math.Max(demand, latency*float64(t.pods)) + gwDemand
+	measured = math.Max(measured, latency*float64(t.pods)) + gwDemand
 	v := demand
 	if p.Kind == KindMean {
-		v = demand / float64(t.pods)
+		v, measured = demand/float64(t.pods), measured/float64(t.pods)
 	}
 	out.Value = &v
+	if measured < v {
+		out.Measured = &measured
+	}
 	return out
 }
