@@ -471,7 +471,10 @@ func (p *Policy) pool(t *tally, obs []*signals.Histogram, unknowns []float64) Po
 			if p.Kind == KindMean {
 				v, m = v/float64(t.pods), m/float64(t.pods)
 			}
-			out.Value, out.Measured = &v, &m
+			out.Value = &v
+			if m < v {
+				out.Measured = &m
+			}
 		}
 		return out
 	}

@@ -79,12 +79,12 @@ type peakStates struct {
 
 // peakKey identifies a pool's state within its namespace.
 type peakKey struct {
-	// selector is the SHA-256 of the policy's definition digest
+	// digest is the SHA-256 of the policy's definition digest
 	// (policy.Policy.Definition: an edited policy starts afresh, never
 	// reading a peak or a trend in the old definition's units) followed by
 	// the selector's canonical form (labels.Selector.String sorts its
 	// requirements).
-	selector [sha256.Size]byte
+	digest [sha256.Size]byte
 	// policy is the catalog name of the policy (the operator's).
 	policy string
 }
@@ -121,7 +121,7 @@ func peakKeyOf(selector labels.Selector, pol *policy.Policy) peakKey {
 	h.Write(def[:])
 	h.Write([]byte(selector.String()))
 	var k peakKey
-	h.Sum(k.selector[:0])
+	h.Sum(k.digest[:0])
 	k.policy = pol.Name
 	return k
 }

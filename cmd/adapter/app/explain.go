@@ -80,13 +80,15 @@ type ExplainPool struct {
 	// at the reading times given.
 	Ahead *policy.AheadValue `json:"ahead,omitempty"`
 	// Answers is, for a policy with a peak hold or a trend, how many answers
-	// the pool state saw: one per distinct reading time from the first at which
-	// every pod has a reading, the newest included; AnswersSpan is the time
-	// from the first to the newest (a Go duration, "" for one answer).
+	// the pool state saw (explainReplayed: one per distinct reading time from
+	// the first at which every pod has a reading, within the policy's memory,
+	// the newest included); AnswersSpan is the time from the first to the
+	// newest (a Go duration, "" for one answer).
 	Answers     int    `json:"answers,omitempty"`
 	AnswersSpan string `json:"answersSpan,omitempty"`
-	// TrendUnfit says why a policy's trend adds nothing because the answers
-	// are too few or too close for its fit (policy.Trend), "" otherwise.
+	// TrendUnfit says why a policy's trend adds nothing because the samples
+	// it holds are too few or too close for its fit
+	// (policy.PoolState.TrendSamples), "" otherwise.
 	TrendUnfit string `json:"trendUnfit,omitempty"`
 	// Starting and InFlight: pods of a scale-up still starting (--starting)
 	// and what a demand policy does for them ("scale-from-zero in flight: …").
@@ -129,10 +131,10 @@ type ExplainOptions struct {
 	// Starting is the number of pods a scale-up created that are still
 	// starting (policy.PoolBuilder.AddStarting).
 	Starting int
-	// At is when the newest scrape of files without timestamps was taken
-	// (the others --interval apart before it), and the time of a pool
-	// without pods: scheduled minimums are open or closed then. Zero: the
-	// clock.
+	// At is, for files without timestamps, when the newest scrape of the pod
+	// with the most files was taken (each pod's files Interval apart from its
+	// first), and the time of a pool without pods: scheduled minimums are
+	// open or closed then. Zero: the clock.
 	At time.Time
 }
 
@@ -502,10 +504,10 @@ func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explain
 		// then), at least gap (and a nanosecond: one answer per reading time)
 		// after the previous and before the newest.
 		newest := times[len(times)-1]
-		gap := max(interval/2, pol.Memory()/maxExplainAnswers)
+		gap := max(interval/2, pol.Memory()/maxExplainAnswers, 1)
 		kept := times[:0]
 		for _, at := range times[:len(times)-1] {
-			if newest.Sub(at) < pol.Memory() && newest.Sub(at) >= max(gap, 1) && (len(kept) == 0 || at.Sub(kept[len(kept)-1]) >= max(gap, 1)) {
+			if newest.Sub(at) < pol.Memory() && newest.Sub(at) >= gap && (len(kept) == 0 || at.Sub(kept[len(kept)-1]) >= gap) {
 				kept = append(kept, at)
 			}
 		}
@@ -546,9 +548,9 @@ func explainReplayed(catalog *policy.Catalog, pol *policy.Policy, pods []explain
 // queue when the policy has a gateway input; a pool without pods at idle. The
 // pool's answer goes through st (its peak hold and trend).
 func explain(catalog *policy.Catalog, pol *policy.Policy, pods []explainInput, gateways []*signals.Reading, maxAge time.Duration, starting int, st *policy.PoolState, idle time.Time) Explanation {
-	now := idle // a pool without pods
-	if len(pods) > 0 {
-		now = time.Time{}
+	var now time.Time
+	if len(pods) == 0 {
+		now = idle
 	}
 	for _, p := range pods {
 		if at := p.h.Latest().At(); at.After(now) {
